@@ -1,0 +1,175 @@
+//! Boots: which slot and release a machine is running, and since when.
+//!
+//! init publishes a [`BootRecord`] in /run/liken at every boot; the
+//! machine operator copies its public part ([`BootStatus`]) into the
+//! Machine's status. The boot's identity is derived from its start time,
+//! so a reboot request that names one boot (the request-reboot annotation)
+//! means nothing to the next one and needs no cleanup.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Sha256Hex;
+use crate::hash::sha256;
+use crate::time::Time;
+use crate::version::Version;
+
+/// One of the two system slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Slot {
+    /// Partition LIKEN-A, ESP directory /liken/a.
+    A,
+    /// Partition LIKEN-B, ESP directory /liken/b.
+    B,
+}
+
+impl Slot {
+    /// Both slots.
+    pub const ALL: [Slot; 2] = [Slot::A, Slot::B];
+
+    /// The slot a release is written into while this one runs.
+    pub fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+
+    /// The slot's name as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Slot::A => "A",
+            Slot::B => "B",
+        }
+    }
+
+    /// The GPT partition label of the slot's system image.
+    pub fn partition_label(self) -> &'static str {
+        match self {
+            Slot::A => "LIKEN-A",
+            Slot::B => "LIKEN-B",
+        }
+    }
+
+    /// The slot's directory on the ESP, below /liken.
+    pub fn esp_dir(self) -> &'static str {
+        match self {
+            Slot::A => "a",
+            Slot::B => "b",
+        }
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The running boot, as the Machine's status reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootStatus {
+    /// When init started this boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// The slot that booted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
+    /// The release in that slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Version>,
+}
+
+impl BootStatus {
+    /// The boot's identity: SHA-256 over its start time in RFC 3339.
+    /// `None` when no boot time is reported, because then there is no
+    /// boot to name yet (the machine is starting, or never reported).
+    pub fn boot_id(&self) -> Option<Sha256Hex> {
+        self.time.map(|t| sha256(t.to_string().as_bytes()))
+    }
+}
+
+/// What init publishes about the boot it made (/run/liken/boot.json).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootRecord {
+    /// When init started this boot.
+    pub time: Time,
+    /// The slot that booted; `None` when booted from install media or
+    /// netboot with no slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
+    /// The release that booted, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Version>,
+    /// The hash of each document this boot runs, by document
+    /// ("machine", "cluster"), so the operator can tell a staged document
+    /// from the running one.
+    #[serde(default)]
+    pub documents: BTreeMap<String, Sha256Hex>,
+}
+
+impl BootRecord {
+    /// The part of the record the Machine's status carries.
+    pub fn status(&self) -> BootStatus {
+        BootStatus {
+            time: Some(self.time),
+            slot: self.slot,
+            version: self.version.clone(),
+        }
+    }
+
+    /// The boot's identity ([`BootStatus::boot_id`]).
+    pub fn boot_id(&self) -> Sha256Hex {
+        sha256(self.time.to_string().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_id_is_derived_from_the_boot_time() {
+        let mut b = BootStatus::default();
+        assert_eq!(b.boot_id(), None);
+        b.time = Some(Time::from_unix(1_780_000_000));
+        let id = b.boot_id().unwrap();
+        // printf '2026-05-28T20:26:40Z' | sha256sum
+        assert_eq!(id, sha256(b"2026-05-28T20:26:40Z"));
+        assert_eq!(id.short().len(), 12);
+        b.slot = Some(Slot::B);
+        assert_eq!(b.boot_id().unwrap(), id, "only the time names the boot");
+        b.time = Some(Time::from_unix(1_780_000_001));
+        assert_ne!(b.boot_id().unwrap(), id);
+    }
+
+    #[test]
+    fn slots() {
+        assert_eq!(Slot::A.other(), Slot::B);
+        assert_eq!(Slot::B.partition_label(), "LIKEN-B");
+        assert_eq!(Slot::A.esp_dir(), "a");
+    }
+
+    #[test]
+    fn boot_record_round_trips() {
+        let r = BootRecord {
+            time: Time::from_unix(1_780_000_000),
+            slot: Some(Slot::A),
+            version: Some(Version::parse("2026.05.28-001").unwrap()),
+            documents: [("machine".to_owned(), sha256(b"m"))].into(),
+        };
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            json.starts_with(
+                r#"{"time":"2026-05-28T20:26:40Z","slot":"A","version":"2026.05.28-001""#
+            ),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<BootRecord>(&json).unwrap(), r);
+        assert_eq!(Some(r.boot_id()), r.status().boot_id());
+    }
+}

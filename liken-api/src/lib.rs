@@ -1,0 +1,58 @@
+//! The vocabulary of the `liken.sh/v1alpha1` API group.
+//!
+//! Every liken program speaks these types: init reads the Machine and
+//! Cluster it booted with, the operators read and write them through the
+//! API server, and the CLI writes them for people. This crate holds the
+//! shapes and the rules that belong to the shapes (how a condition
+//! transitions, how versions order, what a valid Machine is, how a
+//! document hashes) and nothing that does I/O, so init links it without
+//! pulling in a network stack.
+//!
+//! Module map:
+//! - [`meta`]: the group, `ObjectMeta`, the [`meta::Kind`] trait.
+//! - [`phase`], [`role`], [`condition`]: the status vocabulary.
+//! - [`version`], [`time`], [`digest`]: validated scalar types.
+//! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
+//! - [`annotations`]: one-shot request names.
+//! - [`hash`]: the canonical document hash for staged changes.
+//! - [`decode`]: strict (hand-written) and wire (API server) decoders.
+//! - [`validate`]: semantic checks shared by the decoders.
+//! - [`crd`]: the CustomResourceDefinitions generated from the types.
+
+pub mod annotations;
+pub mod boot;
+pub mod cluster;
+pub mod condition;
+pub mod crd;
+pub mod decode;
+pub mod digest;
+pub mod hash;
+pub mod machine;
+pub mod meta;
+pub mod phase;
+pub mod release;
+pub mod role;
+pub mod time;
+pub mod validate;
+pub mod version;
+
+pub use boot::{BootRecord, BootStatus, Slot};
+pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
+pub use condition::{Condition, ConditionStatus};
+pub use decode::DecodeError;
+pub use digest::{Digest, FileName, Sha256Hex};
+pub use machine::{Machine, MachineSpec, MachineStatus, RebootPolicy};
+pub use meta::{API_VERSION, Kind, ObjectMeta};
+pub use phase::Phase;
+pub use release::{Channel, Release};
+pub use role::Role;
+pub use time::Time;
+pub use version::Version;
+
+/// The version this build of liken carries: the release version the
+/// image build sets through `LIKEN_VERSION`, or `dev` for a plain
+/// `cargo build`.
+pub const BUILD_VERSION: &str = match option_env!("LIKEN_VERSION") {
+    Some(v) => v,
+    None => "dev",
+};
