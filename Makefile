@@ -36,11 +36,11 @@ setup:
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 # Kept last so the output ends with cargo's test summary.
 unit:
-	cargo test --workspace --locked
+	cargo test --workspace
 
 ## crds: regenerate images/manifests/crds from liken-api.
 crds:
