@@ -37,6 +37,9 @@ setup:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	@# liken-api is linked by init: it must stay free of network and I/O crates.
+	@if cargo tree -p liken-api -e normal --prefix none | grep -E '^(ureq|rustls|nix|rustix|tokio|crossbeam-channel) '; then \
+	  echo "liken-api must not depend on the crates above (it is init's no-I/O vocabulary)"; exit 1; fi
 
 # Kept last so the output ends with cargo's test summary.
 unit:
