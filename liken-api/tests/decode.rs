@@ -380,3 +380,18 @@ fn interface_without_name_or_mac_is_refused() {
         "{text}"
     );
 }
+
+#[test]
+fn strict_refuses_a_key_given_twice() {
+    // A second `hostname:` would silently win in a lenient reader; a
+    // person editing a long file deserves to hear about the first one.
+    let doc = MACHINE.replace(
+        "  hostname: node-1.lan\n",
+        "  hostname: node-1.lan\n  hostname: other\n",
+    );
+    let text = err_text(decode::strict::<Machine>(&doc, "m.yaml"));
+    assert!(
+        text.starts_with("m.yaml: ") && text.contains("duplicate"),
+        "{text}"
+    );
+}
