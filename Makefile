@@ -29,7 +29,7 @@ demo:
 	$$bin version
 
 ## test: install what the tests need, then format, lint and test.
-test: setup lint unit
+test: setup lint fuzz-smoke unit
 
 setup:
 	./scripts/setup.sh
@@ -44,6 +44,54 @@ lint:
 # Kept last so the output ends with cargo's test summary.
 unit:
 	cargo test --workspace
+
+## bench: liken-kube LIST of 5,000 Machines vs kubectl in the same run,
+## and the RSS of a store of 10,000 (starts its own control plane).
+.PHONY: bench
+bench: setup bench-releases
+	cargo bench -p liken-kube --bench list
+
+## bench-releases: liken fetch vs curl + sha256sum, and liken serve vs
+## nginx under wrk, on loopback (scripts/bench/releases.sh prints ratios).
+.PHONY: bench-releases
+bench-releases:
+	./scripts/bench/setup.sh
+	$(STATIC) cargo build --release --target $(TARGET) -p liken-cli
+	./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
+
+# Fuzzing (liken-cli/fuzz): cargo-fuzz on the nightly toolchain, with
+# cargo-fuzz installed once from crates.io into the cache. The corpus
+# grows across runs in the cache too; seeds live in the repository.
+# Sanitizer none: the fuzzed code forbids unsafe, so what fuzzing hunts is
+# panics and broken invariants, with debug assertions (overflow) on.
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ_ROOT := $(HOME)/.cache/liken/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION)
+FUZZ_CORPUS := $(HOME)/.cache/liken/fuzz-corpus
+FUZZ_TARGETS := manifest_machine manifest_cluster release_yaml channel_yaml http_request
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz fuzz-smoke fuzz-setup
+
+fuzz-setup:
+	@rustup toolchain list | grep -q '^nightly' || { echo "fuzz: the nightly toolchain is missing; run: rustup toolchain install nightly" >&2; exit 1; }
+	@[ -x $(CARGO_FUZZ_ROOT)/bin/cargo-fuzz ] || cargo install -q cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(CARGO_FUZZ_ROOT)
+
+## fuzz: run every fuzz target for FUZZ_SECONDS (60) seconds.
+fuzz: fuzz-setup
+	@mkdir -p $(CARGO_TARGET_DIR); \
+	export PATH="$(CARGO_FUZZ_ROOT)/bin:$$PATH" CARGO_TARGET_DIR="$(CARGO_TARGET_DIR)/fuzz"; \
+	cargo +nightly fuzz build -s none --debug-assertions --fuzz-dir liken-cli/fuzz 2>$(CARGO_TARGET_DIR)/fuzz-build.log \
+	  || { cat $(CARGO_TARGET_DIR)/fuzz-build.log; exit 1; }; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_CORPUS)/$$t; log=$(CARGO_TARGET_DIR)/fuzz-$$t.log; \
+	  if cargo +nightly fuzz run -s none --debug-assertions --fuzz-dir liken-cli/fuzz $$t \
+	      $(FUZZ_CORPUS)/$$t liken-cli/fuzz/seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) >$$log 2>&1; then \
+	    echo "fuzz: $$t: $$(grep -o '^Done [0-9]* runs in [0-9]* second(s)' $$log)"; \
+	  else tail -40 $$log; echo "fuzz: $$t failed; the input is under liken-cli/fuzz/artifacts/$$t" >&2; exit 1; fi; \
+	done
+
+## fuzz-smoke: every fuzz target briefly (part of make test).
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
 
 ## crds: regenerate images/manifests/crds from liken-api.
 crds:

@@ -9,6 +9,14 @@ packages=(
   ca-certificates   # TLS roots for the Go module proxy and crates.io
   openssl           # `openssl verify` checks minted certificate chains
   curl              # Range requests against `liken serve`
+  cpio              # `cpio -t` / `cpio -i` read the deployment layer `liken layer` writes
+  # make images / qemu-tests (images/README.md). Debian's qemu-utils is
+  # not needed and not installed: on some images it would replace a
+  # newer preinstalled one (../shared/PLATFORM.md).
+  qemu-system-x86   # qemu-tests boot the images under TCG
+  kmod              # depmod indexes the kernel's module tree; modprobe lists dependencies
+  xz-utils          # images/extract-vmlinux.sh unpacks the bzImage's payload
+  file              # images/build-boot.sh checks that liken-init is static
 )
 # Real kubectl for the interop tests: Debian's kubernetes-client, unless
 # the machine already has a kubectl (some images ship the Cloud SDK's,
@@ -27,6 +35,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# make images downloads Debian's kernel with apt-get download, which
+# needs the package lists even when nothing above was missing.
+if ! apt-cache show linux-image-amd64 >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq
+  else
+    echo "setup: apt knows no linux-image-amd64; run: sudo apt-get update" >&2
+    exit 1
+  fi
 fi
 
 for tool in cargo rustfmt cargo-clippy go; do

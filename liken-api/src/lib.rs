@@ -14,6 +14,7 @@
 //! - [`version`], [`time`], [`digest`]: validated scalar types.
 //! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
 //! - [`annotations`]: one-shot request names.
+//! - [`control`]: init's control-socket requests, responses and framing.
 //! - [`hash`]: the canonical document hash for staged changes.
 //! - [`decode`]: strict (hand-written) and wire (API server) decoders.
 //! - [`validate`]: semantic checks shared by the decoders.
@@ -23,6 +24,7 @@ pub mod annotations;
 pub mod boot;
 pub mod cluster;
 pub mod condition;
+pub mod control;
 pub mod crd;
 pub mod decode;
 pub mod digest;

@@ -23,6 +23,18 @@ pub const ARTIFACT_KERNEL: &str = "kernel";
 pub const ARTIFACT_BOOT: &str = "boot";
 /// The artifact name of the squashfs system image written raw into a slot.
 pub const ARTIFACT_SYSTEM: &str = "system";
+/// The artifact name of the CPU microcode initramfs, loaded before boot.cpio.
+pub const ARTIFACT_MICROCODE: &str = "microcode";
+/// The artifact name of the `liken` workstation CLI shipped with the release.
+pub const ARTIFACT_CLI: &str = "cli";
+/// The artifact name of systemd-boot's EFI binary (UEFI machines).
+pub const ARTIFACT_SYSTEMD_BOOT: &str = "systemd-boot";
+/// The artifact name of GRUB's boot.img, the MBR stage (BIOS machines).
+pub const ARTIFACT_GRUB_BOOT: &str = "grub-boot";
+/// The artifact name of GRUB's core.img, the BIOS boot partition stage.
+pub const ARTIFACT_GRUB_CORE: &str = "grub-core";
+/// The artifact name of the licenses of everything the release ships.
+pub const ARTIFACT_LICENSES: &str = "licenses";
 
 /// The file name of a release document inside its release directory.
 pub const RELEASE_FILE: &str = "release.yaml";

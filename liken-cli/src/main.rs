@@ -1,12 +1,22 @@
-//! `liken`: the workstation toolkit. main only maps the process onto
-//! [`liken_cli::run`] and turns an error into `liken: …` and exit 1.
+//! `liken` (also `kubectl-liken`, and `kubectl_complete-liken` for
+//! kubectl's completion): the workstation toolkit. main only maps the
+//! process onto [`liken_cli::run`] and turns an error into `liken: …` and
+//! exit 1.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let args = liken_cli::command_words(std::env::args_os().collect());
+    let mut stdin = std::io::stdin().lock();
     let mut out = std::io::stdout().lock();
-    match liken_cli::run(args, &mut out) {
+    let mut err = std::io::stderr();
+    let mut io = liken_cli::Io {
+        stdin: &mut stdin,
+        out: &mut out,
+        err: &mut err,
+    };
+    let result = liken_cli::run(args, &mut io);
+    match result.and_then(|()| Ok(std::io::Write::flush(&mut out)?)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("liken: {e}");

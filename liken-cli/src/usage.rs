@@ -1,15 +1,364 @@
-//! The usage text. It lists only the commands this build has; each issue
-//! that builds a command adds its entry here.
+//! The command table: each command's synopsis, help paragraph and flags,
+//! in the order `liken help` prints them.
+//!
+//! One table serves three readers: the usage text ([`text`]), each
+//! command's flag parsing ([`crate::args::parse`] takes the command's
+//! entry), and shell completion (which offers the names and flags listed
+//! here). It lists only commands this build has; a command that is not
+//! built yet has no entry, so neither help nor completion offers it.
+//!
+//! To add a command: write a `pub const NAME: Entry`, add it to
+//! [`ENTRIES`] where it belongs in the help order, and add its match arm in
+//! `lib.rs`.
+
+/// One flag a command accepts.
+#[derive(Debug)]
+pub struct Opt {
+    /// The name without dashes; both `-name` and `--name` work.
+    pub name: &'static str,
+    /// The placeholder for the value the flag reads (`URL`), or `None`
+    /// for a switch.
+    pub value: Option<&'static str>,
+    /// Whether the flag may be given more than once.
+    pub repeatable: bool,
+}
+
+impl Opt {
+    /// A flag that reads one value and may be given once.
+    pub const fn value(name: &'static str, placeholder: &'static str) -> Opt {
+        Opt {
+            name,
+            value: Some(placeholder),
+            repeatable: false,
+        }
+    }
+
+    /// A flag that reads a value and may be repeated.
+    pub const fn repeated(name: &'static str, placeholder: &'static str) -> Opt {
+        Opt {
+            name,
+            value: Some(placeholder),
+            repeatable: true,
+        }
+    }
+
+    /// A flag that reads no value.
+    pub const fn switch(name: &'static str) -> Opt {
+        Opt {
+            name,
+            value: None,
+            repeatable: false,
+        }
+    }
+}
+
+/// One command's entry in the table.
+#[derive(Debug)]
+pub struct Entry {
+    /// The word that names the command.
+    pub name: &'static str,
+    /// The usage line(s), starting with `liken`.
+    pub synopsis: &'static str,
+    /// The help paragraph, without indentation (it is indented when
+    /// printed).
+    pub about: &'static str,
+    /// The flags the command accepts.
+    pub options: &'static [Opt],
+    /// Hidden entries (the shell's `__complete`) parse like the others but
+    /// are left out of the usage text and completion.
+    pub hidden: bool,
+}
+
+/// `liken new`.
+pub const NEW: Entry = Entry {
+    name: "new",
+    synopsis: "liken new [-name NAME -endpoint URL -machine NAME=ROLE ...] <directory>",
+    about: "\
+Start a deployment: answer a few questions (the cluster's name, the
+address machines join through, the machines and their roles) and get a
+directory with cluster.yaml and machines/<name>.yaml, commented so that
+every field explains itself. Give -name, -endpoint and one -machine per
+machine (ROLE is leader or follower) to answer from a script instead.
+Existing files are never overwritten.",
+    options: &[
+        Opt::value("name", "NAME"),
+        Opt::value("endpoint", "URL"),
+        Opt::repeated("machine", "NAME=ROLE"),
+    ],
+    hidden: false,
+};
+
+/// `liken mint`.
+pub const MINT: Entry = Entry {
+    name: "mint",
+    synopsis: "liken mint <identity-dir>",
+    about: "\
+Create a new cluster identity: the certificate authorities, the
+service-account signing key and the join token that every machine of
+one cluster shares, in the file layout k3s reads. It refuses to write
+over an identity that is already there.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken adopt`.
+pub const ADOPT: Entry = Entry {
+    name: "adopt",
+    synopsis: "liken adopt <harvest-dir> <identity-dir>",
+    about: "\
+Arrange identity files copied off an existing k3s server (its
+server/tls directory and server/token, under <harvest-dir>) as an
+identity directory. Any k3s cluster can be adopted, so liken machines
+can join a cluster you already run.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken kubeconfig`.
+pub const KUBECONFIG: Entry = Entry {
+    name: "kubeconfig",
+    synopsis: "liken kubeconfig [-server URL] <deployment-dir>",
+    about: "\
+Write an admin kubeconfig to <deployment-dir>/identity/kubeconfig: a
+fresh client certificate from the identity's client CA, for kubectl.
+The server address is cluster.yaml's spec.endpoint; -server replaces
+it when that address is not reachable from this workstation.",
+    options: &[Opt::value("server", "URL")],
+    hidden: false,
+};
+
+/// `liken layer`.
+pub const LAYER: Entry = Entry {
+    name: "layer",
+    synopsis: "liken layer <manifests-dir> <identity-dir> <output.cpio>",
+    about: "\
+Pack the part of the operating system that is yours into one small
+archive: cluster.yaml, machines/*.yaml and the identity, under
+/etc/liken/. Every manifest is checked strictly first. The same inputs
+always give the same bytes. Kernel modules are not part of it: the
+system image carries the kernel's whole module tree.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken fetch`.
+pub const FETCH: Entry = Entry {
+    name: "fetch",
+    synopsis: "liken fetch [-digest sha256:<hex>] <source-url> <version|latest> <channel-dir>",
+    about: "\
+Copy one release from a channel into a local channel directory,
+checking every file against the release's release.yaml while it
+downloads; a file gets its final name only once it matches. \"latest\"
+takes the version the channel's channel.yaml names. -digest pins
+release.yaml itself to a catalog entry's digest, so the whole download
+is checked against what your cluster trusts. An interrupted download
+resumes where it stopped when run again.",
+    options: &[Opt::value("digest", "sha256:<hex>")],
+    hidden: false,
+};
+
+/// `liken bundle`.
+pub const BUNDLE: Entry = Entry {
+    name: "bundle",
+    synopsis: "liken bundle [-slot-size 1Gi] <vmlinuz> <liken.sqfs> <boot.cpio> <microcode.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    about: "\
+Publish a release into a channel directory: copy the nine files into
+<channel-dir>/<version>/, write release.yaml with each file's size and
+sha256, and move channel.yaml's latest to it if it is the newest. The
+version is a date and a serial (2026.07.11-001) and can be published
+only once. The kernel, system image and initramfs files must fit the
+boot slot (-slot-size) with 10% to spare. component=version pairs
+record which upstream versions went in (linux=6.1.0-28 k3s=v1.31.4+k3s1).
+It prints the catalog entry for cluster.yaml.",
+    options: &[Opt::value("slot-size", "1Gi")],
+    hidden: false,
+};
+
+/// `liken serve`.
+pub const SERVE: Entry = Entry {
+    name: "serve",
+    synopsis: "liken serve <channel-dir> [address]",
+    about: "\
+Share a channel directory over plain HTTP for machines and mirrors to
+download from (GET, HEAD and byte ranges; no directory listings, and
+nothing outside the directory). The address defaults to :8017, every
+interface; give 127.0.0.1:8017 to share with this machine only.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken index`.
+pub const INDEX: Entry = Entry {
+    name: "index",
+    synopsis: "liken index -source <url> <output-dir> < keys",
+    about: "\
+Render a channel's index: a front page of every release, newest first;
+a page per release with its catalog entry and artifacts; a page on
+mirroring the channel from <url>; and versions.yaml listing every
+release for scripts. The channel's object keys come on standard input,
+one per line (<version>/release.yaml marks a release). Each release.yaml
+is read from <output-dir> (normally the channel directory itself), or
+from <url> when it is not there. Rendering again repairs a stale index.",
+    options: &[Opt::value("source", "url")],
+    hidden: false,
+};
+
+/// `liken completion`.
+pub const COMPLETION: Entry = Entry {
+    name: "completion",
+    synopsis: "liken completion bash",
+    about: "\
+Print the bash completion script for liken and kubectl-liken. For
+`kubectl liken <TAB>`, put a link named kubectl_complete-liken to
+this binary on PATH.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken version`.
+pub const VERSION: Entry = Entry {
+    name: "version",
+    synopsis: "liken version",
+    about: "Print this toolkit's version.",
+    options: &[],
+    hidden: false,
+};
+
+/// `liken help`.
+pub const HELP: Entry = Entry {
+    name: "help",
+    synopsis: "liken help",
+    about: "Print this text.",
+    options: &[],
+    hidden: false,
+};
+
+/// The hidden verb shells run for completion (cobra's protocol).
+pub const COMPLETE: Entry = Entry {
+    name: "__complete",
+    synopsis: "liken __complete <word>... <word-under-cursor>",
+    about: "",
+    options: &[],
+    hidden: true,
+};
+
+/// Every command, in help order.
+pub const ENTRIES: &[&Entry] = &[
+    &NEW,
+    &MINT,
+    &ADOPT,
+    &KUBECONFIG,
+    &LAYER,
+    &FETCH,
+    &BUNDLE,
+    &SERVE,
+    &INDEX,
+    &COMPLETION,
+    &VERSION,
+    &HELP,
+    &COMPLETE,
+];
+
+const HEADER: &str = "liken: the toolkit for setting up and running a liken cluster\n\nusage:\n\n";
+
+const FOOTER: &str = "\
+A deployment directory is what `liken new` writes and the other
+commands read:
+
+  <deployment-dir>/cluster.yaml         the one Cluster document
+  <deployment-dir>/machines/<name>.yaml one Machine document per computer
+  <deployment-dir>/identity/            from `liken mint` or `liken adopt`
+  <deployment-dir>/identity/kubeconfig  from `liken kubeconfig`
+
+An identity directory holds the certificate authorities and join token
+that make a cluster one cluster. Some of its files are private keys:
+keep it out of version control.
+
+A deployment layer is a small archive with everything about the
+operating system that is yours and not liken's. A machine boots the
+generic liken release and your layer together.
+
+This binary also runs as kubectl-liken (so `kubectl liken ...` works),
+and a first word that names no command runs the plugin
+kubectl-liken-<word> from PATH or ~/.liken/plugins/bin.
+";
 
 /// What `liken help` prints.
-pub const USAGE: &str = "\
-liken: the toolkit for setting up and running a liken cluster
+pub fn text() -> String {
+    let mut s = String::from(HEADER);
+    for entry in ENTRIES.iter().filter(|e| !e.hidden) {
+        s.push_str(&entry_text(entry));
+        s.push('\n');
+    }
+    s.push_str(FOOTER);
+    s
+}
 
-usage:
+/// One entry as `liken help` and `liken <command> -h` print it.
+pub fn entry_text(entry: &Entry) -> String {
+    let mut s = String::new();
+    for line in entry.synopsis.lines() {
+        s.push_str("  ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    for line in entry.about.lines() {
+        s.push_str("      ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s
+}
 
-  liken version
-      Print this toolkit's version.
+/// The entry a command word names, hidden ones included.
+pub fn find(name: &str) -> Option<&'static Entry> {
+    ENTRIES.iter().copied().find(|e| e.name == name)
+}
 
-  liken help
-      Print this text.
-";
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_named_once_and_its_synopsis_starts_with_it() {
+        let mut names: Vec<_> = ENTRIES.iter().map(|e| e.name).collect();
+        for e in ENTRIES {
+            assert!(
+                e.synopsis.starts_with(&format!("liken {}", e.name)),
+                "{}",
+                e.synopsis
+            );
+            for opt in e.options {
+                assert!(
+                    e.synopsis.contains(&format!("-{}", opt.name)),
+                    "{}'s synopsis omits -{}",
+                    e.name,
+                    opt.name
+                );
+            }
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ENTRIES.len());
+    }
+
+    #[test]
+    fn the_text_lists_every_visible_command_and_no_hidden_one() {
+        let t = text();
+        for e in ENTRIES {
+            assert_eq!(t.contains(e.synopsis), !e.hidden, "{}", e.name);
+        }
+        for absent in [
+            "liken media",
+            "liken stick",
+            "approve-reboot",
+            "request-reboot",
+            "plugins sync",
+        ] {
+            assert!(
+                !t.contains(absent),
+                "{absent} is not built and stays out of help"
+            );
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Writing files so that a failure loses nothing: the two ways the
+//! workstation commands create what they produce.
+//!
+//! - [`write_new`] creates a file that must not exist yet (`new`, `mint`,
+//!   `adopt`): `O_EXCL` makes "refuse to overwrite" hold even against a
+//!   file that appears between the check and the write, and the data is
+//!   fsynced before the command reports success.
+//! - [`replace`] writes a file that may already exist (`kubeconfig`,
+//!   `layer`'s output): a temporary file beside it, fsync, rename over the
+//!   final name, fsync the directory. A reader sees the old file or the
+//!   new one, never half of either.
+//!
+//! Both set the mode at creation (0600 for keys and credentials), so no
+//! secret is ever briefly readable by others.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Mode for private keys, tokens and kubeconfigs.
+pub const PRIVATE: u32 = 0o600;
+/// Mode for certificates and manifests.
+pub const PUBLIC: u32 = 0o644;
+/// Mode for directories that hold private keys.
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Creates `path` with `bytes`; fails with `AlreadyExists` when it exists.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Replaces `path` atomically with `bytes`.
+pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = parent(path);
+    let tmp = temp_name(path);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates `dir` and its missing parents with `mode` (the umask still
+/// applies to new directories, never widening them).
+pub fn create_dirs(dir: &Path, mode: u32) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+}
+
+/// The directory a file lives in (`.` for a bare name).
+pub fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    parent(path).join(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn write_new_refuses_an_existing_file_and_sets_the_mode() {
+        let dir = crate::testdir::TestDir::new("files-new");
+        let p = dir.path().join("key");
+        write_new(&p, b"secret", PRIVATE).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let e = write_new(&p, b"other", PRIVATE).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&p).unwrap(), b"secret");
+    }
+
+    #[test]
+    fn replace_swaps_the_whole_file_and_leaves_no_temporary() {
+        let dir = crate::testdir::TestDir::new("files-replace");
+        let p = dir.path().join("kubeconfig");
+        replace(&p, b"one", PRIVATE).unwrap();
+        replace(&p, b"two", PRIVATE).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

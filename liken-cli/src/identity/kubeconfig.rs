@@ -1,0 +1,394 @@
+//! `liken kubeconfig`: an admin credential for kubectl, derived from the
+//! identity.
+//!
+//! The credential is a fresh P-256 client certificate signed by the
+//! identity's client CA, with organisation `system:masters` (the group
+//! Kubernetes binds to cluster-admin) and common name `liken-admin`, valid
+//! for one year like k3s's own admin certificate. The kubeconfig embeds it
+//! with the server CA, so the file stands alone.
+//!
+//! The endpoint is `spec.endpoint` from the deployment's cluster.yaml, the
+//! address machines join through. A workstation often reaches the API
+//! server by another way (a forwarded port, a VPN address), so `-server`
+//! replaces it. The file goes to `<dir>/identity/kubeconfig`, 0600, beside
+//! the identity it comes from, and is replaced atomically on each run, so
+//! a running kubectl never reads half of it.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use serde::Serialize;
+use time::{Duration, OffsetDateTime};
+
+use super::{CLIENT_CA_CERT, CLIENT_CA_KEY, IdentityError, SERVER_CA_CERT, io_at, keys};
+use crate::deployment::{self, DeploymentError, IDENTITY_DIR};
+use crate::{Io, args::Parsed};
+
+/// The admin certificate's common name (the user Kubernetes sees).
+pub const ADMIN_USER: &str = "liken-admin";
+/// The admin certificate's organisation (its group).
+pub const ADMIN_GROUP: &str = "system:masters";
+/// How long an admin certificate is valid.
+pub const ADMIN_LIFETIME: Duration = Duration::days(365);
+/// The name used for a deployment whose cluster.yaml is absent.
+pub const FALLBACK_NAME: &str = "liken";
+
+/// Why no kubeconfig was written.
+#[derive(Debug)]
+pub enum KubeconfigError {
+    /// cluster.yaml could not be read or is not valid.
+    Deployment(DeploymentError),
+    /// No endpoint: no cluster.yaml and no -server.
+    NoEndpoint {
+        /// The deployment directory.
+        dir: PathBuf,
+    },
+    /// -server is not an https URL.
+    BadServer(String),
+    /// The deployment has no identity (or an incomplete one).
+    NoIdentity {
+        /// The file that is missing.
+        path: PathBuf,
+        /// The identity directory.
+        identity: PathBuf,
+    },
+    /// The identity could not be read or used.
+    Identity(IdentityError),
+}
+
+impl std::fmt::Display for KubeconfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KubeconfigError::Deployment(e) => write!(f, "{e}"),
+            KubeconfigError::NoEndpoint { dir } => write!(
+                f,
+                "{} has no cluster.yaml to take the API server's address from; \
+                 pass -server https://<address>:6443",
+                dir.display()
+            ),
+            KubeconfigError::BadServer(s) => write!(
+                f,
+                "-server {s:?} is not an https URL; give one such as https://127.0.0.1:6443"
+            ),
+            KubeconfigError::NoIdentity { path, identity } => write!(
+                f,
+                "{} is missing; the deployment needs its identity first: run \
+                 `liken mint {}` (or `liken adopt <harvest-dir> {}`)",
+                path.display(),
+                identity.display(),
+                identity.display()
+            ),
+            KubeconfigError::Identity(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for KubeconfigError {}
+
+impl From<IdentityError> for KubeconfigError {
+    fn from(e: IdentityError) -> Self {
+        KubeconfigError::Identity(e)
+    }
+}
+
+/// Runs `liken kubeconfig [-server URL] <deployment-dir>`.
+pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let [dir] = parsed.paths()?;
+    let path = write_kubeconfig(&dir, parsed.value("server"))?;
+    writeln!(io.out, "wrote {} (admin credential, 0600)", path.display())?;
+    writeln!(io.out, "use it with: export KUBECONFIG={}", path.display())?;
+    Ok(())
+}
+
+/// The cluster's name and the endpoint the kubeconfig points at.
+pub fn decide_endpoint(
+    dir: &Path,
+    cluster: Option<&liken_api::Cluster>,
+    server: Option<&str>,
+) -> Result<(String, String), KubeconfigError> {
+    let name = cluster.map_or(FALLBACK_NAME.to_owned(), |c| c.metadata.name.clone());
+    match (server, cluster) {
+        (Some(s), _) => match deployment::endpoint_problem(s) {
+            Some(_) => Err(KubeconfigError::BadServer(s.to_owned())),
+            None => Ok((name, s.to_owned())),
+        },
+        (None, Some(c)) => Ok((name, c.spec.endpoint.clone())),
+        (None, None) => Err(KubeconfigError::NoEndpoint {
+            dir: dir.to_owned(),
+        }),
+    }
+}
+
+/// Writes `<dir>/identity/kubeconfig`; returns its path.
+pub fn write_kubeconfig(dir: &Path, server: Option<&str>) -> Result<PathBuf, KubeconfigError> {
+    let cluster = deployment::read_cluster(dir).map_err(KubeconfigError::Deployment)?;
+    let (name, endpoint) = decide_endpoint(dir, cluster.as_ref().map(|m| &m.doc), server)?;
+    let identity = dir.join(IDENTITY_DIR);
+    let read = |rel: &str| {
+        let p = identity.join(rel);
+        std::fs::read(&p).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                KubeconfigError::NoIdentity {
+                    path: p.clone(),
+                    identity: identity.clone(),
+                }
+            } else {
+                KubeconfigError::Identity(io_at(&p)(e))
+            }
+        })
+    };
+    let server_ca = read(SERVER_CA_CERT)?;
+    let client_ca = read(CLIENT_CA_CERT)?;
+    let client_key = read(CLIENT_CA_KEY)?;
+    let (cert, key) = admin_credential(&client_ca, &client_key, OffsetDateTime::now_utc())
+        .map_err(|e| match e {
+            IdentityError::BadFiles(mut p) => {
+                for (path, _) in &mut p {
+                    *path = identity.join(&*path);
+                }
+                IdentityError::BadFiles(p)
+            }
+            other => other,
+        })?;
+    let text = render(
+        &name,
+        &endpoint,
+        &server_ca,
+        cert.as_bytes(),
+        key.as_bytes(),
+    );
+    let path = identity.join("kubeconfig");
+    crate::files::replace(&path, text.as_bytes(), crate::files::PRIVATE).map_err(io_at(&path))?;
+    Ok(path)
+}
+
+/// A new admin client certificate under the client CA: (cert PEM, key PEM).
+pub fn admin_credential(
+    ca_cert_pem: &[u8],
+    ca_key_pem: &[u8],
+    now: OffsetDateTime,
+) -> Result<(String, String), IdentityError> {
+    let bad =
+        |rel: &str, p: keys::PemProblem| IdentityError::BadFiles(vec![(PathBuf::from(rel), p.0)]);
+    let ca_key = keys::signing_key(ca_key_pem).map_err(|p| bad(CLIENT_CA_KEY, p))?;
+    let ca_der = keys::first_certificate(ca_cert_pem).map_err(|p| bad(CLIENT_CA_CERT, p))?;
+    if !keys::key_matches_certificate(&ca_key, &ca_der).map_err(|p| bad(CLIENT_CA_CERT, p))? {
+        return Err(IdentityError::BadFiles(vec![(
+            PathBuf::from(CLIENT_CA_KEY),
+            "is not the key of client-ca.crt".into(),
+        )]));
+    }
+    let issuer = Issuer::from_ca_cert_der(&ca_der.into(), ca_key).map_err(|source| {
+        IdentityError::Certificate {
+            what: "client CA".into(),
+            source,
+        }
+    })?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|source| {
+        IdentityError::Certificate {
+            what: "admin".into(),
+            source,
+        }
+    })?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, ADMIN_GROUP);
+    dn.push(DnType::CommonName, ADMIN_USER);
+    params.distinguished_name = dn;
+    // CA:FALSE written out, so no verifier can mistake it for a CA.
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = now - super::mint::BACKDATE;
+    params.not_after = now + ADMIN_LIFETIME;
+    params.serial_number = Some(super::mint::serial()?);
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(|source| IdentityError::Certificate {
+            what: "admin".into(),
+            source,
+        })?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct Kubeconfig<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    clusters: [Named<'a, ClusterEntry>; 1],
+    users: [Named<'a, UserEntry>; 1],
+    contexts: [Named<'a, ContextEntry<'a>>; 1],
+    current_context: &'a str,
+}
+
+#[derive(Serialize)]
+struct Named<'a, T> {
+    name: &'a str,
+    #[serde(flatten)]
+    body: T,
+}
+
+#[derive(Serialize)]
+struct ClusterEntry {
+    cluster: ClusterBody,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct ClusterBody {
+    server: String,
+    certificate_authority_data: String,
+}
+
+#[derive(Serialize)]
+struct UserEntry {
+    user: UserBody,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct UserBody {
+    client_certificate_data: String,
+    client_key_data: String,
+}
+
+#[derive(Serialize)]
+struct ContextEntry<'a> {
+    context: ContextBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ContextBody<'a> {
+    cluster: &'a str,
+    user: &'a str,
+}
+
+/// The kubeconfig text. Entries are named after the cluster, so the
+/// kubeconfigs of several clusters merge without clashing.
+pub fn render(name: &str, endpoint: &str, server_ca: &[u8], cert: &[u8], key: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let user = format!("{name}-admin");
+    let doc = Kubeconfig {
+        api_version: "v1",
+        kind: "Config",
+        clusters: [Named {
+            name,
+            body: ClusterEntry {
+                cluster: ClusterBody {
+                    server: endpoint.to_owned(),
+                    certificate_authority_data: b64(server_ca),
+                },
+            },
+        }],
+        users: [Named {
+            name: &user,
+            body: UserEntry {
+                user: UserBody {
+                    client_certificate_data: b64(cert),
+                    client_key_data: b64(key),
+                },
+            },
+        }],
+        contexts: [Named {
+            name,
+            body: ContextEntry {
+                context: ContextBody {
+                    cluster: name,
+                    user: &user,
+                },
+            },
+        }],
+        current_context: name,
+    };
+    // Plain structs of strings always serialize.
+    serde_yaml::to_string(&doc).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn deployment(tmp: &Path, with_cluster: bool) -> PathBuf {
+        let d = tmp.join("dep");
+        std::fs::create_dir_all(&d).unwrap();
+        super::super::mint::mint(&d.join(IDENTITY_DIR)).unwrap();
+        if with_cluster {
+            std::fs::write(
+                d.join("cluster.yaml"),
+                "apiVersion: liken.sh/v1alpha1\nkind: Cluster\nmetadata:\n  name: home\n\
+                 spec:\n  endpoint: https://10.0.0.10:6443\n  leaders: [node-1]\n",
+            )
+            .unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn the_endpoint_comes_from_cluster_yaml_unless_server_is_given() {
+        let tmp = TestDir::new("kubeconfig");
+        let d = deployment(tmp.path(), true);
+        let path = write_kubeconfig(&d, None).unwrap();
+        assert_eq!(path, d.join("identity/kubeconfig"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("server: https://10.0.0.10:6443"), "{text}");
+        assert!(text.contains("current-context: home"), "{text}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        write_kubeconfig(&d, Some("https://127.0.0.1:16443")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("server: https://127.0.0.1:16443"), "{text}");
+    }
+
+    #[test]
+    fn without_cluster_yaml_server_is_required() {
+        let tmp = TestDir::new("kubeconfig-nocluster");
+        let d = deployment(tmp.path(), false);
+        let msg = write_kubeconfig(&d, None).unwrap_err().to_string();
+        assert!(msg.contains("pass -server"), "{msg}");
+        write_kubeconfig(&d, Some("https://127.0.0.1:6443")).unwrap();
+        let msg = write_kubeconfig(&d, Some("http://x"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("not an https URL"), "{msg}");
+    }
+
+    #[test]
+    fn the_admin_certificate_is_in_system_masters_under_the_client_ca() {
+        let tmp = TestDir::new("kubeconfig-cert");
+        let d = deployment(tmp.path(), true);
+        let ca = std::fs::read(d.join("identity").join(CLIENT_CA_CERT)).unwrap();
+        let ca_key = std::fs::read(d.join("identity").join(CLIENT_CA_KEY)).unwrap();
+        let (cert, _) = admin_credential(&ca, &ca_key, OffsetDateTime::now_utc()).unwrap();
+        let der = keys::first_certificate(cert.as_bytes()).unwrap();
+        let (_, c) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let o = c.subject().iter_organization().next().unwrap();
+        assert_eq!(o.as_str().unwrap(), "system:masters");
+        let ca_der = keys::first_certificate(&ca).unwrap();
+        let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
+        assert_eq!(c.issuer(), ca_cert.subject());
+        c.verify_signature(Some(ca_cert.public_key())).unwrap();
+    }
+
+    #[test]
+    fn a_missing_identity_is_named() {
+        let tmp = TestDir::new("kubeconfig-noid");
+        let d = tmp.path();
+        std::fs::write(
+            d.join("cluster.yaml"),
+            "apiVersion: liken.sh/v1alpha1\nkind: Cluster\nmetadata:\n  name: home\n\
+             spec:\n  endpoint: https://10.0.0.10:6443\n  leaders: [node-1]\n",
+        )
+        .unwrap();
+        let msg = write_kubeconfig(d, None).unwrap_err().to_string();
+        assert!(msg.contains("server/tls/server-ca.crt is missing"), "{msg}");
+        assert!(msg.contains("liken mint"), "{msg}");
+    }
+}

@@ -1,0 +1,217 @@
+//! A writer for the newc cpio format, the one the Linux kernel unpacks as
+//! an initramfs.
+//!
+//! Each entry is a 110-byte ASCII header (`070701`, then thirteen 8-digit
+//! hex fields: inode, mode, uid, gid, nlink, mtime, size, dev major/minor,
+//! rdev major/minor, name size including its NUL, checksum), the name and
+//! its NUL padded to a multiple of four, then the data padded to a
+//! multiple of four. The archive ends with an entry named `TRAILER!!!`.
+//!
+//! The writer is deterministic by construction: the caller gives the
+//! entries, [`Archive::finish`] sorts them by path, numbers inodes in that
+//! order, and writes zero mtimes and owner 0:0. Nothing from the machine
+//! that builds it (clock, user, inode numbers) reaches the bytes.
+
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// A directory.
+    Dir,
+    /// A regular file with these bytes.
+    File(Vec<u8>),
+}
+
+/// One archive member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The path inside the archive, relative (no leading `/`).
+    pub path: String,
+    /// Permission bits (0o755, 0o644, 0o600).
+    pub perm: u32,
+    /// The contents.
+    pub body: Body,
+}
+
+/// Why an entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpioError {
+    /// The path is empty, absolute, has `.`/`..`/empty components or a NUL.
+    BadPath(String),
+    /// Two entries have the same path.
+    Duplicate(String),
+    /// A file is larger than the format's 32-bit size field.
+    TooLarge(String),
+}
+
+impl std::fmt::Display for CpioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CpioError::BadPath(p) => write!(f, "{p:?} is not a plain relative archive path"),
+            CpioError::Duplicate(p) => write!(f, "{p:?} would be in the archive twice"),
+            CpioError::TooLarge(p) => {
+                write!(f, "{p:?} is larger than a cpio entry can hold (4 GiB)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CpioError {}
+
+const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
+const TRAILER: &str = "TRAILER!!!";
+
+/// Entries collected for one archive.
+#[derive(Debug, Default)]
+pub struct Archive {
+    entries: Vec<Entry>,
+}
+
+impl Archive {
+    /// An empty archive.
+    pub fn new() -> Archive {
+        Archive::default()
+    }
+
+    /// Adds an entry; the order of calls does not matter.
+    pub fn add(&mut self, entry: Entry) -> Result<(), CpioError> {
+        let p = &entry.path;
+        let plain = !p.is_empty()
+            && !p.contains('\0')
+            && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+        if !plain {
+            return Err(CpioError::BadPath(p.clone()));
+        }
+        if let Body::File(b) = &entry.body
+            && u32::try_from(b.len()).is_err()
+        {
+            return Err(CpioError::TooLarge(p.clone()));
+        }
+        if self.entries.iter().any(|e| e.path == *p) {
+            return Err(CpioError::Duplicate(p.clone()));
+        }
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// The archive's bytes: entries sorted by path (so every directory
+    /// comes before what it holds), then the trailer.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.entries
+            .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        let mut out = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let (mode, nlink, data): (u32, u32, &[u8]) = match &e.body {
+                Body::Dir => (S_IFDIR | e.perm, 2, &[]),
+                Body::File(b) => (S_IFREG | e.perm, 1, b),
+            };
+            // Inode 0 is left for the trailer; the sizes were checked in add.
+            write_member(&mut out, i as u32 + 1, mode, nlink, &e.path, data);
+        }
+        write_member(&mut out, 0, 0, 1, TRAILER, &[]);
+        out
+    }
+}
+
+fn write_member(out: &mut Vec<u8>, ino: u32, mode: u32, nlink: u32, name: &str, data: &[u8]) {
+    let fields = [
+        ino,
+        mode,
+        0, // uid
+        0, // gid
+        nlink,
+        0, // mtime
+        data.len() as u32,
+        0, // dev major
+        0, // dev minor
+        0, // rdev major
+        0, // rdev minor
+        name.len() as u32 + 1,
+        0, // check (newc has none)
+    ];
+    out.extend_from_slice(b"070701");
+    for f in fields {
+        out.extend_from_slice(format!("{f:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    pad4(out);
+    out.extend_from_slice(data);
+    pad4(out);
+}
+
+fn pad4(out: &mut Vec<u8>) {
+    while !out.len().is_multiple_of(4) {
+        out.push(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, perm: u32, data: &[u8]) -> Entry {
+        Entry {
+            path: path.into(),
+            perm,
+            body: Body::File(data.to_vec()),
+        }
+    }
+
+    #[test]
+    fn one_file_is_laid_out_exactly() {
+        let mut a = Archive::new();
+        a.add(file("a", 0o644, b"hi\n")).unwrap();
+        let bytes = a.finish();
+        let header = format!(
+            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            1, 0o100644, 0, 0, 1, 0, 3, 0, 0, 0, 0, 2, 0
+        );
+        let mut want = header.into_bytes();
+        want.extend_from_slice(b"a\0"); // 110 + 2 = 112, aligned
+        want.extend_from_slice(b"hi\n\0"); // data padded to 4
+        assert_eq!(&bytes[..want.len()], &want[..]);
+        let rest = &bytes[want.len()..];
+        assert!(rest.starts_with(b"070701"));
+        assert_eq!(&rest[110..121], b"TRAILER!!!\0");
+        assert!(bytes.len().is_multiple_of(4));
+    }
+
+    #[test]
+    fn order_of_adding_does_not_change_the_bytes() {
+        let entries = [
+            Entry {
+                path: "etc".into(),
+                perm: 0o755,
+                body: Body::Dir,
+            },
+            file("etc/b", 0o600, b"secret"),
+            file("etc/a", 0o644, b"x"),
+        ];
+        let mut one = Archive::new();
+        let mut two = Archive::new();
+        for e in &entries {
+            one.add(e.clone()).unwrap();
+        }
+        for e in entries.iter().rev() {
+            two.add(e.clone()).unwrap();
+        }
+        assert_eq!(one.finish(), two.finish());
+    }
+
+    #[test]
+    fn bad_paths_and_duplicates_are_refused() {
+        let mut a = Archive::new();
+        for bad in ["", "/etc", "etc/../x", "etc//x", "./x", "a\0b"] {
+            assert_eq!(
+                a.add(file(bad, 0o644, b"")),
+                Err(CpioError::BadPath(bad.into()))
+            );
+        }
+        a.add(file("x", 0o644, b"")).unwrap();
+        assert_eq!(
+            a.add(file("x", 0o644, b"")),
+            Err(CpioError::Duplicate("x".into()))
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! `liken layer`: the deployment layer, the small archive that makes the
+//! generic release into this fleet's operating system.
+//!
+//! The layer is a newc cpio ([`cpio`]) that the boot loader hands to the
+//! kernel beside the release's own initramfs; the kernel unpacks both into
+//! one root, so everything here lands under `/etc/liken/`:
+//!
+//! ```text
+//! etc/liken/cluster.yaml
+//! etc/liken/machines/<name>.yaml
+//! etc/liken/identity/server/tls/...   (the identity, see crate::identity)
+//! etc/liken/identity/server/token
+//! ```
+//!
+//! Nothing is packed until everything is checked: every manifest strictly,
+//! the Cluster against the Machines (see [`crate::deployment`]), and the
+//! identity (every file present, each key belonging to its certificate,
+//! the token naming the server CA). Manifests are packed as written,
+//! comments included, because init reads them with the same strict
+//! decoder. The admin kubeconfig is never packed: machines do not need
+//! it, and it would put an admin credential on every disk.
+//!
+//! The same inputs give the same bytes: entries sorted, zero mtimes, owner
+//! 0:0, directories 0755, files 0644, private keys and the token 0600.
+//! The archive holds CA keys, so the output file itself is written 0600,
+//! atomically.
+
+pub mod cpio;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::deployment::{self, DeploymentError, Manifests};
+use crate::identity::{self, IdentityError};
+use crate::{Io, args::Parsed};
+use cpio::{Archive, Body, CpioError, Entry};
+
+/// Where the layer puts everything.
+pub const ROOT: &str = "etc/liken";
+
+/// Why no layer was written.
+#[derive(Debug)]
+pub enum LayerError {
+    /// The manifests are missing or wrong.
+    Deployment(DeploymentError),
+    /// The identity directory lacks files.
+    MissingIdentity {
+        /// The identity directory.
+        dir: PathBuf,
+        /// Each missing file, relative to it.
+        missing: Vec<String>,
+    },
+    /// The identity's files are not usable.
+    Identity(IdentityError),
+    /// An entry could not be archived.
+    Archive(CpioError),
+    /// Reading an input or writing the output failed.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for LayerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayerError::Deployment(e) => write!(f, "{e}"),
+            LayerError::MissingIdentity { dir, missing } => {
+                write!(f, "the identity in {} is incomplete:", dir.display())?;
+                for m in missing {
+                    write!(f, "\n  {m} is missing")?;
+                }
+                write!(
+                    f,
+                    "\nmint one (`liken mint <dir>`) or adopt one (`liken adopt <harvest> <dir>`) \
+                     into an empty directory and pack that"
+                )
+            }
+            LayerError::Identity(e) => write!(f, "{e}"),
+            LayerError::Archive(e) => write!(f, "{e}"),
+            LayerError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for LayerError {}
+
+/// Runs `liken layer <manifests-dir> <identity-dir> <output.cpio>`.
+pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let [manifests, identity_dir, output] = parsed.paths()?;
+    let (bytes, m) = build(&manifests, &identity_dir)?;
+    crate::files::replace(&output, &bytes, crate::files::PRIVATE).map_err(|source| {
+        LayerError::Io {
+            path: output.clone(),
+            source,
+        }
+    })?;
+    let names: Vec<&str> = m
+        .machines
+        .iter()
+        .map(|m| m.doc.metadata.name.as_str())
+        .collect();
+    writeln!(
+        io.out,
+        "wrote {} ({} bytes): cluster {}, machines {}, and the identity",
+        output.display(),
+        bytes.len(),
+        m.cluster.doc.metadata.name,
+        names.join(", ")
+    )?;
+    writeln!(
+        io.out,
+        "the layer holds the cluster's private keys: keep it as private as the identity"
+    )?;
+    Ok(())
+}
+
+/// Checks everything and returns the archive's bytes and the manifests
+/// it holds.
+pub fn build(
+    manifests_dir: &Path,
+    identity_dir: &Path,
+) -> Result<(Vec<u8>, Manifests), LayerError> {
+    let manifests = deployment::read_manifests(manifests_dir).map_err(LayerError::Deployment)?;
+    let identity_files = read_identity(identity_dir)?;
+
+    let mut archive = Archive::new();
+    let mut add = |path: String, perm: u32, body: Body| {
+        archive
+            .add(Entry { path, perm, body })
+            .map_err(LayerError::Archive)
+    };
+    let dirs = ["", "/machines", "/identity"]
+        .into_iter()
+        .map(|d| format!("{ROOT}{d}"))
+        .chain(
+            identity::DIRS
+                .iter()
+                .map(|d| format!("{ROOT}/identity/{d}")),
+        );
+    add("etc".into(), 0o755, Body::Dir)?;
+    for d in dirs {
+        add(d, 0o755, Body::Dir)?;
+    }
+    add(
+        format!("{ROOT}/{}", deployment::CLUSTER_FILE),
+        0o644,
+        Body::File(manifests.cluster.text.clone().into_bytes()),
+    )?;
+    for m in &manifests.machines {
+        add(
+            format!("{ROOT}/machines/{}.yaml", m.doc.metadata.name),
+            0o644,
+            Body::File(m.text.clone().into_bytes()),
+        )?;
+    }
+    for (file, bytes) in identity_files {
+        let perm = if file.private { 0o600 } else { 0o644 };
+        add(
+            format!("{ROOT}/identity/{}", file.rel),
+            perm,
+            Body::File(bytes),
+        )?;
+    }
+    Ok((archive.finish(), manifests))
+}
+
+/// Reads and checks every identity file.
+fn read_identity(dir: &Path) -> Result<Vec<(identity::IdentityFile, Vec<u8>)>, LayerError> {
+    let mut missing = Vec::new();
+    let mut read = Vec::new();
+    for file in identity::files() {
+        let path = dir.join(&file.rel);
+        match std::fs::read(&path) {
+            Ok(bytes) => read.push((file, path, bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(file.rel),
+            Err(source) => return Err(LayerError::Io { path, source }),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(LayerError::MissingIdentity {
+            dir: dir.to_owned(),
+            missing,
+        });
+    }
+    identity::adopt::check(&read).map_err(LayerError::Identity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdir::TestDir;
+
+    fn deployment(d: &Path) {
+        std::fs::create_dir_all(d.join("machines")).unwrap();
+        std::fs::write(
+            d.join("cluster.yaml"),
+            "apiVersion: liken.sh/v1alpha1\nkind: Cluster\nmetadata:\n  name: home\n\
+             spec:\n  endpoint: https://10.0.0.10:6443\n  leaders: [node-1]\n",
+        )
+        .unwrap();
+        for n in ["node-1", "node-2"] {
+            std::fs::write(
+                d.join(format!("machines/{n}.yaml")),
+                format!(
+                    "# {n}\napiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: {n}\nspec: {{}}\n"
+                ),
+            )
+            .unwrap();
+        }
+        identity::mint::mint(&d.join("identity")).unwrap();
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_bytes() {
+        let tmp = TestDir::new("layer");
+        let d = tmp.path();
+        deployment(d);
+        let (a, _) = build(d, &d.join("identity")).unwrap();
+        // Touch every input: new mtimes must not reach the archive.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        for p in [
+            "cluster.yaml",
+            "machines/node-1.yaml",
+            "identity/server/token",
+        ] {
+            let bytes = std::fs::read(d.join(p)).unwrap();
+            std::fs::write(d.join(p), bytes).unwrap();
+        }
+        let (b, _) = build(d, &d.join("identity")).unwrap();
+        assert_eq!(a, b);
+        assert!(
+            a.windows(b"etc/liken/machines/node-2.yaml".len())
+                .any(|w| w == b"etc/liken/machines/node-2.yaml")
+        );
+    }
+
+    #[test]
+    fn a_leader_without_a_machine_is_refused_and_nothing_written() {
+        let tmp = TestDir::new("layer-leader");
+        let d = tmp.path();
+        deployment(d);
+        std::fs::remove_file(d.join("machines/node-1.yaml")).unwrap();
+        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        assert!(msg.contains("spec.leaders[0] names \"node-1\""), "{msg}");
+    }
+
+    #[test]
+    fn an_incomplete_identity_names_each_missing_file() {
+        let tmp = TestDir::new("layer-identity");
+        let d = tmp.path();
+        deployment(d);
+        std::fs::remove_file(d.join("identity/server/token")).unwrap();
+        std::fs::remove_file(d.join("identity/server/tls/etcd/peer-ca.crt")).unwrap();
+        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        assert!(msg.contains("server/token is missing"), "{msg}");
+        assert!(
+            msg.contains("server/tls/etcd/peer-ca.crt is missing"),
+            "{msg}"
+        );
+    }
+}

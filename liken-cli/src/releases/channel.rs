@@ -1,0 +1,170 @@
+//! channel.yaml: which release a channel calls latest.
+//!
+//! Both bundle (publishing) and fetch (mirroring) add releases to a
+//! channel directory, and both move `latest` the same way: only forward.
+//! Publishing an older serial late (a hotfix for last month's release)
+//! must not make the channel announce it as the newest. The rule is the
+//! pure [`decide_latest`]; [`advance_latest`] reads, decides and writes
+//! atomically under the channel's lock.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use liken_api::release::CHANNEL_FILE;
+use liken_api::{Channel, DecodeError, Version, decode};
+
+use super::atomic;
+
+/// What happens to channel.yaml's latest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Latest {
+    /// The channel had no channel.yaml; it now names the new version.
+    Started,
+    /// The new version is newer; latest moves to it.
+    Advanced {
+        /// The version latest named before.
+        from: Version,
+    },
+    /// Latest already names something at least as new; it stays.
+    Kept {
+        /// The version latest keeps naming.
+        latest: Version,
+    },
+}
+
+/// Decides latest after adding `new` to a channel whose latest is
+/// `current`.
+pub fn decide_latest(current: Option<&Version>, new: &Version) -> Latest {
+    match current {
+        None => Latest::Started,
+        Some(c) if new > c => Latest::Advanced { from: c.clone() },
+        Some(c) => Latest::Kept { latest: c.clone() },
+    }
+}
+
+/// Why channel.yaml could not be read or written.
+#[derive(Debug)]
+pub enum ChannelError {
+    /// Reading or writing the file failed.
+    Io {
+        /// channel.yaml's path.
+        path: PathBuf,
+        /// What failed.
+        error: io::Error,
+    },
+    /// The file is not a valid Channel document.
+    Decode(DecodeError),
+}
+
+impl fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChannelError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            ChannelError::Decode(e) => write!(
+                f,
+                "{e}\n(channel.yaml names the channel's latest version; fix it or remove it \
+                 and it is written again from the release being added)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChannelError {}
+
+/// The channel document at `channel`'s root, if there is one.
+pub fn read(channel: &Path) -> Result<Option<Channel>, ChannelError> {
+    let path = channel.join(CHANNEL_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => decode::strict::<Channel>(&text, &path.display().to_string())
+            .map(Some)
+            .map_err(ChannelError::Decode),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(ChannelError::Io { path, error }),
+    }
+}
+
+/// Moves the channel's latest to `new` if it is newer, holding the
+/// channel's lock so concurrent publishers cannot lose an update.
+pub fn advance_latest(channel: &Path, new: &Version) -> Result<Latest, ChannelError> {
+    let path = channel.join(CHANNEL_FILE);
+    let io_err = |error| ChannelError::Io {
+        path: path.clone(),
+        error,
+    };
+    let _lock = atomic::DirLock::acquire(channel).map_err(io_err)?;
+    let current = read(channel)?;
+    let verdict = decide_latest(current.as_ref().map(|c| &c.latest), new);
+    if !matches!(verdict, Latest::Kept { .. }) {
+        let text = decode::to_yaml(&Channel::new(new.clone())).map_err(|e| ChannelError::Io {
+            path: path.clone(),
+            error: io::Error::other(e),
+        })?;
+        atomic::write_file(&path, text.as_bytes()).map_err(io_err)?;
+    }
+    Ok(verdict)
+}
+
+impl Latest {
+    /// A sentence for the command's output.
+    pub fn describe(&self, new: &Version) -> String {
+        match self {
+            Latest::Started => format!("channel.yaml written: latest is {new}"),
+            Latest::Advanced { from } => format!("channel.yaml: latest moved from {from} to {new}"),
+            Latest::Kept { latest } if latest == new => {
+                format!("channel.yaml: latest is already {new}")
+            }
+            Latest::Kept { latest } => {
+                format!("channel.yaml: latest stays {latest}, which is newer than {new}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::releases::testdir::TestDir;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    #[test]
+    fn latest_only_moves_forward() {
+        let a = v("2026.07.11-001");
+        let b = v("2026.07.11-002");
+        assert_eq!(decide_latest(None, &a), Latest::Started);
+        assert_eq!(
+            decide_latest(Some(&a), &b),
+            Latest::Advanced { from: a.clone() }
+        );
+        assert_eq!(
+            decide_latest(Some(&b), &a),
+            Latest::Kept { latest: b.clone() }
+        );
+        assert_eq!(
+            decide_latest(Some(&a), &a),
+            Latest::Kept { latest: a.clone() }
+        );
+    }
+
+    #[test]
+    fn writes_a_strict_channel_document() {
+        let dir = TestDir::new("channel");
+        let (a, b) = (v("2026.07.11-001"), v("2026.08.01-001"));
+        assert_eq!(advance_latest(dir.path(), &b).unwrap(), Latest::Started);
+        assert_eq!(
+            advance_latest(dir.path(), &a).unwrap(),
+            Latest::Kept { latest: b.clone() }
+        );
+        assert_eq!(read(dir.path()).unwrap().unwrap().latest, b);
+        std::fs::write(
+            dir.path().join(CHANNEL_FILE),
+            "latest: 2026.07.11-001\nextra: 1\n",
+        )
+        .unwrap();
+        let e = advance_latest(dir.path(), &a).unwrap_err().to_string();
+        assert!(e.contains("apiVersion"), "{e}");
+    }
+}

@@ -1,0 +1,656 @@
+//! `liken fetch`: copy one release from a channel into a local channel
+//! directory, verifying everything on the way.
+//!
+//! The chain of trust is the catalog's: `-digest` pins release.yaml's
+//! SHA-256 (checked before the document is even parsed), and
+//! release.yaml pins every artifact's size and SHA-256. Each artifact is
+//! hashed while it streams to `<file>.partial`, and renamed to its final
+//! name only after its size and digest match, so a final name always
+//! holds verified bytes. release.yaml itself is written last, byte for
+//! byte as downloaded, so its digest locally equals the catalog's and its
+//! presence means the whole release is here.
+//!
+//! Failures divide in two. An interrupted transfer (a reset, a timeout,
+//! a server that closes early) keeps the `.partial`: running the command
+//! again hashes the prefix already on disk and asks only for the rest
+//! with `Range: bytes=<n>-`. A verification failure (wrong digest, more
+//! bytes than promised) deletes the `.partial`, because those bytes are
+//! known bad and must not seed a resume.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use liken_api::release::{Artifact, RELEASE_FILE, Release};
+use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Version, decode};
+use sha2::Sha256;
+
+use super::atomic;
+use super::channel::{self, ChannelError};
+use super::client::{self, ClientError};
+use super::layout;
+use super::progress::{Progress, Style};
+use super::size::human;
+use super::stream::{self, CopyError};
+
+/// Which release to fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// Whatever the channel's channel.yaml names.
+    Latest,
+    /// This version.
+    Version(Version),
+}
+
+impl Wanted {
+    /// Reads `latest` or a version.
+    pub fn parse(text: &str) -> Result<Wanted, FetchError> {
+        if text == "latest" {
+            return Ok(Wanted::Latest);
+        }
+        Version::parse(text)
+            .map(Wanted::Version)
+            .map_err(|e| FetchError::Usage(format!("{e}, or \"latest\"")))
+    }
+}
+
+/// What `fetch` was asked to do, already parsed.
+#[derive(Clone, Debug)]
+pub struct FetchRequest {
+    /// The channel's base URL.
+    pub source: String,
+    /// The release.
+    pub wanted: Wanted,
+    /// The catalog digest release.yaml must have, if pinned.
+    pub digest: Option<Digest>,
+    /// The local channel directory.
+    pub channel: PathBuf,
+    /// How to show progress.
+    pub progress: Style,
+}
+
+/// Why fetch failed.
+#[derive(Debug)]
+pub enum FetchError {
+    /// An argument is wrong.
+    Usage(String),
+    /// A request failed.
+    Client(ClientError),
+    /// channel.yaml or release.yaml is not a valid document.
+    Document(DecodeError),
+    /// release.yaml's digest is not the pinned one.
+    DocumentDigest {
+        /// The URL.
+        url: String,
+        /// The pin.
+        want: Digest,
+        /// What arrived.
+        got: Digest,
+    },
+    /// release.yaml describes another version than its URL.
+    WrongVersion {
+        /// The URL.
+        url: String,
+        /// What the document says.
+        found: Version,
+    },
+    /// release.yaml's artifacts would collide on disk or leave the
+    /// release directory.
+    Unsafe(String),
+    /// The local channel already holds a different release.yaml for this
+    /// version.
+    LocalDiffers {
+        /// The local document.
+        path: PathBuf,
+    },
+    /// A file already under an artifact's final name does not match.
+    LocalMismatch {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An artifact's bytes do not match release.yaml.
+    ArtifactDigest {
+        /// The artifact's URL.
+        url: String,
+        /// release.yaml's digest.
+        want: Sha256Hex,
+        /// The digest of what arrived.
+        got: Sha256Hex,
+    },
+    /// The server sent more bytes than release.yaml lists.
+    TooLong {
+        /// The URL.
+        url: String,
+        /// release.yaml's size.
+        size: u64,
+    },
+    /// The transfer stopped early; the partial file is kept.
+    Interrupted {
+        /// The URL.
+        url: String,
+        /// Bytes now on disk.
+        have: u64,
+        /// Bytes the artifact has.
+        size: u64,
+        /// Why it stopped, when known.
+        reason: String,
+    },
+    /// The server's answer to a Range request makes no sense.
+    BadRange {
+        /// The URL.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Local file I/O failed.
+    Io {
+        /// What was being done.
+        doing: String,
+        /// The error.
+        error: io::Error,
+    },
+    /// channel.yaml could not be updated (the release itself is in place).
+    Channel(ChannelError),
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::Usage(m) => write!(f, "{m}"),
+            FetchError::Client(e) => write!(f, "{e}"),
+            FetchError::Document(e) => write!(f, "{e}"),
+            FetchError::DocumentDigest { url, want, got } => write!(
+                f,
+                "{url} has digest {got}, but -digest pins {want}: this is not the release the \
+                 catalog trusts; nothing was written (check the catalog entry and the source)"
+            ),
+            FetchError::WrongVersion { url, found } => write!(
+                f,
+                "{url} describes release {found}, not the version in its URL; the channel is \
+                 inconsistent, so nothing was written"
+            ),
+            FetchError::Unsafe(m) => write!(f, "{m}; nothing was written"),
+            FetchError::LocalDiffers { path } => write!(
+                f,
+                "{} already holds a different release.yaml for this version; versions are \
+                 immutable, so one of the two channels is wrong: move the local release aside \
+                 and fetch again",
+                path.display()
+            ),
+            FetchError::LocalMismatch { path } => write!(
+                f,
+                "{} exists but does not match release.yaml (corrupt, or from another release); \
+                 remove it and fetch again",
+                path.display()
+            ),
+            FetchError::ArtifactDigest { url, want, got } => write!(
+                f,
+                "{url} has sha256 {got}, but release.yaml says {want}: the download is corrupt \
+                 or was tampered with, and was deleted; fetch again, and if it repeats the \
+                 channel's copy is damaged"
+            ),
+            FetchError::TooLong { url, size } => write!(
+                f,
+                "{url} is longer than the {size} bytes release.yaml lists; the download was \
+                 deleted (the channel's copy does not match its release.yaml)"
+            ),
+            FetchError::Interrupted {
+                url,
+                have,
+                size,
+                reason,
+            } => write!(
+                f,
+                "the download of {url} stopped after {have} of {size} bytes ({reason}); the \
+                 partial file is kept, so running the same command again resumes it"
+            ),
+            FetchError::BadRange { url, reason } => write!(
+                f,
+                "GET {url}: the server's answer to a resume does not fit: {reason}; remove the \
+                 .partial file to start over"
+            ),
+            FetchError::Io { doing, error } => write!(f, "{doing}: {error}"),
+            FetchError::Channel(e) => write!(
+                f,
+                "the release is in place, but channel.yaml was not updated: {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+impl From<ClientError> for FetchError {
+    fn from(e: ClientError) -> FetchError {
+        FetchError::Client(e)
+    }
+}
+
+/// Checks that no two artifacts meet on disk, counting the `.partial`
+/// name each one downloads under.
+pub fn check_names(release: &Release) -> Result<(), FetchError> {
+    for a in &release.artifacts {
+        let partial = format!("{}{}", a.file, layout::PARTIAL_SUFFIX);
+        if let Some(b) = release
+            .artifacts
+            .iter()
+            .find(|b| b.file.as_str() == partial)
+        {
+            return Err(FetchError::Unsafe(format!(
+                "release.yaml lists {} and {}, which collide with the download's temporary name",
+                a.file, b.file
+            )));
+        }
+        if layout::artifact_path(Path::new("/r"), &a.file).is_none() {
+            return Err(FetchError::Unsafe(format!(
+                "artifact file {:?} would leave the release directory",
+                a.file.as_str()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What to do with the answer to an artifact request, given that `have`
+/// bytes are on disk and the artifact has `size`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Append the body to what is on disk.
+    Append,
+    /// The body is the whole file: drop what is on disk first.
+    Restart,
+    /// The server has less than the partial file: start over without a
+    /// Range.
+    Retry,
+    /// Give up.
+    Fail(String),
+}
+
+/// Decides how to use a response of `status` with `content_range`.
+pub fn decide_answer(status: u16, content_range: Option<&str>, have: u64, size: u64) -> Answer {
+    match status {
+        200 if have == 0 => Answer::Append,
+        200 => Answer::Restart,
+        206 => {
+            let Some(cr) = content_range else {
+                return Answer::Fail("206 without Content-Range".into());
+            };
+            match parse_content_range(cr) {
+                Some((start, end, total))
+                    if start == have && end + 1 == size && total.is_none_or(|t| t == size) =>
+                {
+                    Answer::Append
+                }
+                Some((_, _, Some(total))) if total != size => Answer::Fail(format!(
+                    "the server's file has {total} bytes, release.yaml lists {size}"
+                )),
+                _ => Answer::Fail(format!(
+                    "Content-Range {cr:?} is not bytes {have}-{}/{size}",
+                    size - 1
+                )),
+            }
+        }
+        416 if have > 0 => Answer::Retry,
+        other => Answer::Fail(format!("the server answered {other}")),
+    }
+}
+
+/// Parses `bytes a-b/total` (total may be `*`).
+pub fn parse_content_range(text: &str) -> Option<(u64, u64, Option<u64>)> {
+    let rest = text.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse().ok()?),
+    };
+    (a <= b).then_some((a, b, total))
+}
+
+/// Runs `liken fetch`.
+pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
+    let source = client::normalize_source(&req.source).ok_or_else(|| {
+        FetchError::Usage(format!(
+            "source {:?} must be the http:// or https:// URL of a channel",
+            req.source
+        ))
+    })?;
+    let agent = client::agent();
+    let version = match &req.wanted {
+        Wanted::Version(v) => v.clone(),
+        Wanted::Latest => {
+            let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
+            let bytes = client::get_document(&agent, &url)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let channel: Channel = decode::strict(&text, &url).map_err(FetchError::Document)?;
+            channel.latest
+        }
+    };
+    let url = format!("{source}/{version}/{RELEASE_FILE}");
+    let bytes = client::get_document(&agent, &url)?;
+    let digest = Digest::from(stream::sha256(&bytes));
+    if let Some(want) = &req.digest
+        && want != &digest
+    {
+        return Err(FetchError::DocumentDigest {
+            url,
+            want: want.clone(),
+            got: digest,
+        });
+    }
+    let text = String::from_utf8(bytes.clone()).map_err(|_| {
+        FetchError::Document(DecodeError::Syntax {
+            origin: url.clone(),
+            message: "the document is not UTF-8 text".into(),
+        })
+    })?;
+    let release: Release = decode::strict(&text, &url).map_err(FetchError::Document)?;
+    if release.version != version {
+        return Err(FetchError::WrongVersion {
+            url,
+            found: release.version,
+        });
+    }
+    check_names(&release)?;
+
+    let dir = layout::release_dir(&req.channel, &version);
+    let local_doc = dir.join(RELEASE_FILE);
+    match fs::read(&local_doc) {
+        Ok(local) if local != bytes => return Err(FetchError::LocalDiffers { path: local_doc }),
+        _ => {}
+    }
+    fs::create_dir_all(&dir).map_err(|error| FetchError::Io {
+        doing: format!("creating {}", dir.display()),
+        error,
+    })?;
+    let w = |error| FetchError::Io {
+        doing: "writing output".into(),
+        error,
+    };
+    writeln!(
+        out,
+        "fetching {version} from {source}: {} artifacts, {}",
+        release.artifacts.len(),
+        human(release.total_size())
+    )
+    .map_err(w)?;
+    for a in &release.artifacts {
+        let url = format!("{source}/{version}/{}", a.file);
+        let how = fetch_artifact(&agent, &url, &dir, a, req.progress)?;
+        writeln!(out, "{} {}: {how}", a.name, a.file).map_err(w)?;
+    }
+    atomic::write_file(&local_doc, &bytes).map_err(|error| FetchError::Io {
+        doing: format!("writing {}", local_doc.display()),
+        error,
+    })?;
+    atomic::sync_dir(&req.channel).map_err(|error| FetchError::Io {
+        doing: format!("syncing {}", req.channel.display()),
+        error,
+    })?;
+    let latest = channel::advance_latest(&req.channel, &version).map_err(FetchError::Channel)?;
+    writeln!(out, "fetched {version} into {}", dir.display()).map_err(w)?;
+    writeln!(out, "{}", latest.describe(&version)).map_err(w)?;
+    writeln!(
+        out,
+        "catalog entry:\n  - version: {version}\n    digest: {digest}{}",
+        if req.digest.is_some() {
+            "  (matches -digest)"
+        } else {
+            ""
+        }
+    )
+    .map_err(w)?;
+    Ok(())
+}
+
+/// Downloads (or resumes, or re-verifies) one artifact; returns how.
+fn fetch_artifact(
+    agent: &ureq::Agent,
+    url: &str,
+    dir: &Path,
+    a: &Artifact,
+    style: Style,
+) -> Result<String, FetchError> {
+    let io = |doing: String| move |error| FetchError::Io { doing, error };
+    let final_path = layout::artifact_path(dir, &a.file).ok_or_else(|| {
+        FetchError::Unsafe(format!(
+            "artifact file {:?} would leave the release directory",
+            a.file.as_str()
+        ))
+    })?;
+    if fs::symlink_metadata(&final_path).is_ok() {
+        let mut h = Sha256::default();
+        let mut f =
+            File::open(&final_path).map_err(io(format!("opening {}", final_path.display())))?;
+        let n = stream::hash_all(&mut f, &mut h)
+            .map_err(io(format!("reading {}", final_path.display())))?;
+        if n == a.size && stream::finish(h) == a.sha256 {
+            return Ok("already present, verified".into());
+        }
+        return Err(FetchError::LocalMismatch { path: final_path });
+    }
+    let partial = layout::partial_path(&final_path);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&partial)
+        .map_err(io(format!("opening {}", partial.display())))?;
+    let mut have = file
+        .metadata()
+        .map_err(io(format!("reading {}", partial.display())))?
+        .len();
+    let mut hasher = Sha256::default();
+    if have > a.size {
+        file.set_len(0)
+            .map_err(io(format!("truncating {}", partial.display())))?;
+        have = 0;
+    }
+    let resumed_from = have;
+    if have > 0 {
+        // The prefix is trusted only as far as the final digest: it is
+        // hashed here so one pass over the network completes the hash.
+        file.seek(SeekFrom::Start(0))
+            .map_err(io(format!("reading {}", partial.display())))?;
+        let n = stream::hash_all(&mut io::Read::take(&file, have), &mut hasher)
+            .map_err(io(format!("reading {}", partial.display())))?;
+        have = n;
+    }
+    let label = a.file.to_string();
+    let mut progress = Progress::new(style, label, a.size, have);
+    let mut attempts = 0;
+    while have < a.size {
+        attempts += 1;
+        let mut request = agent.get(url);
+        if have > 0 {
+            request = request.header("Range", format!("bytes={have}-"));
+        }
+        let resp = request.call().map_err(|e| {
+            progress.abandon();
+            FetchError::Interrupted {
+                url: url.to_owned(),
+                have,
+                size: a.size,
+                reason: e.to_string(),
+            }
+        })?;
+        let status = resp.status().as_u16();
+        let content_range = resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match decide_answer(status, content_range.as_deref(), have, a.size) {
+            Answer::Append => {}
+            Answer::Restart => {
+                file.set_len(0)
+                    .map_err(io(format!("truncating {}", partial.display())))?;
+                hasher = Sha256::default();
+                have = 0;
+                progress = Progress::new(style, a.file.to_string(), a.size, 0);
+            }
+            Answer::Retry if attempts == 1 => {
+                file.set_len(0)
+                    .map_err(io(format!("truncating {}", partial.display())))?;
+                hasher = Sha256::default();
+                have = 0;
+                progress = Progress::new(style, a.file.to_string(), a.size, 0);
+                continue;
+            }
+            Answer::Retry | Answer::Fail(_) if status == 404 => {
+                progress.abandon();
+                let _ = fs::remove_file(&partial);
+                return Err(FetchError::Client(ClientError::Status {
+                    url: url.to_owned(),
+                    status,
+                }));
+            }
+            Answer::Retry | Answer::Fail(_) => {
+                progress.abandon();
+                let reason = match decide_answer(status, content_range.as_deref(), have, a.size) {
+                    Answer::Fail(r) => r,
+                    _ => format!("the server answered {status} twice"),
+                };
+                return Err(FetchError::BadRange {
+                    url: url.to_owned(),
+                    reason,
+                });
+            }
+        }
+        file.seek(SeekFrom::Start(have))
+            .map_err(io(format!("writing {}", partial.display())))?;
+        let mut body = resp.into_body().into_reader();
+        let flusher =
+            stream::Flusher::new(&file).map_err(io(format!("writing {}", partial.display())))?;
+        let copied = stream::copy_hashing(
+            &mut body,
+            &mut file,
+            &mut hasher,
+            a.size - have,
+            &mut progress,
+            Some(&flusher),
+        );
+        drop(flusher);
+        match copied {
+            Ok(n) => have += n,
+            Err(CopyError::Read(e)) => {
+                progress.abandon();
+                return Err(FetchError::Interrupted {
+                    url: url.to_owned(),
+                    have: file.stream_position().unwrap_or(have),
+                    size: a.size,
+                    reason: e.to_string(),
+                });
+            }
+            Err(CopyError::Write(e)) => {
+                progress.abandon();
+                return Err(io(format!("writing {}", partial.display()))(e));
+            }
+            Err(CopyError::TooLong { .. }) => {
+                progress.abandon();
+                drop(file);
+                let _ = fs::remove_file(&partial);
+                return Err(FetchError::TooLong {
+                    url: url.to_owned(),
+                    size: a.size,
+                });
+            }
+        }
+        if have < a.size {
+            progress.abandon();
+            return Err(FetchError::Interrupted {
+                url: url.to_owned(),
+                have,
+                size: a.size,
+                reason: "the server closed the response early".into(),
+            });
+        }
+    }
+    let got = stream::finish(hasher);
+    if got != a.sha256 {
+        progress.abandon();
+        drop(file);
+        let _ = fs::remove_file(&partial);
+        return Err(FetchError::ArtifactDigest {
+            url: url.to_owned(),
+            want: a.sha256.clone(),
+            got,
+        });
+    }
+    file.sync_all()
+        .map_err(io(format!("syncing {}", partial.display())))?;
+    drop(file);
+    fs::rename(&partial, &final_path).map_err(io(format!("renaming {}", partial.display())))?;
+    atomic::sync_dir(dir).map_err(io(format!("syncing {}", dir.display())))?;
+    progress.finish("verified");
+    Ok(if resumed_from > 0 {
+        format!(
+            "{}, resumed after {}, verified",
+            human(a.size),
+            human(resumed_from)
+        )
+    } else {
+        format!("{}, verified", human(a.size))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wanted_is_latest_or_a_version() {
+        assert_eq!(Wanted::parse("latest").unwrap(), Wanted::Latest);
+        assert!(matches!(
+            Wanted::parse("2026.07.11-001").unwrap(),
+            Wanted::Version(_)
+        ));
+        let e = Wanted::parse("newest").unwrap_err().to_string();
+        assert!(e.contains("or \"latest\""), "{e}");
+    }
+
+    #[test]
+    fn answers_to_resumes() {
+        use Answer::*;
+        assert_eq!(decide_answer(200, None, 0, 10), Append);
+        assert_eq!(decide_answer(200, None, 4, 10), Restart);
+        assert_eq!(decide_answer(206, Some("bytes 4-9/10"), 4, 10), Append);
+        assert_eq!(decide_answer(206, Some("bytes 4-9/*"), 4, 10), Append);
+        assert!(matches!(
+            decide_answer(206, Some("bytes 0-9/10"), 4, 10),
+            Fail(_)
+        ));
+        assert!(
+            matches!(decide_answer(206, Some("bytes 4-19/20"), 4, 10), Fail(m) if m.contains("20 bytes"))
+        );
+        assert!(matches!(decide_answer(206, None, 4, 10), Fail(_)));
+        assert_eq!(decide_answer(416, Some("bytes */3"), 4, 10), Retry);
+        assert!(matches!(decide_answer(404, None, 0, 10), Fail(_)));
+        assert_eq!(parse_content_range("bytes 0-0/1"), Some((0, 0, Some(1))));
+        assert_eq!(parse_content_range("bytes 5-4/9"), None);
+        assert_eq!(parse_content_range("items 0-1/2"), None);
+    }
+
+    #[test]
+    fn names_may_not_collide_with_partials() {
+        let art = |name: &str, file: &str| Artifact {
+            name: name.into(),
+            file: liken_api::FileName::parse(file).unwrap(),
+            sha256: Sha256Hex::parse(&"0".repeat(64)).unwrap(),
+            size: 1,
+        };
+        let v = Version::parse("2026.07.11-001").unwrap();
+        let ok = Release::new(v.clone(), vec![art("a", "x"), art("b", "y")], vec![]);
+        check_names(&ok).unwrap();
+        let bad = Release::new(v, vec![art("a", "x"), art("b", "x.partial")], vec![]);
+        assert!(
+            check_names(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("collide")
+        );
+    }
+}

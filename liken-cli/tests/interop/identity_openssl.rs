@@ -1,0 +1,251 @@
+//! The identity read by OpenSSL: every CA verifies as a self-signed
+//! ECDSA P-256 CA whose key is its own, the admin certificate verifies
+//! under the client CA (and not under another), the token carries the
+//! server CA's sha256, and secrets are 0600. An identity that OpenSSL made
+//! the way k3s's Go code does (SEC1 keys) is adopted and signs a working
+//! admin certificate too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+
+use crate::support::{Scratch, deployment, fails, liken, mode, ok, output};
+
+const CAS: [&str; 5] = [
+    "server-ca",
+    "client-ca",
+    "request-header-ca",
+    "etcd/peer-ca",
+    "etcd/server-ca",
+];
+
+fn openssl(args: &[&str]) -> String {
+    ok(Command::new("openssl").args(args))
+}
+
+fn tls(identity: &Path, stem: &str, ext: &str) -> String {
+    identity
+        .join(format!("server/tls/{stem}.{ext}"))
+        .display()
+        .to_string()
+}
+
+/// The admin certificate out of a kubeconfig, written to a file.
+fn admin_cert(kubeconfig: &Path, into: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let data = doc["users"][0]["user"]["client-certificate-data"]
+        .as_str()
+        .unwrap();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let path = into.join("admin.crt");
+    std::fs::write(&path, pem).unwrap();
+    path
+}
+
+#[test]
+fn openssl_accepts_every_minted_chain() {
+    let s = Scratch::new("openssl");
+    let dep = s.path().join("home");
+    deployment(&dep);
+    let id = dep.join("identity");
+
+    for stem in CAS {
+        let crt = tls(&id, stem, "crt");
+        let key = tls(&id, stem, "key");
+        let verified = openssl(&["verify", "-CAfile", &crt, &crt]);
+        assert_eq!(verified.trim(), format!("{crt}: OK"));
+        let text = openssl(&["x509", "-in", &crt, "-noout", "-text"]);
+        for want in [
+            "Public Key Algorithm: id-ecPublicKey",
+            "NIST CURVE: P-256",
+            "Signature Algorithm: ecdsa-with-SHA256",
+            "CA:TRUE",
+            "Certificate Sign",
+        ] {
+            assert!(text.contains(want), "{stem}: {want} in\n{text}");
+        }
+        let from_cert = openssl(&["x509", "-in", &crt, "-noout", "-pubkey"]);
+        let from_key = openssl(&["pkey", "-in", &key, "-pubout"]);
+        assert_eq!(from_cert, from_key, "{stem}.key is the key of {stem}.crt");
+        assert_eq!(mode(Path::new(&key)), 0o600, "{key}");
+        assert_eq!(mode(Path::new(&crt)), 0o644, "{crt}");
+    }
+    let service = openssl(&[
+        "pkey",
+        "-in",
+        &tls(&id, "service", "key"),
+        "-noout",
+        "-text",
+    ]);
+    assert!(service.contains("NIST CURVE: P-256"), "{service}");
+    assert_eq!(mode(&id.join("server/tls/service.key")), 0o600);
+    assert_eq!(mode(&id.join("server/token")), 0o600);
+    for d in ["", "server", "server/tls", "server/tls/etcd"] {
+        assert_eq!(mode(&id.join(d)) & 0o077, 0, "{d} is private");
+    }
+
+    // The token's hash is the server CA file's sha256.
+    let token = std::fs::read_to_string(id.join("server/token")).unwrap();
+    let digest = openssl(&["dgst", "-sha256", "-r", &tls(&id, "server-ca", "crt")]);
+    let hex = digest.split_whitespace().next().unwrap();
+    assert!(token.starts_with(&format!("K10{hex}::server:")), "{token}");
+
+    // The admin credential verifies under the client CA only.
+    let said = ok(liken([std::ffi::OsStr::new("kubeconfig"), dep.as_os_str()]));
+    assert!(said.contains("identity/kubeconfig"), "{said}");
+    let kubeconfig = id.join("kubeconfig");
+    assert_eq!(mode(&kubeconfig), 0o600);
+    let admin = admin_cert(&kubeconfig, s.path());
+    let admin = admin.to_str().unwrap();
+    let verified = openssl(&["verify", "-CAfile", &tls(&id, "client-ca", "crt"), admin]);
+    assert_eq!(verified.trim(), format!("{admin}: OK"));
+    let wrong = output(Command::new("openssl").args([
+        "verify",
+        "-CAfile",
+        &tls(&id, "server-ca", "crt"),
+        admin,
+    ]));
+    assert!(
+        !wrong.status.success(),
+        "the server CA must not vouch for it"
+    );
+    let text = openssl(&["x509", "-in", admin, "-noout", "-text"]);
+    for want in [
+        "O = system:masters, CN = liken-admin",
+        "TLS Web Client Authentication",
+        "NIST CURVE: P-256",
+        "CA:FALSE",
+    ] {
+        assert!(text.contains(want), "{want} in\n{text}");
+    }
+    let again = fails(liken([std::ffi::OsStr::new("mint"), id.as_os_str()]));
+    assert!(again.starts_with("liken: "), "{again}");
+    assert!(again.contains("already holds an identity"), "{again}");
+}
+
+/// A harvest as a k3s server holds it, made by OpenSSL: SEC1 EC keys.
+fn openssl_harvest(root: &Path) {
+    let tls = root.join("server/tls");
+    std::fs::create_dir_all(tls.join("etcd")).unwrap();
+    for stem in CAS {
+        let key = tls.join(format!("{stem}.key"));
+        let crt = tls.join(format!("{stem}.crt"));
+        openssl(&[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            key.to_str().unwrap(),
+        ]);
+        openssl(&[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            key.to_str().unwrap(),
+            "-subj",
+            &format!("/CN=k3s-{}@1700000000", stem.replace('/', "-")),
+            "-days",
+            "3650",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            "-out",
+            crt.to_str().unwrap(),
+        ]);
+        assert!(
+            std::fs::read_to_string(&key)
+                .unwrap()
+                .starts_with("-----BEGIN EC PRIVATE KEY-----")
+        );
+    }
+    let service = tls.join("service.key");
+    openssl(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        service.to_str().unwrap(),
+    ]);
+    let digest = openssl(&[
+        "dgst",
+        "-sha256",
+        "-r",
+        tls.join("server-ca.crt").to_str().unwrap(),
+    ]);
+    let hex = digest.split_whitespace().next().unwrap();
+    std::fs::write(
+        root.join("server/token"),
+        format!("K10{hex}::server:0123456789abcdef0123456789abcdef\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_openssl_made_harvest_is_adopted_and_signs_an_admin() {
+    let s = Scratch::new("adopt-openssl");
+    let harvest = s.path().join("k3s");
+    openssl_harvest(&harvest);
+    let dep = s.path().join("home");
+    std::fs::create_dir_all(&dep).unwrap();
+    let id = dep.join("identity");
+    let said = ok(liken([
+        std::ffi::OsStr::new("adopt"),
+        harvest.as_os_str(),
+        id.as_os_str(),
+    ]));
+    assert!(said.contains("adopted a cluster identity"), "{said}");
+    for stem in CAS {
+        for ext in ["crt", "key"] {
+            assert_eq!(
+                std::fs::read(tls(&id, stem, ext)).unwrap(),
+                std::fs::read(tls(&harvest, stem, ext)).unwrap()
+            );
+        }
+        assert_eq!(mode(Path::new(&tls(&id, stem, "key"))), 0o600);
+    }
+    let said = ok(liken([
+        std::ffi::OsStr::new("kubeconfig"),
+        std::ffi::OsStr::new("-server"),
+        std::ffi::OsStr::new("https://127.0.0.1:6443"),
+        dep.as_os_str(),
+    ]));
+    assert!(said.contains("wrote"), "{said}");
+    let admin = admin_cert(&id.join("kubeconfig"), s.path());
+    let admin = admin.to_str().unwrap();
+    let verified = openssl(&[
+        "verify",
+        "-CAfile",
+        &tls(&harvest, "client-ca", "crt"),
+        admin,
+    ]);
+    assert_eq!(verified.trim(), format!("{admin}: OK"));
+}
+
+#[test]
+fn adopt_names_every_missing_file() {
+    let s = Scratch::new("adopt-missing");
+    let harvest = s.path().join("k3s");
+    openssl_harvest(&harvest);
+    std::fs::remove_file(harvest.join("server/tls/etcd/server-ca.key")).unwrap();
+    std::fs::remove_file(harvest.join("server/token")).unwrap();
+    let id = s.path().join("identity");
+    let err = fails(liken([
+        std::ffi::OsStr::new("adopt"),
+        harvest.as_os_str(),
+        id.as_os_str(),
+    ]));
+    assert!(err.starts_with("liken: "), "{err}");
+    assert!(err.contains("  server/tls/etcd/server-ca.key\n"), "{err}");
+    assert!(err.contains("  server/token\n"), "{err}");
+    assert!(!id.exists(), "nothing written");
+}

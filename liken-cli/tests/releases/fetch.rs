@@ -1,0 +1,336 @@
+//! `liken fetch` from `liken serve`: round trips, resumes, and every
+//! way a download can be wrong, each leaving nothing under a final name.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+use crate::support::*;
+
+const V: &str = "2026.07.11-001";
+
+fn fetch(source: &str, version: &str, dest: &Path, digest: Option<&str>) -> (bool, String, String) {
+    let dest = dest.display().to_string();
+    let mut args = vec!["fetch"];
+    if let Some(d) = digest {
+        args.extend(["-digest", d]);
+    }
+    args.extend([source, version, dest.as_str()]);
+    run(&args)
+}
+
+fn digest_of(channel: &Path) -> String {
+    format!(
+        "sha256:{}",
+        sha256_hex(&std::fs::read(channel.join(V).join("release.yaml")).unwrap())
+    )
+}
+
+#[test]
+fn round_trip_is_byte_identical() {
+    let root = TempDir::new("fetch-rt");
+    let channel = bundle(root.path(), V, 300_000);
+    let s = Served::start(&channel);
+    let dest = root.path().join("mirror");
+
+    let (ok, out, err) = fetch(&s.url, "latest", &dest, None);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!("digest: {}", digest_of(&channel))),
+        "{out}"
+    );
+    assert_eq!(tree(&dest), tree(&channel));
+    for f in tree(&channel) {
+        assert_eq!(
+            std::fs::read(channel.join(&f)).unwrap(),
+            std::fs::read(dest.join(&f)).unwrap(),
+            "{f}"
+        );
+    }
+
+    // Pinned by the right digest, again: everything is already there.
+    let (ok, out, err) = fetch(&s.url, V, &dest, Some(&digest_of(&channel)));
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.matches("already present, verified").count(), 9, "{out}");
+
+    // The mirror is a channel itself: serve it and fetch from it.
+    let s2 = Served::start(&dest);
+    let again = root.path().join("second");
+    let (ok, out, err) = fetch(
+        &format!("{}/", s2.url),
+        V,
+        &again,
+        Some(&digest_of(&channel)),
+    );
+    assert!(ok, "{out}{err}");
+    assert_eq!(tree(&again), tree(&channel));
+}
+
+#[test]
+fn a_flipped_byte_in_any_artifact_fails_and_leaves_nothing() {
+    let root = TempDir::new("fetch-flip");
+    let channel = bundle(root.path(), V, 50_000);
+    let s = Served::start(&channel);
+    for (i, file) in FILES.iter().enumerate() {
+        let path = channel.join(V).join(file);
+        let good = std::fs::read(&path).unwrap();
+        let mut bad = good.clone();
+        bad[good.len() / 2] ^= 0x01;
+        std::fs::write(&path, &bad).unwrap();
+
+        let dest = root.path().join(format!("dest-{i}"));
+        let (ok, out, err) = fetch(&s.url, V, &dest, None);
+        std::fs::write(&path, &good).unwrap();
+        assert!(!ok, "{file}: {out}");
+        assert!(
+            err.contains(&format!("{V}/{file} has sha256"))
+                && err.contains("release.yaml says")
+                && err.contains("was deleted"),
+            "{file}: {err}"
+        );
+        let rel = dest.join(V);
+        assert!(!rel.join(file).exists(), "{file} under its final name");
+        assert!(
+            !rel.join(format!("{file}.partial")).exists(),
+            "{file}.partial kept"
+        );
+        assert!(
+            !rel.join("release.yaml").exists(),
+            "release.yaml written for a failed fetch"
+        );
+        assert!(!dest.join("channel.yaml").exists());
+        // Artifacts before the bad one were verified and kept; none after.
+        for later in &FILES[i + 1..] {
+            assert!(!rel.join(later).exists());
+        }
+    }
+}
+
+#[test]
+fn a_wrong_digest_writes_nothing() {
+    let root = TempDir::new("fetch-digest");
+    let channel = bundle(root.path(), V, 10_000);
+    let s = Served::start(&channel);
+    let dest = root.path().join("dest");
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let (ok, _, err) = fetch(&s.url, V, &dest, Some(&wrong));
+    assert!(!ok);
+    assert!(err.contains(&format!("but -digest pins {wrong}")), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(!dest.exists());
+
+    let (ok, _, err) = fetch(&s.url, V, &dest, Some("sha256:abc"));
+    assert!(!ok && err.contains("64 lower-case hex digits"), "{err}");
+    let (ok, _, err) = fetch(&s.url, "2026.13.01-001", &dest, None);
+    assert!(!ok && err.contains("or \"latest\""), "{err}");
+    let (ok, _, err) = fetch(&s.url, "2026.07.11-002", &dest, None);
+    assert!(!ok && err.contains("404 Not Found"), "{err}");
+    assert!(!dest.exists());
+}
+
+/// A server that answers every request from `dir` but sends only half of
+/// `cut`'s bytes (with the full Content-Length) and then closes.
+fn truncating_server(dir: std::path::PathBuf, cut: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                    break;
+                }
+            }
+            let path = line
+                .split(' ')
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/');
+            match std::fs::read(dir.join(path)) {
+                Ok(body) => {
+                    let send = if path.ends_with(cut) {
+                        &body[..body.len() / 2]
+                    } else {
+                        &body[..]
+                    };
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(send);
+                }
+                Err(_) => {
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_truncated_download_keeps_only_the_partial_and_resumes() {
+    let root = TempDir::new("fetch-trunc");
+    let channel = bundle(root.path(), V, 200_000);
+    let source = truncating_server(channel.clone(), "liken.sqfs");
+    let dest = root.path().join("dest");
+    let (ok, out, err) = fetch(&source, V, &dest, None);
+    assert!(!ok, "{out}");
+    assert!(err.contains("liken.sqfs stopped after"), "{err}");
+    assert!(
+        err.contains("running the same command again resumes it"),
+        "{err}"
+    );
+    let rel = dest.join(V);
+    assert!(!rel.join("liken.sqfs").exists());
+    assert!(!rel.join("release.yaml").exists());
+    let partial = std::fs::read(rel.join("liken.sqfs.partial")).unwrap();
+    let full = std::fs::read(channel.join(V).join("liken.sqfs")).unwrap();
+    assert_eq!(partial, &full[..partial.len()]);
+
+    // The same command against an honest server finishes the job.
+    let s = Served::start(&channel);
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(ok, "{out}{err}");
+    assert_eq!(std::fs::read(rel.join("liken.sqfs")).unwrap(), full);
+    assert!(out.contains("resumed after"), "{out}");
+}
+
+#[test]
+fn a_release_listing_more_bytes_than_the_file_fails_cleanly() {
+    let root = TempDir::new("fetch-short");
+    let channel = bundle(root.path(), V, 10_000);
+    let doc = channel.join(V).join("release.yaml");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    let real = std::fs::metadata(channel.join(V).join("vmlinuz"))
+        .unwrap()
+        .len();
+    let text = text.replacen(
+        &format!("size: {real}\n"),
+        &format!("size: {}\n", real + 100),
+        1,
+    );
+    std::fs::write(&doc, text).unwrap();
+    let s = Served::start(&channel);
+    let dest = root.path().join("dest");
+    let (ok, _, err) = fetch(&s.url, V, &dest, None);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("stopped after {real} of {} bytes", real + 100)),
+        "{err}"
+    );
+    assert!(!dest.join(V).join("vmlinuz").exists());
+}
+
+#[test]
+fn a_path_escaping_artifact_name_is_refused() {
+    let root = TempDir::new("fetch-escape");
+    let channel = root.path().join("channel");
+    std::fs::create_dir_all(channel.join(V)).unwrap();
+    std::fs::write(root.path().join("escape"), "x").unwrap();
+    for file in ["../escape", "/etc/passwd", "a/b", ".."] {
+        std::fs::write(
+            channel.join(V).join("release.yaml"),
+            format!(
+                "apiVersion: liken.sh/v1alpha1\nkind: Release\nversion: {V}\nartifacts:\n\
+                 - name: kernel\n  file: {file:?}\n  sha256: {}\n  size: 1\n",
+                "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
+            ),
+        )
+        .unwrap();
+        let s = Served::start(&channel);
+        let dest = root.path().join("dest");
+        let (ok, _, err) = fetch(&s.url, V, &dest, None);
+        assert!(!ok);
+        assert!(
+            err.contains("must be a plain name in the release directory"),
+            "{file}: {err}"
+        );
+        assert!(!dest.exists(), "{file}: something was written");
+    }
+}
+
+#[test]
+fn a_resume_asks_only_for_the_rest() {
+    let root = TempDir::new("fetch-resume");
+    let channel = bundle(root.path(), V, 1 << 20);
+    let full = std::fs::read(channel.join(V).join("liken.sqfs")).unwrap();
+    let dest = root.path().join("dest");
+    std::fs::create_dir_all(dest.join(V)).unwrap();
+    let prefix = 300_000;
+    std::fs::write(dest.join(V).join("liken.sqfs.partial"), &full[..prefix]).unwrap();
+
+    let s = Served::start(&channel);
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        std::fs::read(dest.join(V).join("liken.sqfs")).unwrap(),
+        full
+    );
+    assert!(!dest.join(V).join("liken.sqfs.partial").exists());
+    let line = s.wait_log(|l| l.contains(&format!("/{V}/liken.sqfs\"")));
+    assert!(
+        line.ends_with(&format!("\" 206 {}", full.len() - prefix)),
+        "only the rest is served: {line}"
+    );
+    assert_eq!(
+        s.log().iter().filter(|l| l.contains("liken.sqfs")).count(),
+        1,
+        "{:?}",
+        s.log()
+    );
+
+    // A corrupt prefix is caught by the whole-file digest and deleted.
+    let dest2 = root.path().join("dest2");
+    std::fs::create_dir_all(dest2.join(V)).unwrap();
+    let mut bad = full[..prefix].to_vec();
+    bad[10] ^= 0xff;
+    std::fs::write(dest2.join(V).join("liken.sqfs.partial"), &bad).unwrap();
+    let (ok, _, err) = fetch(&s.url, V, &dest2, None);
+    assert!(!ok && err.contains("liken.sqfs has sha256"), "{err}");
+    assert!(!dest2.join(V).join("liken.sqfs").exists());
+    assert!(!dest2.join(V).join("liken.sqfs.partial").exists());
+}
+
+#[test]
+fn a_terminal_gets_a_progress_bar_and_a_pipe_does_not() {
+    let root = TempDir::new("fetch-tty");
+    let channel = bundle(root.path(), V, 2 << 20);
+    let s = Served::start(&channel);
+    let dest = root.path().join("dest");
+    // script(1) (bsdutils, essential in Debian) gives the command a pty.
+    let command = format!(
+        "{} fetch {} {V} {}",
+        env!("CARGO_BIN_EXE_liken"),
+        s.url,
+        dest.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("liken.sqfs [") && shown.contains("] 100%"),
+        "{shown}"
+    );
+    assert!(shown.contains('\r'), "the bar redraws in place: {shown}");
+
+    let (ok, _, err) = fetch(&s.url, V, &root.path().join("piped"), None);
+    assert!(ok);
+    assert!(
+        !err.contains('\r') && !err.contains("%]"),
+        "no bar in a pipe: {err}"
+    );
+}

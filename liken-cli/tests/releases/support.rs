@@ -1,0 +1,224 @@
+//! Shared pieces: scratch directories, the binary, a bundled channel and
+//! a running `liken serve` whose access log the test can read.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A scratch directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "liken-it-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn liken() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_liken"))
+}
+
+/// Runs liken with `args`; returns (success, stdout, stderr).
+pub fn run(args: &[&str]) -> (bool, String, String) {
+    let out = liken().args(args).stdin(Stdio::null()).output().unwrap();
+    text(out)
+}
+
+pub fn text(out: Output) -> (bool, String, String) {
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The artifact files of a bundle, in the release directory.
+pub const FILES: [&str; 9] = [
+    "vmlinuz",
+    "liken.sqfs",
+    "boot.cpio",
+    "microcode.cpio",
+    "liken",
+    "systemd-boot.efi",
+    "grub-boot.img",
+    "grub-core.img",
+    "licenses.md",
+];
+
+/// Bundles a release of nine inputs into `<root>/channel`; the system
+/// image has `system_size` bytes. Returns the channel directory.
+pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
+    let inputs = root.join(format!("inputs-{version}"));
+    std::fs::create_dir_all(&inputs).unwrap();
+    let mut args: Vec<String> = vec!["bundle".into(), "-slot-size".into(), "1Gi".into()];
+    for (i, name) in FILES.iter().enumerate() {
+        let p = inputs.join(name);
+        let len = if i == 1 { system_size } else { 1000 + 777 * i };
+        std::fs::write(&p, bytes(len, i as u64 + version.len() as u64 + 7)).unwrap();
+        args.push(p.display().to_string());
+    }
+    let channel = root.join("channel");
+    args.push(channel.display().to_string());
+    args.push(version.into());
+    args.push("linux=6.1.0-28".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, out, err) = run(&args);
+    assert!(ok, "bundle failed: {out}{err}");
+    channel
+}
+
+/// A running `liken serve` on a loopback port.
+pub struct Served {
+    child: Child,
+    pub url: String,
+    pub addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Served {
+    pub fn start(dir: &Path) -> Served {
+        let mut child = liken()
+            .args(["serve", &dir.display().to_string(), "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let url = first
+            .split(" on ")
+            .nth(1)
+            .expect("serve prints its address")
+            .trim_end_matches('/')
+            .to_owned();
+        let addr = url.trim_start_matches("http://").to_owned();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Served {
+            child,
+            url,
+            addr,
+            log,
+        }
+    }
+
+    /// Waits until a log line satisfies `pred`, then returns it.
+    pub fn wait_log(&self, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(l) = self.log.lock().unwrap().iter().find(|l| pred(l)) {
+                return l.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no such log line: {:?}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs curl with `args`; returns (stdout bytes, stderr text).
+pub fn curl(args: &[&str]) -> (Vec<u8>, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("curl is installed by scripts/setup.sh");
+    (
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The HTTP status curl saw.
+pub fn status(args: &[&str]) -> String {
+    let mut all = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+    all.extend_from_slice(args);
+    String::from_utf8(curl(&all).0).unwrap()
+}
+
+/// Every file under `dir`, relative, sorted.
+pub fn tree(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if dir.exists() {
+        walk(dir, dir, &mut out);
+    }
+    out.sort();
+    out
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(data)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+}

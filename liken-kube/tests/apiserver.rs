@@ -1,0 +1,614 @@
+//! liken-kube against a real kube-apiserver (liken-testenv): config,
+//! requests, typed errors, what the CRDs refuse, generation and
+//! resourceVersion rules, watch and store, Events.
+//!
+//! One control plane serves every test in this binary; Machines and
+//! Clusters are cluster-scoped, so each test uses names and labels of
+//! its own.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use liken_api::machine::ReleaseStatus;
+use liken_api::{Cluster, Machine, MachineSpec, Phase, Version};
+use liken_kube::events::{EventType, ObjectReference, Recorder, RecorderConfig};
+use liken_kube::request::{CLUSTERS, CONFIG_MAPS, MACHINES};
+use liken_kube::{
+    Api, Auth, Client, Config, DeleteParams, DynamicObject, Error, Informer, ListParams,
+    Propagation, Watcher, wake_channel,
+};
+use serde_json::json;
+
+fn admin() -> Client {
+    let cp = liken_testenv::shared();
+    let config =
+        Config::from_kubeconfig(cp.kubeconfig(), None).expect("the testenv kubeconfig reads");
+    Client::new(&config).expect("a client for the testenv")
+}
+
+fn machine_json(name: &str, labels: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"hostname": name, "rebootPolicy": "Auto"}
+    })
+}
+
+fn machines() -> Api {
+    Api::all(MACHINES)
+}
+
+#[test]
+fn crds_are_served_and_listed_through_liken_kube() {
+    let c = admin();
+    let list = c
+        .list::<Machine>(&machines(), &ListParams::default())
+        .unwrap();
+    assert!(!list.resource_version.is_empty());
+    let list = c
+        .list::<Cluster>(&Api::all(CLUSTERS), &ListParams::default())
+        .unwrap();
+    assert!(!list.resource_version.is_empty());
+    // The CRDs themselves are Established (through the raw request API).
+    for name in ["machines.liken.sh", "clusters.liken.sh"] {
+        let req = liken_kube::Request {
+            method: liken_kube::request::Method::Get,
+            path: format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
+            query: vec![],
+            body: None,
+            content_type: None,
+            timeout: None,
+        };
+        let crd: serde_json::Value = serde_json::from_slice(&c.send(&req).unwrap()).unwrap();
+        let established = crd["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True");
+        assert!(established, "{name} is not Established");
+    }
+}
+
+#[test]
+fn crud_round_trip_with_typed_errors() {
+    let c = admin();
+    let api = machines();
+    let name = "crud-1";
+    let created: Machine = c.create(&api, &machine_json(name, json!({}))).unwrap();
+    assert_eq!(created.metadata.name, name);
+    assert!(!created.metadata.uid.is_empty());
+    assert_eq!(created.metadata.generation, 1);
+
+    // Creating it again: AlreadyExists, with the server's message.
+    let e = c
+        .create::<Machine, _>(&api, &machine_json(name, json!({})))
+        .unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert!(e.message().contains("already exists"), "{e}");
+
+    let got: Machine = c.get(&api, name).unwrap();
+    assert_eq!(got.metadata.uid, created.metadata.uid);
+
+    // Merge patch on spec.
+    let patched: Machine = c
+        .merge_patch(&api, name, &json!({"spec": {"rebootPolicy": "Manual"}}))
+        .unwrap();
+    assert_eq!(patched.reboot_policy(), liken_api::RebootPolicy::Manual);
+
+    // Merge patch on status.
+    let patched: Machine = c
+        .merge_patch_status(&api, name, &json!({"status": {"phase": "Booting"}}))
+        .unwrap();
+    assert_eq!(patched.status.phase, Some(Phase::Booting));
+
+    // DELETE with a propagation policy, then NotFound.
+    c.delete(
+        &api,
+        name,
+        &DeleteParams {
+            propagation: Some(Propagation::Background),
+            precondition_resource_version: None,
+        },
+    )
+    .unwrap();
+    let e = c.get::<Machine>(&api, name).unwrap_err();
+    assert!(e.is_not_found(), "{e:?}");
+    assert!(c.get_opt::<Machine>(&api, name).unwrap().is_none());
+    let e = c.delete(&api, name, &DeleteParams::default()).unwrap_err();
+    assert!(e.is_not_found(), "{e:?}");
+}
+
+#[test]
+fn delete_with_foreground_propagation_and_a_precondition() {
+    let c = admin();
+    let api = machines();
+    let m: Machine = c.create(&api, &machine_json("del-fg", json!({}))).unwrap();
+    // A precondition naming an old resourceVersion is a Conflict.
+    let e = c
+        .delete(
+            &api,
+            "del-fg",
+            &DeleteParams {
+                propagation: Some(Propagation::Foreground),
+                precondition_resource_version: Some("1".into()),
+            },
+        )
+        .unwrap_err();
+    assert!(e.is_conflict(), "{e:?}");
+    c.delete(
+        &api,
+        "del-fg",
+        &DeleteParams {
+            propagation: Some(Propagation::Foreground),
+            precondition_resource_version: Some(m.metadata.resource_version.clone()),
+        },
+    )
+    .unwrap();
+    // Foreground deletion sets the foregroundDeletion finalizer; with no
+    // dependents and no garbage collector running, the object lingers
+    // with a deletionTimestamp, which is what Foreground means.
+    let o: DynamicObject = c.get(&api, "del-fg").unwrap();
+    assert!(o.0["metadata"]["deletionTimestamp"].is_string(), "{o:?}");
+    assert_eq!(o.0["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+    c.merge_patch::<DynamicObject>(&api, "del-fg", &json!({"metadata": {"finalizers": null}}))
+        .unwrap();
+    assert!(c.get_opt::<Machine>(&api, "del-fg").unwrap().is_none());
+}
+
+#[test]
+fn list_by_label_with_pages() {
+    let c = admin();
+    let api = machines();
+    for i in 0..7 {
+        let labels =
+            json!({"liken-test": "pages", "parity": if i % 2 == 0 { "even" } else { "odd" }});
+        c.create::<Machine, _>(&api, &machine_json(&format!("page-{i}"), labels))
+            .unwrap();
+    }
+    let first = c
+        .list::<Machine>(&api, &ListParams::labels("liken-test=pages").limit(3))
+        .unwrap();
+    assert_eq!(first.items.len(), 3);
+    assert!(first.continue_token.is_some());
+    let all = c
+        .list_all::<Machine>(&api, &ListParams::labels("liken-test=pages").limit(3))
+        .unwrap();
+    let names: BTreeSet<String> = all.items.iter().map(|m| m.metadata.name.clone()).collect();
+    assert_eq!(names.len(), 7);
+    let even = c
+        .list_all::<Machine>(
+            &api,
+            &ListParams::labels("liken-test=pages,parity in (even)"),
+        )
+        .unwrap();
+    assert_eq!(even.items.len(), 4);
+    let none = c
+        .list::<Machine>(&api, &ListParams::labels("liken-test=nothing-has-this"))
+        .unwrap();
+    assert!(none.items.is_empty());
+}
+
+#[test]
+fn the_apiserver_refuses_malformed_machines() {
+    let c = admin();
+    let api = machines();
+    let m: Machine = c
+        .create(&api, &machine_json("malformed", json!({})))
+        .unwrap();
+    let status_put = |status: serde_json::Value| {
+        let body = json!({
+            "apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "malformed", "resourceVersion": m.metadata.resource_version},
+            "spec": {"hostname": "malformed"},
+            "status": status,
+        });
+        // The raw request API: liken's own types could not even hold
+        // these values.
+        let req = api
+            .replace_status("malformed", serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        c.send(&req).unwrap_err()
+    };
+    let e = status_put(json!({"release": {"running": "2026.7.1"}}));
+    match &e {
+        Error::Other {
+            code: 422,
+            reason,
+            message,
+            ..
+        } => {
+            assert_eq!(reason, "Invalid");
+            assert!(message.contains("status.release.running"), "{message}");
+        }
+        other => panic!("expected 422 Invalid, got {other:?}"),
+    }
+    let e = status_put(json!({"phase": "Sleeping"}));
+    match &e {
+        Error::Other {
+            code: 422, message, ..
+        } => {
+            assert!(message.contains("status.phase"), "{message}");
+            assert!(message.contains("Unsupported value"), "{message}");
+        }
+        other => panic!("expected 422 Invalid, got {other:?}"),
+    }
+    // An unknown enum value in spec is refused on create.
+    let mut bad = machine_json("malformed-spec", json!({}));
+    bad["spec"]["rebootPolicy"] = json!("Sometimes");
+    let e = c
+        .send(&api.create(serde_json::to_vec(&bad).unwrap()).unwrap())
+        .unwrap_err();
+    assert_eq!(e.code(), Some(422), "{e:?}");
+    assert!(e.message().contains("spec.rebootPolicy"), "{e}");
+}
+
+fn cluster_json(name: &str, version: &str, catalog: &[&str]) -> serde_json::Value {
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let catalog: Vec<serde_json::Value> = catalog
+        .iter()
+        .map(|v| json!({"version": v, "digest": digest}))
+        .collect();
+    json!({
+        "apiVersion": "liken.sh/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name},
+        "spec": {
+            "endpoint": "https://10.0.0.10:6443",
+            "leaders": ["node-1"],
+            "version": version,
+            "releases": {"source": "https://releases.example/stable", "catalog": catalog}
+        }
+    })
+}
+
+#[test]
+fn the_cluster_cel_rule_refuses_a_version_older_than_the_catalog() {
+    let c = admin();
+    let api = Api::all(CLUSTERS);
+    let e = c
+        .send(
+            &api.create(
+                serde_json::to_vec(&cluster_json(
+                    "cel-old",
+                    "2026.01.01-001",
+                    &["2026.02.01-001", "2026.03.01-001"],
+                ))
+                .unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), Some(422), "{e:?}");
+    assert!(
+        e.message()
+            .contains("spec.version is older than every release in spec.releases.catalog"),
+        "{e}"
+    );
+    // The oldest itself, and newer, are accepted.
+    let ok: Cluster = c
+        .create(
+            &api,
+            &cluster_json(
+                "cel-ok",
+                "2026.02.01-001",
+                &["2026.02.01-001", "2026.03.01-001"],
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        ok.spec.version,
+        Some("2026.02.01-001".parse::<Version>().unwrap())
+    );
+    c.delete(&api, "cel-ok", &DeleteParams::default()).unwrap();
+}
+
+#[test]
+fn status_writes_keep_generation_spec_writes_bump_it_and_stale_writes_conflict() {
+    let c = admin();
+    let api = machines();
+    let m: Machine = c
+        .create(&api, &machine_json("generation", json!({})))
+        .unwrap();
+    assert_eq!(m.metadata.generation, 1);
+
+    // PUT /status with liken's own types.
+    let mut s = m.clone();
+    s.status.phase = Some(Phase::Ready);
+    s.status.release = Some(ReleaseStatus {
+        running: Some("2026.07.01-001".parse().unwrap()),
+        ..ReleaseStatus::default()
+    });
+    s.status.observed_generation = 1;
+    let after_status: Machine = c.replace_status(&api, "generation", &s).unwrap();
+    assert_eq!(
+        after_status.metadata.generation, 1,
+        "a status write keeps generation"
+    );
+    assert_eq!(after_status.status.phase, Some(Phase::Ready));
+    assert_ne!(
+        after_status.metadata.resource_version,
+        m.metadata.resource_version
+    );
+
+    // PUT of the object with a changed spec bumps it.
+    let mut spec = after_status.clone();
+    spec.spec = MachineSpec {
+        hostname: Some("renamed".into()),
+        ..after_status.spec.clone()
+    };
+    let after_spec: Machine = c.replace(&api, "generation", &spec).unwrap();
+    assert_eq!(
+        after_spec.metadata.generation, 2,
+        "a spec write bumps generation"
+    );
+    // ...and the status rode along untouched (the main resource ignores it).
+    assert_eq!(after_spec.status.phase, Some(Phase::Ready));
+
+    // Writing with the resourceVersion from before is refused.
+    let e = c
+        .replace::<Machine, _>(&api, "generation", &spec)
+        .unwrap_err();
+    assert!(e.is_conflict(), "{e:?}");
+    assert!(e.to_string().contains("read it again"), "{e}");
+    let e = c
+        .replace_status::<Machine, _>(&api, "generation", &s)
+        .unwrap_err();
+    assert!(e.is_conflict(), "{e:?}");
+}
+
+#[test]
+fn credentials_tokens_and_refusals() {
+    let cp = liken_testenv::shared();
+    let admin = Config::from_kubeconfig(cp.kubeconfig(), None).unwrap();
+    // A ServiceAccount's token authenticates but RBAC grants it nothing.
+    let token = cp.token_for("liken-kube-test", "nobody").unwrap();
+    let config = Config {
+        auth: Auth::Token(token),
+        ..admin.clone()
+    };
+    let sa = Client::new(&config).unwrap();
+    let e = sa
+        .list::<Machine>(&machines(), &ListParams::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::Forbidden { .. }), "{e:?}");
+    assert!(
+        e.message()
+            .contains("system:serviceaccount:liken-kube-test:nobody"),
+        "{e}"
+    );
+
+    // A made-up token is Unauthorized.
+    let config = Config {
+        auth: Auth::Token("not-a-token".into()),
+        ..admin.clone()
+    };
+    let e = Client::new(&config)
+        .unwrap()
+        .list::<Machine>(&machines(), &ListParams::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::Unauthorized { .. }), "{e:?}");
+
+    // A token read from a file, as in a pod.
+    let dir = std::env::temp_dir().join(format!("liken-kube-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("token"),
+        cp.token_for("liken-kube-test", "nobody").unwrap(),
+    )
+    .unwrap();
+    let config = Config {
+        auth: Auth::TokenFile(dir.join("token")),
+        ..admin.clone()
+    };
+    let e = Client::new(&config)
+        .unwrap()
+        .get::<DynamicObject>(&Api::namespaced(CONFIG_MAPS, "default"), "x")
+        .unwrap_err();
+    assert!(matches!(e, Error::Forbidden { .. }), "{e:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A CA that did not sign the server's certificate: Transport.
+    let other = rcgen_free_ca();
+    let config = Config {
+        ca_pem: Some(other.into_bytes()),
+        ..admin
+    };
+    let e = Client::new(&config)
+        .unwrap()
+        .list::<Machine>(&machines(), &ListParams::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::Transport { .. }), "{e:?}");
+}
+
+/// A CA certificate that is valid PEM but signed nothing here: the
+/// testenv's own CA from a second, unrelated mint.
+fn rcgen_free_ca() -> String {
+    liken_testenv::pki::Pki::mint().unwrap().ca.cert_pem
+}
+
+#[test]
+fn per_request_timeouts_apply() {
+    let c = admin();
+    let req = machines()
+        .list(&ListParams::default())
+        .timeout(Duration::from_micros(1));
+    let e = c.send(&req).unwrap_err();
+    assert!(matches!(e, Error::Transport { .. }), "{e:?}");
+    assert!(e.message().to_lowercase().contains("timeout"), "{e}");
+}
+
+#[test]
+fn a_store_follows_the_server_and_a_burst_wakes_once() {
+    let c = admin();
+    let api = machines();
+    let (wake_tx, wake_rx) = wake_channel();
+    let watcher = Watcher::<Machine>::new(c.clone(), api.clone()).labels("liken-test=informer");
+    let informer = Informer::spawn(watcher, wake_tx);
+    let store = informer.store();
+    assert!(store.wait_synced(Duration::from_secs(30)));
+    assert!(store.is_empty());
+    while wake_rx.try_recv().is_ok() {}
+
+    // A burst of creates.
+    const N: usize = 40;
+    for i in 0..N {
+        c.create::<Machine, _>(
+            &api,
+            &machine_json(&format!("informer-{i}"), json!({"liken-test": "informer"})),
+        )
+        .unwrap();
+    }
+    // Unlabelled machines are not in this store.
+    c.create::<Machine, _>(&api, &machine_json("informer-other", json!({})))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut wakes = 0;
+    while store.len() < N && Instant::now() < deadline {
+        if wake_rx.recv_timeout(Duration::from_millis(500)).is_ok() {
+            wakes += 1;
+        }
+    }
+    assert_eq!(store.len(), N);
+    assert!(store.get("informer-other").is_none());
+    // Wakes coalesce: a loop reading the store sees many events per wake.
+    assert!(wakes < N, "{wakes} wakes for {N} events");
+
+    // Changes and deletes arrive.
+    c.merge_patch_status::<Machine>(
+        &api,
+        "informer-3",
+        &json!({"status": {"phase": "Degraded"}}),
+    )
+    .unwrap();
+    c.delete(&api, "informer-4", &DeleteParams::default())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let patched = store
+            .get("informer-3")
+            .is_some_and(|m| m.status.phase == Some(Phase::Degraded));
+        if patched && store.get("informer-4").is_none() {
+            break;
+        }
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
+    assert_eq!(
+        store.get("informer-3").unwrap().status.phase,
+        Some(Phase::Degraded)
+    );
+    assert!(store.get("informer-4").is_none());
+    let stats = informer.stats();
+    assert_eq!(stats.lists(), 1);
+    assert_eq!(stats.restarts(), 0);
+    assert!(stats.events() >= N as u64 + 2);
+}
+
+#[test]
+fn a_watch_reopens_cleanly_after_its_timeout() {
+    let c = admin();
+    let api = machines();
+    let (wake_tx, wake_rx) = wake_channel();
+    // The server ends each stream after one second; the watcher resumes
+    // from the last resourceVersion without listing again.
+    let watcher = Watcher::<Machine>::new(c.clone(), api.clone())
+        .labels("liken-test=reopen")
+        .watch_timeout(1);
+    let informer = Informer::spawn(watcher, wake_tx);
+    let store = informer.store();
+    assert!(store.wait_synced(Duration::from_secs(30)));
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(1500));
+        c.create::<Machine, _>(
+            &api,
+            &machine_json(&format!("reopen-{i}"), json!({"liken-test": "reopen"})),
+        )
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.len() < 3 && Instant::now() < deadline {
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
+    assert_eq!(store.len(), 3);
+    let stats = informer.stats();
+    assert_eq!(stats.lists(), 1, "clean stream ends do not relist");
+    assert_eq!(stats.restarts(), 0, "nor count as restarts");
+}
+
+#[test]
+fn events_show_in_kubectl() {
+    let cp = liken_testenv::shared();
+    let c = admin();
+    let m: Machine = c
+        .create(&machines(), &machine_json("eventful", json!({})))
+        .unwrap();
+    let recorder = Recorder::start(
+        c.clone(),
+        RecorderConfig::new("liken.sh/test-operator", "test-pod"),
+    );
+    assert!(recorder.event(
+        ObjectReference::machine(&m),
+        EventType::Warning,
+        "MachineLost",
+        "Sweep",
+        "no heartbeat from eventful for 5m0s",
+    ));
+    assert!(recorder.event(
+        ObjectReference::machine(&m),
+        EventType::Normal,
+        "RebootTurnGranted",
+        "Grant",
+        "eventful may reboot",
+    ));
+    let report = recorder.shutdown(Duration::from_secs(10));
+    assert_eq!(
+        (report.posted, report.failed, report.abandoned),
+        (2, 0, 0),
+        "{report:?}"
+    );
+
+    let out = cp
+        .kubectl()
+        .args(["get", "events", "-n", "default", "-o", "json"])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mine: Vec<&serde_json::Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["name"] == "eventful")
+        .collect();
+    let reasons: BTreeSet<&str> = mine.iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["MachineLost", "RebootTurnGranted"])
+    );
+    let lost = mine.iter().find(|e| e["reason"] == "MachineLost").unwrap();
+    assert_eq!(lost["type"], "Warning");
+    assert_eq!(lost["message"], "no heartbeat from eventful for 5m0s");
+    assert_eq!(lost["involvedObject"]["kind"], "Machine");
+    assert_eq!(lost["involvedObject"]["uid"], m.metadata.uid.as_str());
+
+    // And in the table a person reads.
+    let out = cp
+        .kubectl()
+        .args([
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=eventful",
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("MachineLost") && table.contains("machine/eventful"),
+        "{table}"
+    );
+}

@@ -1,0 +1,204 @@
+//! Leader election against a real apiserver: two candidates on one Lease
+//! never both may write, across many handovers, including holders killed
+//! mid-term (their renew thread stopped with no release, their guard left
+//! to lapse by the clock).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use liken_kube::election::{ElectionConfig, Elector, LeaderGuard, Lease, Timings};
+use liken_kube::request::{CONFIG_MAPS, LEASES};
+use liken_kube::{Api, Client, Config, DynamicObject, Error, WriteGuard};
+use serde_json::json;
+
+fn admin() -> Client {
+    let cp = liken_testenv::shared();
+    Client::new(&Config::from_kubeconfig(cp.kubeconfig(), None).unwrap()).unwrap()
+}
+
+fn quiet() -> liken_kube::election::Report {
+    Arc::new(|line| eprintln!("election: {line}"))
+}
+
+fn elect(c: &Client, lease: &str, id: &str, timings: Timings) -> Elector {
+    Elector::start(
+        c.clone(),
+        ElectionConfig {
+            namespace: "default".into(),
+            name: lease.into(),
+            identity: id.into(),
+            timings,
+        },
+        quiet(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn client_go_timings_release_on_shutdown_and_guard_writes() {
+    let c = admin();
+    let a = elect(&c, "liken-test-basic", "a", Timings::default());
+    assert!(
+        a.wait_leading(Duration::from_secs(10)),
+        "a never led an unheld Lease"
+    );
+    let b = elect(&c, "liken-test-basic", "b", Timings::default());
+
+    let leases = Api::namespaced(LEASES, "default");
+    let lease: Lease = c.get(&leases, "liken-test-basic").unwrap();
+    assert_eq!(lease.spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(lease.spec.lease_duration_seconds, Some(15));
+
+    // Writes through each candidate's guarded client.
+    let cms = Api::namespaced(CONFIG_MAPS, "default");
+    let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}});
+    let as_a = c.with_write_guard(Arc::new(a.guard()));
+    let as_b = c.with_write_guard(Arc::new(b.guard()));
+    as_a.create::<DynamicObject, _>(&cms, &cm("written-by-a"))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!b.may_write());
+    let e = as_b
+        .create::<DynamicObject, _>(&cms, &cm("written-by-b"))
+        .unwrap_err();
+    assert!(matches!(e, Error::NotLeader { .. }), "{e:?}");
+    // Reads are never guarded.
+    as_b.get::<DynamicObject>(&cms, "written-by-a").unwrap();
+
+    // a shuts down: it stops writing, releases, and b takes over within a
+    // retry period or two instead of waiting out 15 s.
+    let released = Instant::now();
+    a.shutdown();
+    assert!(!as_a.may_write());
+    assert!(
+        b.wait_leading(Duration::from_secs(8)),
+        "b did not take the released Lease"
+    );
+    eprintln!(
+        "handover after release: {:.1}s",
+        released.elapsed().as_secs_f64()
+    );
+    let lease: Lease = c.get(&leases, "liken-test-basic").unwrap();
+    assert_eq!(lease.spec.holder_identity.as_deref(), Some("b"));
+    assert_eq!(lease.spec.lease_transitions, Some(1));
+    as_b.create::<DynamicObject, _>(&cms, &cm("written-by-b"))
+        .unwrap();
+    b.shutdown();
+    let lease: Lease = c.get(&leases, "liken-test-basic").unwrap();
+    assert_eq!(lease.spec.holder_identity, None);
+    assert_eq!(lease.spec.lease_duration_seconds, Some(1));
+}
+
+#[test]
+fn two_candidates_never_both_may_write() {
+    let c = admin();
+    // client-go's ratios, scaled down so many handovers fit in a test:
+    // a 1 s margin between the holder's deadline and a rival's takeover.
+    let timings = Timings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(400),
+    };
+    let lease = "liken-test-rounds";
+    let guards: Arc<Mutex<Vec<(String, LeaderGuard)>>> = Arc::default();
+    let done = Arc::new(AtomicBool::new(false));
+    let both = Arc::new(AtomicU64::new(0));
+    let samples = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (guards, done, both, samples) =
+            (guards.clone(), done.clone(), both.clone(), samples.clone());
+        std::thread::spawn(move || {
+            let mut offenders = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let gs = guards.lock().unwrap().clone();
+                let writers: Vec<&String> = gs
+                    .iter()
+                    .filter(|(_, g)| g.may_write())
+                    .map(|(n, _)| n)
+                    .collect();
+                if writers.len() > 1 {
+                    both.fetch_add(1, Ordering::SeqCst);
+                    offenders.push(format!("{writers:?}"));
+                }
+                samples.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            offenders
+        })
+    };
+
+    let mut next_id = 0;
+    let mut spawn = |guards: &Mutex<Vec<(String, LeaderGuard)>>| {
+        next_id += 1;
+        let id = format!("candidate-{next_id}");
+        let e = elect(&c, lease, &id, timings);
+        guards.lock().unwrap().push((id.clone(), e.guard()));
+        (id, e)
+    };
+    let mut slots = vec![spawn(&guards), spawn(&guards)];
+    let mut leaders = Vec::new();
+    let mut still_writable_after_kill = 0;
+    const ROUNDS: usize = 8;
+    let mut rng = 0x9E37_79B9u64;
+    for round in 0..ROUNDS {
+        // Wait for a leader among the live candidates.
+        let deadline = Instant::now() + timings.lease_duration * 4;
+        let holder = loop {
+            if let Some(i) = slots.iter().position(|(_, e)| e.may_write()) {
+                break i;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: nobody took the Lease"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        leaders.push(slots[holder].0.clone());
+        // Let it hold for part of its term, then end it.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(rng % 1200));
+        let (id, elector) = slots.remove(holder);
+        if round % 4 == 3 {
+            elector.shutdown();
+            eprintln!("round {round}: {id} shut down and released");
+        } else {
+            elector.abandon();
+            if guards
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(n, g)| *n == id && g.may_write())
+            {
+                still_writable_after_kill += 1;
+            }
+            eprintln!("round {round}: {id} killed mid-term");
+        }
+        slots.push(spawn(&guards));
+    }
+    // Wait out the last killed holder's deadline, then stop.
+    std::thread::sleep(timings.lease_duration);
+    for (_, e) in slots {
+        e.shutdown();
+    }
+    done.store(true, Ordering::SeqCst);
+    let offenders = sampler.join().unwrap();
+    eprintln!(
+        "{} samples, leaders {leaders:?}, guards still open right after a kill: {still_writable_after_kill}",
+        samples.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        both.load(Ordering::SeqCst),
+        0,
+        "two writers at once: {offenders:?}"
+    );
+    assert_eq!(leaders.len(), ROUNDS);
+    // Every round had a different leader from the one before.
+    assert!(leaders.windows(2).all(|w| w[0] != w[1]), "{leaders:?}");
+    // The kills were real: a killed holder's guard outlived its thread,
+    // and the rival still waited.
+    assert!(still_writable_after_kill > 0);
+    assert!(samples.load(Ordering::Relaxed) > 1000);
+}
