@@ -10,6 +10,12 @@
 //!   final name, fsync the directory. A reader sees the old file or the
 //!   new one, never half of either.
 //!
+//! - [`rename_noreplace`] publishes a directory that must not be replaced
+//!   (`bundle`: versions are immutable), and [`DirLock`] serializes
+//!   writers of one directory (`channel.yaml`).
+//!
+//! Temporary names start with a dot, so `serve` never shares one.
+//!
 //! Both set the mode at creation (0600 for keys and credentials), so no
 //! secret is ever briefly readable by others.
 
@@ -40,6 +46,9 @@ pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = parent(path);
     let tmp = temp_name(path);
+    // A temporary left by a crashed run under a reused pid would make
+    // create_new fail forever; it is ours to discard.
+    let _ = std::fs::remove_file(&tmp);
     let result = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -49,12 +58,52 @@ pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        sync_dir(dir)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// fsyncs a directory so the names created or renamed in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Renames `from` to `to` unless `to` exists; an existing `to` is an
+/// `AlreadyExists` error and both are left as they were.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => Err(io::Error::from(io::ErrorKind::AlreadyExists)),
+        // Filesystems without RENAME_NOREPLACE (some network mounts):
+        // check, then rename. The check and the rename are not one step
+        // there, which is the best such a filesystem allows.
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            if std::fs::symlink_metadata(to).is_ok() {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            std::fs::rename(from, to)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An exclusive advisory lock on a directory, held until dropped, so two
+/// bundles into one channel update channel.yaml one after the other.
+pub struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Blocks until the lock on `dir` is held.
+    pub fn acquire(dir: &Path) -> io::Result<DirLock> {
+        let file = File::open(dir)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(DirLock { _file: file })
+    }
 }
 
 /// Creates `dir` and its missing parents with `mode` (the umask still
@@ -107,5 +156,20 @@ mod tests {
         assert_eq!(names.len(), 1);
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn rename_noreplace_refuses_an_existing_target() {
+        let dir = crate::testdir::TestDir::new("noreplace");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let err = rename_noreplace(&a, &b).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(a.exists());
+        let c = dir.path().join("c");
+        rename_noreplace(&a, &c).unwrap();
+        assert!(c.exists() && !a.exists());
+        let _lock = DirLock::acquire(dir.path()).unwrap();
     }
 }

@@ -27,12 +27,12 @@ use liken_api::validate::Validate;
 use liken_api::{Digest, FileName, Version, decode};
 use sha2::Sha256;
 
-use super::atomic;
 use super::channel::{self, ChannelError};
 use super::layout::{self, INPUTS};
 use super::progress::{Progress, Style};
 use super::size::human;
 use super::stream::{self, CopyError};
+use crate::files;
 
 /// The default slot size, as the usage line shows it.
 pub const DEFAULT_SLOT_SIZE: u64 = 1 << 30;
@@ -297,11 +297,15 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     }
     let text = decode::to_yaml(&release)
         .map_err(|e| BundleError::Invalid(format!("writing release.yaml: {e}")))?;
-    atomic::write_file(&staging.dir.join(RELEASE_FILE), text.as_bytes())
-        .map_err(io("writing release.yaml".to_owned()))?;
+    files::replace(
+        &staging.dir.join(RELEASE_FILE),
+        text.as_bytes(),
+        files::PUBLIC,
+    )
+    .map_err(io("writing release.yaml".to_owned()))?;
     let digest = Digest::from(stream::sha256(text.as_bytes()));
 
-    match atomic::rename_noreplace(&staging.dir, &final_dir) {
+    match files::rename_noreplace(&staging.dir, &final_dir) {
         Ok(()) => {}
         Err(e)
             if matches!(
@@ -315,7 +319,7 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     }
     let mut staging = staging;
     staging.keep = true;
-    atomic::sync_dir(&req.channel).map_err(io(format!("syncing {}", req.channel.display())))?;
+    files::sync_dir(&req.channel).map_err(io(format!("syncing {}", req.channel.display())))?;
 
     let latest =
         channel::advance_latest(&req.channel, &req.version).map_err(BundleError::Channel)?;
@@ -434,7 +438,7 @@ fn copy_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::releases::testdir::TestDir;
+    use crate::testdir::TestDir;
     use liken_api::Channel;
 
     #[test]

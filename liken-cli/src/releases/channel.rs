@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use liken_api::release::CHANNEL_FILE;
 use liken_api::{Channel, DecodeError, Version, decode};
 
-use super::atomic;
+use crate::files;
 
 /// What happens to channel.yaml's latest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,7 +92,7 @@ pub fn advance_latest(channel: &Path, new: &Version) -> Result<Latest, ChannelEr
         path: path.clone(),
         error,
     };
-    let _lock = atomic::DirLock::acquire(channel).map_err(io_err)?;
+    let _lock = files::DirLock::acquire(channel).map_err(io_err)?;
     let current = read(channel)?;
     let verdict = decide_latest(current.as_ref().map(|c| &c.latest), new);
     if !matches!(verdict, Latest::Kept { .. }) {
@@ -100,7 +100,7 @@ pub fn advance_latest(channel: &Path, new: &Version) -> Result<Latest, ChannelEr
             path: path.clone(),
             error: io::Error::other(e),
         })?;
-        atomic::write_file(&path, text.as_bytes()).map_err(io_err)?;
+        files::replace(&path, text.as_bytes(), files::PUBLIC).map_err(io_err)?;
     }
     Ok(verdict)
 }
@@ -124,7 +124,7 @@ impl Latest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::releases::testdir::TestDir;
+    use crate::testdir::TestDir;
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()

@@ -26,13 +26,13 @@ use liken_api::release::{Artifact, RELEASE_FILE, Release};
 use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Version, decode};
 use sha2::Sha256;
 
-use super::atomic;
 use super::channel::{self, ChannelError};
 use super::client::{self, ClientError};
 use super::layout;
 use super::progress::{Progress, Style};
 use super::size::human;
 use super::stream::{self, CopyError};
+use crate::files;
 
 /// Which release to fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -381,11 +381,11 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         let how = fetch_artifact(&agent, &url, &dir, a, req.progress)?;
         writeln!(out, "{} {}: {how}", a.name, a.file).map_err(w)?;
     }
-    atomic::write_file(&local_doc, &bytes).map_err(|error| FetchError::Io {
+    files::replace(&local_doc, &bytes, files::PUBLIC).map_err(|error| FetchError::Io {
         doing: format!("writing {}", local_doc.display()),
         error,
     })?;
-    atomic::sync_dir(&req.channel).map_err(|error| FetchError::Io {
+    files::sync_dir(&req.channel).map_err(|error| FetchError::Io {
         doing: format!("syncing {}", req.channel.display()),
         error,
     })?;
@@ -584,7 +584,7 @@ fn fetch_artifact(
         .map_err(io(format!("syncing {}", partial.display())))?;
     drop(file);
     fs::rename(&partial, &final_path).map_err(io(format!("renaming {}", partial.display())))?;
-    atomic::sync_dir(dir).map_err(io(format!("syncing {}", dir.display())))?;
+    files::sync_dir(dir).map_err(io(format!("syncing {}", dir.display())))?;
     progress.finish("verified");
     Ok(if resumed_from > 0 {
         format!(

@@ -35,11 +35,11 @@ use liken_api::release::{RELEASE_FILE, Release};
 use liken_api::{DecodeError, Digest, Version, decode};
 use serde::Serialize;
 
-use super::atomic;
 use super::client::{self, ClientError};
 use super::html::{escape, href_segment, page};
 use super::size::human;
 use super::stream;
+use crate::files;
 
 /// The file the script-readable catalog is written to.
 pub const VERSIONS_FILE: &str = "versions.yaml";
@@ -380,8 +380,8 @@ pub fn run(req: &IndexRequest, out: &mut dyn Write) -> Result<(), IndexError> {
             doing: format!("writing {}", path.display()),
             error,
         };
-        fs::create_dir_all(atomic::parent_of(&path)).map_err(io)?;
-        atomic::write_file(&path, text.as_bytes()).map_err(io)
+        fs::create_dir_all(files::parent(&path)).map_err(io)?;
+        files::replace(&path, text.as_bytes(), files::PUBLIC).map_err(io)
     };
     for e in &entries {
         write(

@@ -16,9 +16,8 @@
 //! - [`client`]: the ureq agent (rustls), capped document reads.
 //! - [`http`], [`urlpath`]: serve's pure request parsing (fuzzed).
 //! - [`html`]: escaping and page frames for index.
-//! - [`stream`], [`atomic`], [`progress`], [`size`]: shared mechanics.
+//! - [`stream`], [`progress`], [`size`]: shared mechanics.
 
-pub mod atomic;
 pub mod bundle;
 pub mod channel;
 pub mod cli;
@@ -33,9 +32,6 @@ pub mod serve;
 pub mod size;
 pub mod stream;
 pub mod urlpath;
-
-#[cfg(test)]
-pub(crate) mod testdir;
 
 use std::fmt;
 
