@@ -17,6 +17,7 @@ packages=(
   kmod              # depmod indexes the kernel's module tree; modprobe lists dependencies
   xz-utils          # images/extract-vmlinux.sh unpacks the bzImage's payload
   file              # images/build-boot.sh checks that liken-init is static
+  grub-common       # grub-script-check and grub-editenv check boot/grub.cfg and grubenv (liken-api tests)
 )
 # Real kubectl for the interop tests: Debian's kubernetes-client, unless
 # the machine already has a kubectl (some images ship the Cloud SDK's,

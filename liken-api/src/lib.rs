@@ -19,9 +19,12 @@
 //! - [`decode`]: strict (hand-written) and wire (API server) decoders.
 //! - [`validate`]: semantic checks shared by the decoders.
 //! - [`crd`]: the CustomResourceDefinitions generated from the types.
+//! - [`bootloader`]: systemd-boot entries, grub.cfg and grubenv for the
+//!   A/B slots, and the try-counter decisions init makes about them.
 
 pub mod annotations;
 pub mod boot;
+pub mod bootloader;
 pub mod cluster;
 pub mod condition;
 pub mod control;
