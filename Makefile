@@ -96,3 +96,26 @@ fuzz-smoke:
 ## crds: regenerate images/manifests/crds from liken-api.
 crds:
 	cargo run -q -p liken-api --example write-crds -- images/manifests/crds
+
+# The release images (images/README.md). The kernel is downloaded once
+# per version into ~/.cache/liken/images; the outputs go to IMAGES_OUT.
+IMAGES_OUT ?= $(CARGO_TARGET_DIR)/images
+.PHONY: images qemu-images
+
+## images: the Debian kernel and boot.cpio with a static liken-init.
+images:
+	$(STATIC) cargo build --profile release-init --target $(TARGET) -p liken-init
+	./images/build-boot.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-init/liken-init $(IMAGES_OUT)
+
+## qemu-images: what qemu-tests use: the images, the test-only stand-in service and hello PID 1, and liken.
+qemu-images: images
+	$(STATIC) cargo build --release --target $(TARGET) -p qemu-tests --bin liken-standin-k3s --bin liken-hello-pid1
+	$(STATIC) cargo build --release --target $(TARGET) -p liken-cli
+	cp $(CARGO_TARGET_DIR)/$(TARGET)/release/liken-standin-k3s $(CARGO_TARGET_DIR)/$(TARGET)/release/liken-hello-pid1 \
+	  $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/
+
+## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.
+.PHONY: bench bench-init
+bench: bench-init
+bench-init: qemu-images
+	cargo run -q --release -p qemu-tests --bin liken-bench

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds boot.cpio: the initramfs every liken boot starts from.
+#
+#   build-boot.sh LIKEN_INIT OUT_DIR
+#
+# It holds the static liken-init as /init and the kernel modules listed
+# in boot-modules.txt with their dependencies, under
+# lib/modules/<kernel release> with depmod's indexes built for exactly
+# that subset (so coldplug never plans a module the archive lacks). The
+# archive is newc and deterministic: sorted paths, every mtime 0, owner
+# root, renumbered inodes. The same inputs give the same bytes.
+#
+# OUT_DIR receives boot.cpio, liken-init, vmlinuz, vmlinux and
+# kernel-release.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+init=${1:?usage: build-boot.sh LIKEN_INIT OUT_DIR}
+out=${2:?usage: build-boot.sh LIKEN_INIT OUT_DIR}
+
+[ -x "$init" ] || { echo "images: $init is not an executable; build liken-init first (make images does)" >&2; exit 1; }
+if ! file -b "$init" | grep -q "static"; then
+  echo "images: $init is not statically linked; build it with the Makefile's STATIC flags" >&2
+  exit 1
+fi
+
+kdir=$("$here/kernel.sh")
+kver=$(cat "$kdir/kernel-release")
+tree=$kdir/modules/lib/modules/$kver
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/lib/modules/$kver" "$stage/dev" "$stage/proc" "$stage/sys" "$stage/run" "$stage/tmp" "$stage/etc/liken" "$stage/usr/bin"
+install -m 0755 "$init" "$stage/init"
+
+# Each module and what modprobe says it needs (one name per call:
+# modprobe reads further names as module parameters).
+files=()
+while read -r name; do
+  case "$name" in ''|'#'*) continue ;; esac
+  deps=$(modprobe -d "$kdir/modules" -S "$kver" --show-depends "$name" 2>&1) || {
+    echo "images: module $name is not in kernel $kver: $deps" >&2
+    exit 1
+  }
+  while read -r verb path _; do
+    [ "$verb" = insmod ] && files+=("${path#"$tree"/}")
+  done <<< "$deps"
+done < "$here/boot-modules.txt"
+
+for rel in $(printf '%s\n' "${files[@]}" | LC_ALL=C sort -u); do
+  mkdir -p "$stage/lib/modules/$kver/$(dirname "$rel")"
+  cp "$tree/$rel" "$stage/lib/modules/$kver/$rel"
+done
+for f in modules.builtin modules.builtin.modinfo modules.order; do
+  [ -f "$tree/$f" ] && cp "$tree/$f" "$stage/lib/modules/$kver/$f"
+done
+depmod -b "$stage" "$kver"
+
+mkdir -p "$out"
+"$here/cpio.sh" "$stage" "$out/boot.cpio.tmp"
+mv "$out/boot.cpio.tmp" "$out/boot.cpio"
+install -m 0755 "$init" "$out/liken-init"
+for f in vmlinuz vmlinux kernel-release package; do
+  # Copies rather than links, so the output directory stands alone.
+  cmp -s "$kdir/$f" "$out/$f" 2>/dev/null || cp "$kdir/$f" "$out/$f"
+done
+count=$(printf '%s\n' "${files[@]}" | sort -u | wc -l)
+echo "images: $out/boot.cpio ($(stat -c %s "$out/boot.cpio") bytes: /init and $count modules for $kver)" >&2

@@ -1,0 +1,126 @@
+//! The kernel command line: the few `liken.*` arguments init acts on.
+//!
+//! The bootloader entry (written by init itself, or by `liken stick`)
+//! carries them: `liken.machine=<name>` picks this computer's Machine
+//! document, `liken.install` boots install mode, `liken.slot=A|B` says
+//! which slot the entry boots, and `console=` arguments are kept so the
+//! installed machine's entries carry them on. Anything else is the
+//! kernel's business and ignored here.
+//!
+//! Parsing follows the kernel's own rules: arguments split on
+//! whitespace, and double quotes group a value with spaces in it.
+
+use liken_api::Slot;
+
+/// What init reads from the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cmdline {
+    /// `liken.machine=`.
+    pub machine: Option<String>,
+    /// `liken.install` (bare, or `=1`/`=yes`/`=true`).
+    pub install: bool,
+    /// `liken.slot=`, when the entry names a slot.
+    pub slot: Option<Slot>,
+    /// Every `console=` value, in order.
+    pub consoles: Vec<String>,
+    /// Arguments that start with `liken.` but mean nothing to this
+    /// version, so the console can say so (a typo picks no machine).
+    pub unknown: Vec<String>,
+}
+
+/// Splits a command line into arguments the way the kernel does.
+pub fn split(text: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut in_arg = false;
+    for c in text.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                in_arg = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if in_arg {
+                    args.push(std::mem::take(&mut current));
+                    in_arg = false;
+                }
+            }
+            c => {
+                current.push(c);
+                in_arg = true;
+            }
+        }
+    }
+    if in_arg {
+        args.push(current);
+    }
+    args
+}
+
+impl Cmdline {
+    /// Reads the arguments init acts on from the text of /proc/cmdline.
+    pub fn parse(text: &str) -> Cmdline {
+        let mut c = Cmdline::default();
+        for arg in split(text) {
+            let (key, value) = match arg.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (arg.as_str(), None),
+            };
+            match (key, value) {
+                ("liken.machine", Some(v)) if !v.is_empty() => c.machine = Some(v.to_owned()),
+                // An empty name asks for nothing: the MAC or the only
+                // document decides.
+                ("liken.machine", Some(_)) => {}
+                ("liken.install", None) => c.install = true,
+                ("liken.install", Some(v)) => {
+                    c.install = matches!(v, "1" | "yes" | "true" | "on");
+                }
+                ("liken.slot", Some("A" | "a")) => c.slot = Some(Slot::A),
+                ("liken.slot", Some("B" | "b")) => c.slot = Some(Slot::B),
+                ("console", Some(v)) => c.consoles.push(v.to_owned()),
+                (k, _) if k.starts_with("liken.") && !k.starts_with("liken.standin") => {
+                    c.unknown.push(arg.clone());
+                }
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_like_the_kernel() {
+        assert_eq!(
+            split("  a b=\"c d\"  e\n"),
+            vec!["a".to_owned(), "b=c d".to_owned(), "e".to_owned()]
+        );
+        assert!(split("").is_empty());
+    }
+
+    #[test]
+    fn reads_liken_arguments() {
+        let c = Cmdline::parse(
+            "BOOT_IMAGE=/x console=tty0 console=ttyS0,115200 liken.machine=web-1 \
+             liken.install liken.slot=B liken.mashine=x quiet liken.standin=exit:3",
+        );
+        assert_eq!(c.machine.as_deref(), Some("web-1"));
+        assert!(c.install);
+        assert_eq!(c.slot, Some(Slot::B));
+        assert_eq!(c.consoles, vec!["tty0", "ttyS0,115200"]);
+        assert_eq!(c.unknown, vec!["liken.mashine=x"]);
+    }
+
+    #[test]
+    fn absent_and_empty_values() {
+        let c = Cmdline::parse("liken.machine= liken.install=0 liken.slot=C");
+        assert_eq!(c.machine, None);
+        assert!(!c.install);
+        assert_eq!(c.slot, None);
+        assert_eq!(c.unknown, vec!["liken.slot=C"]);
+    }
+}

@@ -1,0 +1,50 @@
+//! What wakes the supervisor loop: a child's exit, a signal asking for
+//! shutdown, a control-socket request. Every thread that learns of
+//! something sends one of these on the loop's channel, so the loop is
+//! the only place that decides anything.
+
+use std::fmt;
+
+use crossbeam_channel::Sender;
+use liken_api::control::{Request, Response};
+
+use crate::sys::power::PowerAction;
+
+/// How a child ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal (named) killed it.
+    Signal(String),
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exited with status {c}"),
+            ExitStatus::Signal(s) => write!(f, "was killed by {s}"),
+        }
+    }
+}
+
+/// One thing for the supervisor loop to handle.
+#[derive(Debug)]
+pub enum Event {
+    /// A supervised child ended (the reaper has reaped it).
+    Exited {
+        /// Its pid.
+        pid: u32,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// A signal asked for an orderly shutdown.
+    Signal(PowerAction),
+    /// A control-socket request; the loop answers on `reply`.
+    Control {
+        /// What was asked.
+        request: Request,
+        /// Where the answer goes.
+        reply: Sender<Response>,
+    },
+}

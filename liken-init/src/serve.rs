@@ -1,0 +1,318 @@
+//! The supervisor loop, where every boot ends, and the orderly shutdown
+//! it leaves through.
+//!
+//! The loop owns all decisions after boot: it starts the service,
+//! restarts it when the reaper reports its exit, answers control
+//! requests and turns shutdown signals into the shutdown sequence. It
+//! waits on one channel with the service's next restart as its timeout,
+//! so it is idle unless something happened.
+//!
+//! Shutdown, like boot, is a sequence of named steps with one milestone
+//! each: stop k3s (TERM, then KILL after a grace period), stop every
+//! other process, sync, unmount in reverse, then reboot(2) or power off.
+//! If the kernel refuses the reboot, init says so and retries; it never
+//! returns.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use liken_api::control::{InitStatus, Request, Response};
+use nix::sys::signal::Signal;
+
+use crate::console::{self, Outcome};
+use crate::events::Event;
+use crate::mounts;
+use crate::steps::Boot;
+use crate::supervisor::{Spawner, Supervisor};
+use crate::sys::power::PowerAction;
+
+/// How long k3s gets to stop after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long other processes get after SIGTERM before SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// The longest the loop sleeps with nothing to do.
+const IDLE: Duration = Duration::from_secs(3600);
+
+/// Runs the loop forever.
+pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receiver<Event>) -> ! {
+    let started = match (&sup.service, &boot.no_service) {
+        (Some(_), _) => match sup.start(Instant::now()) {
+            Ok(pid) => format!("{} {} pid {pid}", sup.name, service_args(&sup)),
+            Err(e) => e,
+        },
+        (None, Some(why)) => format!("nothing to supervise: {why}"),
+        (None, None) => "nothing to supervise".to_owned(),
+    };
+    let uptime = console::uptime().map_or(String::new(), |u| format!(", uptime {u:.2} s"));
+    console::milestone(
+        "supervisor",
+        &Outcome::ok_with(format!("{started}{uptime}")),
+    );
+
+    let mut deferred: VecDeque<Event> = VecDeque::new();
+    loop {
+        let event = match deferred.pop_front() {
+            Some(e) => e,
+            None => {
+                let wait = sup
+                    .deadline()
+                    .map_or(IDLE, |d| d.saturating_duration_since(Instant::now()));
+                match events.recv_timeout(wait) {
+                    Ok(e) => e,
+                    Err(RecvTimeoutError::Timeout) => {
+                        tick(&mut sup);
+                        continue;
+                    }
+                    // Every thread that sends also lives forever; with
+                    // none left there is nothing to wait for but a
+                    // restart, so wait on the clock alone.
+                    Err(RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(wait.min(IDLE));
+                        tick(&mut sup);
+                        continue;
+                    }
+                }
+            }
+        };
+        match event {
+            Event::Exited { pid, status } => {
+                if let Some(line) = sup.on_exit(pid, &status, Instant::now()) {
+                    console::line(&line);
+                }
+            }
+            Event::Signal(action) => shutdown(&mut boot, &mut sup, &events, action),
+            Event::Control { request, reply } => match request {
+                Request::Status => {
+                    let _ = reply.send(Response::Status(status(&boot, &sup)));
+                }
+                Request::Reboot | Request::Poweroff => {
+                    let action = if request == Request::Reboot {
+                        PowerAction::Reboot
+                    } else {
+                        PowerAction::Poweroff
+                    };
+                    // A client that gave up waiting (init was still
+                    // booting) was told its request failed; carrying it
+                    // out now would contradict that answer.
+                    if reply.send(Response::Accepted).is_err() {
+                        console::line(&format!(
+                            "control: a {} request arrived, but its client gave up waiting; ignored",
+                            action.name()
+                        ));
+                        continue;
+                    }
+                    console::line(&format!("control: {} requested", action.name()));
+                    shutdown(&mut boot, &mut sup, &events, action);
+                }
+                Request::RestartK3s => {
+                    if sup.service.is_none() {
+                        let _ = reply.send(Response::Refused {
+                            message: format!(
+                                "there is no {} to restart: {}",
+                                sup.name,
+                                boot.no_service
+                                    .as_deref()
+                                    .unwrap_or("nothing is supervised")
+                            ),
+                        });
+                        continue;
+                    }
+                    if reply.send(Response::Accepted).is_err() {
+                        console::line(
+                            "control: a restart request arrived, but its client gave up waiting; ignored",
+                        );
+                        continue;
+                    }
+                    console::line(&format!("control: restart of {} requested", sup.name));
+                    let outcome = stop_service(&mut sup, &events, &mut deferred);
+                    console::milestone("stop-k3s", &outcome);
+                    sup.reset_backoff();
+                    match sup.start(Instant::now()) {
+                        Ok(pid) => {
+                            console::line(&format!("{}: started again, pid {pid}", sup.name))
+                        }
+                        Err(e) => console::line(&e),
+                    }
+                }
+            },
+        }
+    }
+}
+
+fn service_args<S: Spawner>(sup: &Supervisor<S>) -> String {
+    sup.service
+        .as_ref()
+        .map_or(String::new(), |s| s.args.join(" "))
+}
+
+fn tick<S: Spawner>(sup: &mut Supervisor<S>) {
+    match sup.tick(Instant::now()) {
+        Some(Ok(pid)) => console::line(&format!("{}: restarted, pid {pid}", sup.name)),
+        Some(Err(e)) => console::line(&e),
+        None => {}
+    }
+}
+
+fn status<S: Spawner>(boot: &Boot, sup: &Supervisor<S>) -> InitStatus {
+    InitStatus {
+        boot: boot.record.clone(),
+        machine: boot.machine.as_ref().map(|m| m.metadata.name.clone()),
+        problems: boot.problems.clone(),
+        k3s: sup.status(),
+    }
+}
+
+/// Waits until the reaper reports `pid`'s exit or the deadline passes;
+/// other events are kept for later. Whether it exited.
+fn wait_exit(
+    events: &Receiver<Event>,
+    pid: u32,
+    within: Duration,
+    deferred: &mut VecDeque<Event>,
+) -> bool {
+    let deadline = Instant::now()
+        .checked_add(within)
+        .unwrap_or_else(Instant::now);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match events.recv_timeout(left) {
+            Ok(Event::Exited { pid: p, .. }) if p == pid => return true,
+            Ok(other) => deferred.push_back(other),
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Stops the service: SIGTERM, then SIGKILL after [`STOP_GRACE`].
+fn stop_service<S: Spawner>(
+    sup: &mut Supervisor<S>,
+    events: &Receiver<Event>,
+    deferred: &mut VecDeque<Event>,
+) -> Outcome {
+    let Some(pid) = sup.running_pid() else {
+        sup.mark_stopped();
+        return Outcome::ok_with(format!("{} was not running", sup.name));
+    };
+    let t0 = Instant::now();
+    if let Err(e) = sup.signal(Signal::SIGTERM) {
+        console::line(&format!(
+            "{}: cannot send SIGTERM to pid {pid}: {e}",
+            sup.name
+        ));
+    }
+    if wait_exit(events, pid, STOP_GRACE, deferred) {
+        sup.mark_stopped();
+        return Outcome::ok_with(format!("stopped in {:.1} s", t0.elapsed().as_secs_f64()));
+    }
+    let _ = sup.signal(Signal::SIGKILL);
+    let gone = wait_exit(events, pid, Duration::from_secs(5), deferred);
+    sup.mark_stopped();
+    if gone {
+        Outcome::ok_with(format!(
+            "killed after ignoring SIGTERM for {} s",
+            STOP_GRACE.as_secs()
+        ))
+    } else {
+        Outcome::Failed(format!(
+            "pid {pid} did not die even after SIGKILL; going on without it"
+        ))
+    }
+}
+
+/// The pids of user processes other than init (kernel threads have an
+/// empty cmdline and ignore signals).
+fn user_processes(proc: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != 1)
+        .filter(|pid| {
+            std::fs::read(proc.join(pid.to_string()).join("cmdline")).is_ok_and(|c| !c.is_empty())
+        })
+        .collect()
+}
+
+fn kill_rest(proc: &Path) -> Outcome {
+    let everyone = nix::unistd::Pid::from_raw(-1);
+    if user_processes(proc).is_empty() {
+        return Outcome::ok_with("none left");
+    }
+    let _ = nix::sys::signal::kill(everyone, Signal::SIGTERM);
+    let deadline = Instant::now()
+        .checked_add(KILL_GRACE)
+        .unwrap_or_else(Instant::now);
+    while Instant::now() < deadline {
+        if user_processes(proc).is_empty() {
+            return Outcome::ok_with("all stopped on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stubborn = user_processes(proc).len();
+    let _ = nix::sys::signal::kill(everyone, Signal::SIGKILL);
+    std::thread::sleep(Duration::from_millis(500));
+    Outcome::ok_with(format!("{stubborn} killed after SIGTERM"))
+}
+
+/// The orderly shutdown; never returns.
+pub fn shutdown<S: Spawner>(
+    boot: &mut Boot,
+    sup: &mut Supervisor<S>,
+    events: &Receiver<Event>,
+    action: PowerAction,
+) -> ! {
+    console::milestone(
+        "shutdown",
+        &Outcome::ok_with(format!("{} requested", action.name())),
+    );
+    let mut deferred = VecDeque::new();
+    console::milestone("stop-k3s", &stop_service(sup, events, &mut deferred));
+    // Requests that arrive now get an answer rather than a timeout.
+    for e in deferred.drain(..) {
+        if let Event::Control { reply, .. } = e {
+            let _ = reply.send(Response::Refused {
+                message: format!("init is shutting down for a {}", action.name()),
+            });
+        }
+    }
+    console::milestone("stop-processes", &kill_rest(&boot.paths.proc));
+    boot.sys.power.sync();
+    console::milestone("sync", &Outcome::Ok(None));
+    let (detached, failed) = mounts::unmount_all(&*boot.sys.mount, &boot.mounted);
+    let outcome = if failed.is_empty() {
+        let mut text = format!("{} filesystems", boot.mounted.len());
+        if !detached.is_empty() {
+            let list: Vec<String> = detached.iter().map(|d| d.display().to_string()).collect();
+            text.push_str(&format!("; {} busy, detached", list.join(", ")));
+        }
+        Outcome::ok_with(text)
+    } else {
+        Outcome::Failed(format!(
+            "could not unmount {}; data was synced first",
+            failed.join(", ")
+        ))
+    };
+    console::milestone("unmount", &outcome);
+    power_off(boot, action)
+}
+
+/// Reboots or powers off, retrying forever if the kernel refuses.
+pub fn power_off(boot: &Boot, action: PowerAction) -> ! {
+    console::milestone(action.name(), &Outcome::Ok(None));
+    loop {
+        boot.sys.power.sync();
+        let e = boot.sys.power.reboot(action);
+        console::line(&format!(
+            "{}: the kernel refused ({e}); retrying in 10 s. Power the machine off by hand if this repeats",
+            action.name()
+        ));
+        std::thread::sleep(Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,466 @@
+//! The boot sequence as data: a table of named steps, each run once in
+//! order, each printing exactly one milestone line.
+//!
+//! A step reads and adds to the [`Boot`] it is handed and returns an
+//! [`Outcome`]. A failed step is recorded (the control socket's status
+//! reports it) and the sequence goes on: later steps decide for
+//! themselves whether they can still do their job, and say `skipped`
+//! with the reason when they cannot. However a boot goes, the machine
+//! ends in the supervisor loop, answering the control socket and
+//! rebooting on request.
+//!
+//! Coldplug runs before the Machine is chosen (SPEC.md lists it after)
+//! because the choice can depend on a network card's MAC address, and
+//! the card has no /sys/class/net entry until its driver is loaded.
+//!
+//! Not built yet, so absent from the table: mounting the active slot and
+//! switching root (step 4; init stays on the initramfs), sysctls, NTP
+//! (step 5), promoting staged documents (step 6),
+//! seeding k3s (step 7), boot assessment (step 9) and install mode
+//! (step 12).
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use crossbeam_channel::Sender;
+use liken_api::control::StepProblem;
+use liken_api::{BootRecord, Cluster, Machine, Role, Time};
+
+use crate::boot_record;
+use crate::cmdline::Cmdline;
+use crate::console::{self, Outcome};
+use crate::events::Event;
+use crate::layer;
+use crate::modload::{self, ModuleTree};
+use crate::mounts;
+use crate::net;
+use crate::supervisor::{Service, k3s_subcommand};
+use crate::sys::Sys;
+use crate::sys::block;
+
+/// Where init finds things. Real boots use [`Paths::real`]; tests point
+/// these into a temporary tree.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    /// /proc.
+    pub proc: PathBuf,
+    /// /sys.
+    pub sys: PathBuf,
+    /// /run/liken: the boot record and the control socket.
+    pub run_liken: PathBuf,
+    /// /etc/liken: the deployment layer's documents.
+    pub etc_liken: PathBuf,
+    /// /lib/modules.
+    pub modules: PathBuf,
+    /// The k3s binary.
+    pub k3s: PathBuf,
+    /// The resolver configuration the network step writes.
+    pub resolv_conf: PathBuf,
+}
+
+impl Paths {
+    /// The machine's own.
+    pub fn real() -> Paths {
+        Paths {
+            proc: "/proc".into(),
+            sys: "/sys".into(),
+            run_liken: "/run/liken".into(),
+            etc_liken: "/etc/liken".into(),
+            modules: "/lib/modules".into(),
+            k3s: "/usr/bin/k3s".into(),
+            resolv_conf: "/etc/resolv.conf".into(),
+        }
+    }
+}
+
+/// What the boot has learnt so far.
+pub struct Boot {
+    /// The kernel.
+    pub sys: Sys,
+    /// Where things are.
+    pub paths: Paths,
+    /// When init started (wall clock), for the boot record.
+    pub started: Time,
+    /// When init started (monotonic).
+    pub started_at: Instant,
+    /// The supervisor loop's channel, for the control thread.
+    pub events: Sender<Event>,
+    /// Filesystems mounted this boot, in mount order.
+    pub mounted: Vec<PathBuf>,
+    /// The command line.
+    pub cmdline: Cmdline,
+    /// The module tree, once opened.
+    pub modules: Option<ModuleTree>,
+    /// Modules loaded or attempted, so no module is tried twice.
+    pub modules_done: std::collections::HashSet<String>,
+    /// The Cluster document, when valid.
+    pub cluster: Option<Cluster>,
+    /// This computer's Machine document, when chosen and valid.
+    pub machine: Option<Machine>,
+    /// The published boot record.
+    pub record: Option<BootRecord>,
+    /// What to supervise.
+    pub service: Option<Service>,
+    /// Why there is nothing to supervise, when there is not.
+    pub no_service: Option<String>,
+    /// Failed steps.
+    pub problems: Vec<StepProblem>,
+}
+
+impl Boot {
+    /// A boot starting now.
+    pub fn new(sys: Sys, paths: Paths, events: Sender<Event>) -> Boot {
+        Boot {
+            sys,
+            paths,
+            started: Time::from_system(SystemTime::now()),
+            started_at: Instant::now(),
+            events,
+            mounted: Vec::new(),
+            cmdline: Cmdline::default(),
+            modules: None,
+            modules_done: Default::default(),
+            cluster: None,
+            machine: None,
+            record: None,
+            service: None,
+            no_service: None,
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// One step: its milestone name and what it does.
+pub struct Step {
+    /// The name its milestone prints.
+    pub name: &'static str,
+    /// The step.
+    pub run: fn(&mut Boot) -> Outcome,
+}
+
+/// The boot sequence.
+pub const BOOT: &[Step] = &[
+    Step {
+        name: "mount",
+        run: mount_pseudo,
+    },
+    Step {
+        name: "control",
+        run: start_control,
+    },
+    Step {
+        name: "cmdline",
+        run: read_cmdline,
+    },
+    Step {
+        name: "modules",
+        run: load_modules,
+    },
+    Step {
+        name: "machine",
+        run: choose_machine,
+    },
+    Step {
+        name: "machine-modules",
+        run: load_machine_modules,
+    },
+    Step {
+        name: "root",
+        run: find_root,
+    },
+    Step {
+        name: "hostname",
+        run: set_hostname,
+    },
+    Step {
+        name: "network",
+        run: configure_network,
+    },
+    Step {
+        name: "boot-record",
+        run: publish_record,
+    },
+    Step {
+        name: "k3s",
+        run: decide_k3s,
+    },
+];
+
+/// Runs the steps in order, printing each milestone.
+pub fn run(boot: &mut Boot, steps: &[Step]) {
+    for step in steps {
+        let outcome = (step.run)(boot);
+        if let Outcome::Failed(message) = &outcome {
+            boot.problems.push(StepProblem {
+                step: step.name.to_owned(),
+                message: message.clone(),
+            });
+        }
+        console::milestone(step.name, &outcome);
+    }
+}
+
+fn mount_pseudo(boot: &mut Boot) -> Outcome {
+    let efi = boot.paths.sys.join("firmware/efi").exists();
+    let (mounted, failures) = mounts::mount_all(&*boot.sys.mount, &mounts::pseudo(efi));
+    boot.mounted.extend(mounted);
+    if failures.is_empty() {
+        Outcome::Ok(None)
+    } else {
+        Outcome::Failed(format!(
+            "{}; the machine goes on without them, but the image or kernel is broken: rebuild it",
+            failures.join("; ")
+        ))
+    }
+}
+
+fn start_control(boot: &mut Boot) -> Outcome {
+    let dir = &boot.paths.run_liken;
+    let started = std::fs::create_dir_all(dir)
+        .and_then(|()| crate::control::spawn(&dir.join("init.sock"), boot.events.clone()));
+    match started {
+        Ok(()) => Outcome::ok_with(format!("listening on {}", dir.join("init.sock").display())),
+        Err(e) => Outcome::Failed(format!(
+            "cannot listen on {}: {e}; the machine cannot take requests, \
+             so reboot it with Ctrl-Alt-Del or its power button",
+            dir.join("init.sock").display()
+        )),
+    }
+}
+
+fn read_cmdline(boot: &mut Boot) -> Outcome {
+    match std::fs::read_to_string(boot.paths.proc.join("cmdline")) {
+        Ok(text) => {
+            boot.cmdline = Cmdline::parse(&text);
+            let c = &boot.cmdline;
+            if !c.unknown.is_empty() {
+                return Outcome::Failed(format!(
+                    "unknown liken arguments {}; correct them in the boot entry (liken.machine=, liken.install, liken.slot=)",
+                    c.unknown.join(" ")
+                ));
+            }
+            let mut detail = Vec::new();
+            if let Some(m) = &c.machine {
+                detail.push(format!("machine {m}"));
+            }
+            if let Some(s) = c.slot {
+                detail.push(format!("slot {s}"));
+            }
+            if c.install {
+                detail.push("install mode".to_owned());
+            }
+            if detail.is_empty() {
+                Outcome::Ok(None)
+            } else {
+                Outcome::ok_with(detail.join(", "))
+            }
+        }
+        Err(e) => Outcome::Failed(format!(
+            "cannot read /proc/cmdline ({e}); continuing as if it were empty"
+        )),
+    }
+}
+
+fn load_modules(boot: &mut Boot) -> Outcome {
+    let t0 = Instant::now();
+    let tree = match modload::open_tree(&boot.paths.modules, &boot.paths.proc) {
+        Ok(t) => t,
+        Err(e) => {
+            return Outcome::Failed(format!(
+                "{e}; no modules loaded, so disks and network may be missing: rebuild the image"
+            ));
+        }
+    };
+    let report = modload::coldplug(&tree, &*boot.sys.modules, &boot.paths.sys, &[]);
+    boot.modules_done.extend(report.loaded.iter().cloned());
+    boot.modules_done
+        .extend(modload::loaded_modules(&boot.paths.sys));
+    boot.modules = Some(tree);
+    match modload::describe(&report, t0.elapsed().as_secs_f64()) {
+        Ok(text) => Outcome::ok_with(text),
+        Err(text) => Outcome::Failed(text),
+    }
+}
+
+fn choose_machine(boot: &mut Boot) -> Outcome {
+    let etc = &boot.paths.etc_liken;
+    let cluster = layer::read_cluster(etc);
+    let candidates = match layer::read_machines(etc) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("{e}; boot with a layer made by `liken layer`")),
+    };
+    let macs = layer::read_macs(&boot.paths.sys);
+    let dir = etc.join("machines").display().to_string();
+    let machine =
+        match layer::decide_machine(boot.cmdline.machine.as_deref(), &macs, &candidates, &dir) {
+            Ok(m) => m.clone(),
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+    let name = machine.metadata.name.clone();
+    boot.machine = Some(machine);
+    match cluster {
+        Ok(c) => {
+            let role = if c.is_leader(&name) {
+                Role::Leader
+            } else {
+                Role::Follower
+            };
+            let text = format!("{name}, {} of cluster {}", role.as_str(), c.metadata.name);
+            boot.cluster = Some(c);
+            Outcome::ok_with(text)
+        }
+        Err(e) => Outcome::Failed(format!("machine {name} chosen, but {e}")),
+    }
+}
+
+fn load_machine_modules(boot: &mut Boot) -> Outcome {
+    let Some(machine) = &boot.machine else {
+        return skipped("no valid Machine document");
+    };
+    if machine.spec.modules.is_empty() {
+        return Outcome::ok_with("none listed");
+    }
+    let Some(tree) = &boot.modules else {
+        return Outcome::Failed(
+            "the module tree could not be opened (see the modules line)".into(),
+        );
+    };
+    let t0 = Instant::now();
+    let report = modload::load(
+        tree,
+        &*boot.sys.modules,
+        machine.spec.modules.iter().map(String::as_str),
+        &mut boot.modules_done,
+    );
+    match modload::describe(&report, t0.elapsed().as_secs_f64()) {
+        Ok(text) => Outcome::ok_with(text),
+        Err(text) => Outcome::Failed(text),
+    }
+}
+
+fn find_root(boot: &mut Boot) -> Outcome {
+    let mut found = Vec::new();
+    for slot in liken_api::Slot::ALL {
+        match block::find_by_label(&boot.paths.sys, slot.partition_label()) {
+            Ok(Some(dev)) => found.push(format!("{} on {}", slot.partition_label(), dev.display())),
+            Ok(None) => {}
+            Err(devs) => {
+                let list: Vec<String> = devs.iter().map(|d| d.display().to_string()).collect();
+                return Outcome::Failed(format!(
+                    "partition label {} is on several disks ({}); remove the install stick or the stale disk and reboot",
+                    slot.partition_label(),
+                    list.join(", ")
+                ));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Outcome::ok_with("no LIKEN-A or LIKEN-B partition; running from the initramfs");
+    }
+    // The filesystems a slot and the data partition need, loaded now
+    // that there is something to mount.
+    let loaded = match &boot.modules {
+        Some(tree) => {
+            let report = modload::load(
+                tree,
+                &*boot.sys.modules,
+                modload::FILESYSTEMS.iter().copied(),
+                &mut boot.modules_done,
+            );
+            match modload::describe(&report, 0.0) {
+                Ok(_) => format!("{} filesystem modules loaded", report.loaded.len()),
+                Err(text) => text,
+            }
+        }
+        None => "no module tree to load filesystems from".to_owned(),
+    };
+    Outcome::Failed(format!(
+        "found {} ({loaded}), but this init cannot mount a system image yet; running from the initramfs",
+        found.join(", ")
+    ))
+}
+
+fn set_hostname(boot: &mut Boot) -> Outcome {
+    let Some(machine) = &boot.machine else {
+        return skipped("no valid Machine document");
+    };
+    let name = machine.hostname();
+    match nix::unistd::sethostname(name) {
+        Ok(()) => Outcome::ok_with(name.to_owned()),
+        Err(e) => Outcome::Failed(format!("cannot set the hostname to {name:?}: {e}")),
+    }
+}
+
+fn configure_network(boot: &mut Boot) -> Outcome {
+    let Some(machine) = &boot.machine else {
+        return skipped("no valid Machine document");
+    };
+    let none = liken_api::machine::NetworkSpec::default();
+    let spec = machine.spec.network.as_ref().unwrap_or(&none);
+    let found = net::read_interfaces(&boot.paths.sys);
+    match net::configure(
+        spec,
+        &found,
+        &*boot.sys.netlink,
+        &*boot.sys.dhcp,
+        &boot.paths.resolv_conf,
+    ) {
+        Ok(text) => Outcome::ok_with(text),
+        Err(text) => Outcome::Failed(text),
+    }
+}
+
+fn publish_record(boot: &mut Boot) -> Outcome {
+    let record = boot_record::decide_record(
+        boot.started,
+        boot.cmdline.slot,
+        boot_record::build_version(),
+        boot.machine.as_ref(),
+        boot.cluster.as_ref(),
+    );
+    let result = std::fs::create_dir_all(&boot.paths.run_liken)
+        .and_then(|()| boot_record::publish(&boot.paths.run_liken, &record));
+    let outcome = match result {
+        Ok(path) => Outcome::ok_with(format!(
+            "{}, boot {}",
+            path.display(),
+            record.boot_id().short()
+        )),
+        Err(e) => Outcome::Failed(format!(
+            "cannot write {}: {e}; the machine operator cannot see this boot",
+            boot.paths.run_liken.join(boot_record::FILE).display()
+        )),
+    };
+    boot.record = Some(record);
+    outcome
+}
+
+fn decide_k3s(boot: &mut Boot) -> Outcome {
+    let (Some(machine), Some(cluster)) = (&boot.machine, &boot.cluster) else {
+        boot.no_service = Some("no valid Machine and Cluster documents".into());
+        return skipped("no valid Machine and Cluster documents");
+    };
+    if !boot.paths.k3s.exists() {
+        let why = format!(
+            "this image has no k3s ({} is absent); build it with K3S_BINARY=<path to k3s>",
+            boot.paths.k3s.display()
+        );
+        boot.no_service = Some(why.clone());
+        return Outcome::Failed(why);
+    }
+    let role = if cluster.is_leader(&machine.metadata.name) {
+        Role::Leader
+    } else {
+        Role::Follower
+    };
+    let sub = k3s_subcommand(role);
+    boot.service = Some(Service {
+        program: boot.paths.k3s.clone(),
+        args: vec![sub.to_owned()],
+    });
+    Outcome::ok_with(format!("k3s {sub}"))
+}
+
+fn skipped(why: &str) -> Outcome {
+    Outcome::Skipped(why.to_owned())
+}

@@ -1,0 +1,56 @@
+//! The kernel, behind one narrow seam per area.
+//!
+//! Each area is a trait with the real implementation (safe wrappers from
+//! `nix`) and a recording fake, so the
+//! logic above it (the boot steps, coldplug, shutdown) is tested without
+//! root and without a kernel to break. Areas whose only seam is the
+//! filesystem (block devices read from /sys) take a root directory
+//! instead, and tests hand them a temporary tree.
+//!
+//! - [`mount`] wraps mount(2) and umount2(2);
+//! - [`modules`] wraps finit_module(2);
+//! - [`power`] wraps sync(2), reboot(2) and the Ctrl-Alt-Del switch;
+//! - [`block`] finds GPT partitions by label in /sys/class/block;
+//! - [`netlink`] brings links up and adds IPv4 addresses and routes
+//!   over rtnetlink;
+//! - [`process`] clears init's signal mask in a child before exec, the
+//!   crate's only unsafe code.
+//!
+//! Not built yet: efivars (the boot entry that booted, for boot
+//! assessment).
+
+pub mod block;
+pub mod modules;
+pub mod mount;
+pub mod netlink;
+pub mod power;
+pub mod process;
+
+/// The kernel interfaces a boot uses, real or fake.
+pub struct Sys {
+    /// mount(2).
+    pub mount: Box<dyn mount::Mounter + Send>,
+    /// finit_module(2).
+    pub modules: Box<dyn modules::ModuleLoader + Send>,
+    /// sync(2) and reboot(2).
+    pub power: Box<dyn power::Power + Send>,
+    /// rtnetlink: links, addresses, routes.
+    pub netlink: Box<dyn netlink::Netlink + Send>,
+    /// The DHCP client.
+    pub dhcp: Box<dyn crate::net::dhcp::DhcpClient + Send>,
+}
+
+impl Sys {
+    /// The running kernel.
+    pub fn real() -> Sys {
+        Sys {
+            mount: Box::new(mount::RealMounter),
+            modules: Box::new(modules::RealLoader),
+            power: Box::new(power::RealPower),
+            netlink: Box::new(netlink::RealNetlink::new()),
+            dhcp: Box::new(crate::net::dhcp::RealDhcp {
+                deadline: crate::net::DHCP_DEADLINE,
+            }),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! sync(2), reboot(2) and the Ctrl-Alt-Del switch.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+/// How the machine goes down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerAction {
+    /// Restart.
+    Reboot,
+    /// Switch off.
+    Poweroff,
+}
+
+impl PowerAction {
+    /// The action's name, as milestones print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PowerAction::Reboot => "reboot",
+            PowerAction::Poweroff => "poweroff",
+        }
+    }
+}
+
+/// The power interfaces.
+pub trait Power {
+    /// Flushes every filesystem's dirty data.
+    fn sync(&self);
+    /// Reboots or powers off; returns only when the kernel refused.
+    fn reboot(&self, action: PowerAction) -> io::Error;
+    /// Turns Ctrl-Alt-Del into SIGINT for init instead of an instant
+    /// reboot, so the keystroke (and QEMU's `sendkey ctrl-alt-delete`)
+    /// gets an orderly shutdown.
+    fn cad_to_signal(&self) -> io::Result<()>;
+}
+
+/// The kernel's.
+pub struct RealPower;
+
+impl Power for RealPower {
+    fn sync(&self) {
+        nix::unistd::sync();
+    }
+
+    fn reboot(&self, action: PowerAction) -> io::Error {
+        let mode = match action {
+            PowerAction::Reboot => nix::sys::reboot::RebootMode::RB_AUTOBOOT,
+            PowerAction::Poweroff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
+        };
+        match nix::sys::reboot::reboot(mode) {
+            Err(e) => io::Error::from(e),
+            Ok(never) => match never {},
+        }
+    }
+
+    fn cad_to_signal(&self) -> io::Result<()> {
+        nix::sys::reboot::set_cad_enabled(false).map_err(io::Error::from)
+    }
+}
+
+/// Records calls; reboot "fails" so a test sees it return.
+#[derive(Clone, Default)]
+pub struct FakePower {
+    /// "sync", "reboot", "poweroff", "cad", in order.
+    pub calls: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl FakePower {
+    /// The calls so far.
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record(&self, c: &'static str) {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(c);
+    }
+}
+
+impl Power for FakePower {
+    fn sync(&self) {
+        self.record("sync");
+    }
+
+    fn reboot(&self, action: PowerAction) -> io::Error {
+        self.record(action.name());
+        io::Error::other("fake reboot")
+    }
+
+    fn cad_to_signal(&self) -> io::Result<()> {
+        self.record("cad");
+        Ok(())
+    }
+}

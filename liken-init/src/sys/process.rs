@@ -1,0 +1,33 @@
+//! Starting a child with a clean signal mask.
+//!
+//! init blocks the signals it takes through sigwait (see
+//! [`crate::reaper`]), and a forked child inherits that mask across
+//! exec. std's `Command` does not clear it, so k3s would start with
+//! SIGTERM, SIGINT and SIGCHLD blocked: it could not be stopped
+//! politely and its own children would never be reaped. The fix has to
+//! run in the child between fork and exec, which only
+//! `CommandExt::pre_exec` offers, and that is unsafe. This module is
+//! the one place in init that allows unsafe code.
+
+#![allow(unsafe_code)]
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::sys::signal::SigSet;
+
+/// Makes `command` clear the signal mask in the child before exec.
+pub fn unblock_signals_in_child(command: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the forked child before exec, where
+    // only async-signal-safe work is allowed. It builds an empty
+    // sigset on the stack and calls pthread_sigmask, which is
+    // async-signal-safe; it allocates nothing, takes no lock and
+    // touches no state shared with the parent.
+    unsafe {
+        command.pre_exec(|| {
+            SigSet::empty()
+                .thread_set_mask()
+                .map_err(std::io::Error::from)
+        })
+    }
+}

@@ -1,0 +1,109 @@
+//! Real children, spawned and reaped the way init does it: signals
+//! blocked and taken by the signal thread, pids recorded under the
+//! table lock before the reaper can see them.
+//!
+//! This file runs without the test harness (Cargo.toml: harness =
+//! false): the signals must be blocked in the main thread before any
+//! other thread exists, as init does, or the harness's threads would
+//! take SIGCHLD; and no other test may fork while the reaper runs
+//! (waitpid(-1) would take their children too).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use liken_init::events::{Event, ExitStatus};
+use liken_init::reaper::{self, ChildTable};
+use liken_init::supervisor::{RealSpawner, Service, Spawner};
+use nix::sys::signal::Signal;
+
+fn exit_of(rx: &crossbeam_channel::Receiver<Event>, pid: u32) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Exited { pid: p, status }) if p == pid => return status,
+            Ok(_) => {}
+            Err(e) => panic!("no exit for pid {pid}: {e}"),
+        }
+    }
+}
+
+fn main() {
+    children_are_recorded_reaped_and_stopped();
+    println!("1 passed, 0 failed");
+}
+
+fn children_are_recorded_reaped_and_stopped() {
+    reaper::block().unwrap();
+    let table = Arc::new(Mutex::new(ChildTable::default()));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    reaper::spawn(Arc::clone(&table), tx).unwrap();
+    let spawner = RealSpawner {
+        table: Arc::clone(&table),
+        log: None,
+    };
+
+    // A child that exits at once is still reported: its pid was in the
+    // table before the reaper could reap it.
+    let quick = Service {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "exit 7".into()],
+    };
+    for _ in 0..20 {
+        let pid = spawner.spawn(&quick).unwrap();
+        assert_eq!(exit_of(&rx, pid), ExitStatus::Code(7));
+    }
+
+    // The child starts with signals unblocked, so SIGTERM ends it.
+    let sleeper = Service {
+        program: "/bin/sleep".into(),
+        args: vec!["30".into()],
+    };
+    let pid = spawner.spawn(&sleeper).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let blocked = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        blocked, "0000000000000000",
+        "the child inherited init's signal mask"
+    );
+    spawner.signal(pid, Signal::SIGTERM).unwrap();
+    assert_eq!(exit_of(&rx, pid), ExitStatus::Signal("SIGTERM".into()));
+
+    // With a log, the child's stdout and stderr go through one pipe to
+    // the console and the log file, in order.
+    let dir = std::env::temp_dir().join(format!("liken-init-children-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let logged = RealSpawner {
+        table: Arc::clone(&table),
+        log: Some(dir.join("k3s.log")),
+    };
+    let chatty = Service {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "echo out; echo err >&2; echo done".into()],
+    };
+    let pid = logged.spawn(&chatty).unwrap();
+    assert_eq!(exit_of(&rx, pid), ExitStatus::Code(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(dir.join("k3s.log")).unwrap_or_default();
+        if text == "out\nerr\ndone\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "log holds {text:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A program that cannot start is an error, not a panic, and leaves
+    // nothing behind for the reaper.
+    let missing = Service {
+        program: "/nonexistent/k3s".into(),
+        args: vec![],
+    };
+    assert!(spawner.spawn(&missing).is_err());
+}

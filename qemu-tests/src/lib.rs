@@ -1,0 +1,481 @@
+//! The harness the QEMU tests share: build the images (through the
+//! Makefile, cached), assemble an initramfs from cpio parts, boot it
+//! under QEMU, and read the serial console line by line with a deadline
+//! per milestone.
+//!
+//! QEMU runs under TCG unless `LIKEN_QEMU_ACCEL=kvm` asks for KVM: on
+//! the project's build machines /dev/kvm cannot run a stock kernel
+//! (../shared/PLATFORM.md). The kernel boots as an uncompressed vmlinux
+//! through QEMU's PVH entry, which saves seconds per boot under TCG.
+//!
+//! Every boot's console goes to `<target dir>/qemu-logs/<test>.log` as
+//! it arrives, so a failed test leaves the whole console for a person
+//! to read; the failure message names the file.
+//!
+//! The images are built by `make qemu-images` the first time a test
+//! needs them; if that fails the test fails with make's output. A test
+//! never skips because an image is missing.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// Cargo's target directory: CARGO_TARGET_DIR when set, else the
+/// workspace's `target`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+/// Where console logs are kept.
+pub fn log_dir() -> PathBuf {
+    target_dir().join("qemu-logs")
+}
+
+/// The built images the tests boot.
+#[derive(Debug)]
+pub struct Images {
+    /// The directory holding them (the Makefile's IMAGES_OUT).
+    pub dir: PathBuf,
+    /// The uncompressed kernel.
+    pub vmlinux: PathBuf,
+    /// boot.cpio: /init and the boot modules.
+    pub boot_cpio: PathBuf,
+    /// The static stand-in service.
+    pub standin: PathBuf,
+    /// The benchmark's reference PID 1.
+    pub hello: PathBuf,
+    /// The static liken-init that boot.cpio holds.
+    pub init: PathBuf,
+    /// The workstation CLI, which writes deployment layers.
+    pub liken: PathBuf,
+}
+
+/// Builds the images once per test process (make caches the kernel and
+/// cargo the binaries), or fails the test with make's output.
+pub fn images() -> &'static Images {
+    static IMAGES: OnceLock<Images> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let dir = target_dir().join("images");
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(workspace())
+            .arg("-s")
+            .arg("qemu-images")
+            .arg(format!("IMAGES_OUT={}", dir.display()))
+            .arg(format!("CARGO_TARGET_DIR={}", target_dir().display()))
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run make to build the QEMU images: {e}; install make")
+            });
+        if !out.status.success() {
+            panic!(
+                "`make qemu-images` failed ({}); the QEMU tests need its images. \
+                 Run scripts/setup.sh for the Debian packages it uses.\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let images = Images {
+            vmlinux: dir.join("vmlinux"),
+            boot_cpio: dir.join("boot.cpio"),
+            standin: dir.join("liken-standin-k3s"),
+            hello: dir.join("liken-hello-pid1"),
+            init: dir.join("liken-init"),
+            liken: dir.join("liken"),
+            dir,
+        };
+        for f in [
+            &images.vmlinux,
+            &images.boot_cpio,
+            &images.standin,
+            &images.hello,
+            &images.init,
+            &images.liken,
+        ] {
+            assert!(
+                f.exists(),
+                "`make qemu-images` succeeded but left no {}",
+                f.display()
+            );
+        }
+        images
+    })
+}
+
+/// A scratch directory for one test, emptied first.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = target_dir().join("qemu-scratch").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// Packs `files` (path inside the archive, contents, mode) into a newc
+/// cpio with the image build's own packer, images/cpio.sh.
+pub fn cpio(
+    dir: &Path,
+    name: &str,
+    files: &[(&str, &[u8], u32)],
+    symlinks: &[(&str, &str)],
+) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let tree = dir.join(format!("{name}.tree"));
+    let _ = std::fs::remove_dir_all(&tree);
+    for (path, contents, mode) in files {
+        let p = tree.join(path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+        }
+        std::fs::write(&p, contents).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+    }
+    for (link, to) in symlinks {
+        let p = tree.join(link);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+        }
+        std::os::unix::fs::symlink(to, &p)
+            .unwrap_or_else(|e| panic!("symlink {}: {e}", p.display()));
+    }
+    let archive = dir.join(format!("{name}.cpio"));
+    let status = Command::new(workspace().join("images/cpio.sh"))
+        .arg(&tree)
+        .arg(&archive)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run images/cpio.sh: {e}"));
+    assert!(
+        status.success(),
+        "images/cpio.sh failed for {}",
+        tree.display()
+    );
+    archive
+}
+
+/// Runs the workstation CLI with `args`, failing the test with its
+/// output when it fails.
+pub fn liken(args: &[&str]) -> String {
+    let out = Command::new(&images().liken)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run liken: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "liken {} failed:\n{text}",
+        args.join(" ")
+    );
+    text
+}
+
+/// A deployment layer made the way a person makes one: `liken new`
+/// with one leader, `liken mint`, `liken layer`. Returns the
+/// deployment directory and the layer.
+pub fn cli_layer(dir: &Path, cluster: &str, machine: &str) -> (PathBuf, PathBuf) {
+    let deployment = dir.join("deployment");
+    let identity = deployment.join("identity");
+    let layer = dir.join("layer.cpio");
+    let d = deployment.to_string_lossy().into_owned();
+    let i = identity.to_string_lossy().into_owned();
+    liken(&[
+        "new",
+        "-name",
+        cluster,
+        "-endpoint",
+        "https://10.0.2.15:6443",
+        "-machine",
+        &format!("{machine}=leader"),
+        &d,
+    ]);
+    liken(&["mint", &i]);
+    liken(&["layer", &d, &i, &layer.to_string_lossy()]);
+    (deployment, layer)
+}
+
+/// The stand-in service as a cpio part: the binary under its own name,
+/// and /usr/bin/k3s pointing at it, where init looks for k3s.
+pub fn standin_cpio(dir: &Path) -> PathBuf {
+    let bin = std::fs::read(&images().standin).unwrap_or_else(|e| panic!("read stand-in: {e}"));
+    cpio(
+        dir,
+        "standin",
+        &[("usr/libexec/liken-standin-k3s", &bin, 0o755)],
+        &[("usr/bin/k3s", "/usr/libexec/liken-standin-k3s")],
+    )
+}
+
+/// Concatenates cpio parts into one initramfs (the kernel unpacks
+/// concatenated archives in order).
+pub fn initrd(dir: &Path, parts: &[&Path]) -> PathBuf {
+    let path = dir.join("initrd.cpio");
+    let mut out = std::fs::File::create(&path).unwrap_or_else(|e| panic!("create initrd: {e}"));
+    for p in parts {
+        let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+        out.write_all(&bytes)
+            .unwrap_or_else(|e| panic!("write initrd: {e}"));
+    }
+    path
+}
+
+/// A running virtual machine and its console.
+pub struct Vm {
+    child: Child,
+    lines: Receiver<String>,
+    /// The console log.
+    pub log: PathBuf,
+    monitor: PathBuf,
+    started: Instant,
+    /// Every console line so far.
+    pub seen: Vec<String>,
+    /// Where in `seen` the next `expect` starts looking.
+    cursor: usize,
+}
+
+/// How a VM is booted.
+pub struct Boot<'a> {
+    /// The test's name (the log's name).
+    pub name: &'a str,
+    /// The initramfs.
+    pub initrd: &'a Path,
+    /// Kernel arguments after the console ones.
+    pub append: &'a str,
+}
+
+impl Vm {
+    /// Boots the images' kernel with `boot.initrd`. The guest's reboot
+    /// ends QEMU (`-no-reboot`), so a test sees a reboot as QEMU's exit.
+    pub fn boot(boot: &Boot<'_>) -> Vm {
+        Vm::boot_with(boot, &[])
+    }
+
+    /// As [`Vm::boot`], with more QEMU arguments (devices such as a
+    /// network card; the machine has none otherwise).
+    pub fn boot_with(boot: &Boot<'_>, qemu_args: &[&str]) -> Vm {
+        let images = images();
+        std::fs::create_dir_all(log_dir()).unwrap_or_else(|e| panic!("mkdir qemu-logs: {e}"));
+        let log = log_dir().join(format!("{}.log", boot.name));
+        let monitor = std::env::temp_dir().join(format!(
+            "liken-qemu-{}-{}.mon",
+            boot.name,
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&monitor);
+        let accel = match std::env::var("LIKEN_QEMU_ACCEL").as_deref() {
+            Ok("kvm") => "kvm",
+            _ => "tcg",
+        };
+        let mut child = Command::new("qemu-system-x86_64")
+            .args(["-machine", "q35", "-accel", accel, "-m", "512", "-smp", "1"])
+            .args([
+                "-nodefaults",
+                "-no-user-config",
+                "-display",
+                "none",
+                "-no-reboot",
+            ])
+            .args(["-serial", "stdio"])
+            .arg("-monitor")
+            .arg(format!("unix:{},server=on,wait=off", monitor.display()))
+            .arg("-kernel")
+            .arg(&images.vmlinux)
+            .arg("-initrd")
+            .arg(boot.initrd)
+            .arg("-append")
+            .arg(format!("console=ttyS0 panic=-1 {}", boot.append))
+            .args(qemu_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start qemu-system-x86_64: {e}; scripts/setup.sh installs it")
+            });
+        let (tx, rx) = channel();
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("qemu stdout"));
+        let stderr = child.stderr.take().unwrap_or_else(|| panic!("qemu stderr"));
+        let mut file =
+            std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let err_tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+                let _ = err_tx.send(format!("qemu: {}", String::from_utf8_lossy(&line)));
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+                let text = String::from_utf8_lossy(&line)
+                    .trim_end_matches('\r')
+                    .to_owned();
+                let _ = writeln!(file, "{text}");
+                let _ = file.flush();
+                if tx.send(text).is_err() {
+                    break;
+                }
+            }
+        });
+        Vm {
+            child,
+            lines: rx,
+            log,
+            monitor,
+            started: Instant::now(),
+            seen: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    /// Seconds since QEMU started.
+    pub fn wall(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Waits up to `within` for a console line containing `needle` that
+    /// comes after the line the previous `expect` matched; returns it,
+    /// or fails the test naming the log. Lines an `expect_unordered`
+    /// read ahead still count, so checks on init's order are not upset
+    /// by another program's lines in between.
+    pub fn expect(&mut self, needle: &str, within: Duration) -> String {
+        if let Some(offset) = self.seen[self.cursor..]
+            .iter()
+            .position(|l| l.contains(needle))
+        {
+            self.cursor += offset + 1;
+            return self.seen[self.cursor - 1].clone();
+        }
+        match self.wait_for(|l| l.contains(needle), within) {
+            Some(line) => {
+                self.cursor = self.seen.len();
+                line
+            }
+            None => self.fail(needle, within),
+        }
+    }
+
+    /// Waits for a line containing `needle` anywhere in the console so
+    /// far or to come, without moving `expect`'s place: for the output
+    /// of another process (the stand-in), whose lines reach the console
+    /// through init's output thread and may land among init's own.
+    pub fn expect_unordered(&mut self, needle: &str, within: Duration) -> String {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        match self.wait_for(|l| l.contains(needle), within) {
+            Some(line) => line,
+            None => self.fail(needle, within),
+        }
+    }
+
+    fn fail(&self, needle: &str, within: Duration) -> ! {
+        panic!(
+            "no console line with {needle:?} within {} s; the console is in {}; last lines:\n{}",
+            within.as_secs(),
+            self.log.display(),
+            self.tail(15)
+        )
+    }
+
+    /// Reads lines until one satisfies `pred`, keeping all in `seen`.
+    fn wait_for(&mut self, pred: impl Fn(&str) -> bool, within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if pred(&line) {
+                        return Some(line);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// The last `n` lines seen.
+    pub fn tail(&self, n: usize) -> String {
+        let start = self.seen.len().saturating_sub(n);
+        self.seen[start..].join("\n")
+    }
+
+    /// Sends a command to QEMU's human monitor.
+    pub fn monitor(&self, command: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match UnixStream::connect(&self.monitor) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() > deadline => panic!("cannot reach QEMU's monitor: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        writeln!(s, "{command}").unwrap_or_else(|e| panic!("monitor write: {e}"));
+        // Give QEMU time to read it before the connection closes.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    /// Presses Ctrl-Alt-Del on the guest's keyboard.
+    pub fn ctrl_alt_del(&self) {
+        self.monitor("sendkey ctrl-alt-delete");
+    }
+
+    /// Waits for QEMU to exit (the guest rebooted or powered off).
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            // Keep draining the console so its last lines are logged.
+            while let Ok(line) = self.lines.try_recv() {
+                self.seen.push(line);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.seen.push(line);
+                }
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "QEMU did not exit within {} s; the console is in {}; last lines:\n{}",
+                    within.as_secs(),
+                    self.log.display(),
+                    self.tail(15)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.monitor);
+    }
+}
+
+/// The uptime a milestone line reports (`uptime 3.79 s`), if any.
+pub fn uptime_in(line: &str) -> Option<f64> {
+    let rest = line.split("uptime ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
