@@ -21,12 +21,14 @@ STATIC := RUSTFLAGS="-C target-feature=+crt-static"
 
 all: test
 
-## demo: build the workstation CLI statically and show what it is.
-demo:
+## demo: write a deployment, mint its identity, pack its layer, and boot
+## it under QEMU to liken-init's supervisor (scripts/demo.sh).
+demo: setup images
 	$(STATIC) cargo build --release --target $(TARGET) -p liken-cli
 	@bin=$(CARGO_TARGET_DIR)/$(TARGET)/release/liken; \
 	echo "built $$bin ($$(stat -c %s $$bin) bytes, $$(file -b $$bin | grep -o "static-pie linked" || echo "NOT static"))"; \
 	$$bin version
+	./scripts/demo.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)
 
 ## test: install what the tests need, then format, lint and test.
 test: setup lint fuzz-smoke unit
