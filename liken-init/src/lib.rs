@@ -18,6 +18,7 @@
 //!   the choice of this computer's Machine.
 //! - [`coldplug`] (pure) and [`modload`]: kernel modules.
 //! - [`mounts`]: the pseudo filesystems and the reverse unmount.
+//! - [`sysctls`]: the Machine's kernel parameters under /proc/sys.
 //! - [`net`]: the network plan, DHCP and resolv.conf.
 //! - [`boot_record`], [`fsutil`]: /run/liken/boot.json, atomic writes.
 //! - [`supervisor`], [`backoff`], [`output`]: the supervised service,
@@ -64,6 +65,7 @@ pub mod serve;
 pub mod steps;
 pub mod supervisor;
 pub mod sys;
+pub mod sysctls;
 
 use std::sync::{Arc, Mutex};
 

@@ -12,9 +12,11 @@
 //! Coldplug runs before the Machine is chosen (SPEC.md lists it after)
 //! because the choice can depend on a network card's MAC address, and
 //! the card has no /sys/class/net entry until its driver is loaded.
+//! Sysctls come right after the Machine's modules, as some parameters
+//! exist only once their module is loaded.
 //!
 //! Not built yet, so absent from the table: mounting the active slot and
-//! switching root (step 4; init stays on the initramfs), sysctls, NTP
+//! switching root (step 4; init stays on the initramfs), NTP
 //! (step 5), promoting staged documents (step 6),
 //! seeding k3s (step 7), boot assessment (step 9) and install mode
 //! (step 12).
@@ -37,6 +39,7 @@ use crate::net;
 use crate::supervisor::{Service, k3s_subcommand};
 use crate::sys::Sys;
 use crate::sys::block;
+use crate::sysctls;
 
 /// Where init finds things. Real boots use [`Paths::real`]; tests point
 /// these into a temporary tree.
@@ -163,6 +166,10 @@ pub const BOOT: &[Step] = &[
     Step {
         name: "machine-modules",
         run: load_machine_modules,
+    },
+    Step {
+        name: "sysctls",
+        run: apply_sysctls,
     },
     Step {
         name: "root",
@@ -336,6 +343,10 @@ fn load_machine_modules(boot: &mut Boot) -> Outcome {
         Ok(text) => Outcome::ok_with(text),
         Err(text) => Outcome::Failed(text),
     }
+}
+
+fn apply_sysctls(boot: &mut Boot) -> Outcome {
+    sysctls::step(boot.machine.as_ref(), &*boot.sys.sysctl)
 }
 
 fn find_root(boot: &mut Boot) -> Outcome {

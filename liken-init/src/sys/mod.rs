@@ -13,6 +13,7 @@
 //! - [`block`] finds GPT partitions by label in /sys/class/block;
 //! - [`netlink`] brings links up and adds IPv4 addresses and routes
 //!   over rtnetlink;
+//! - [`sysctl`] writes a kernel parameter under /proc/sys;
 //! - [`process`] clears init's signal mask in a child before exec, the
 //!   crate's only unsafe code.
 //!
@@ -25,6 +26,7 @@ pub mod mount;
 pub mod netlink;
 pub mod power;
 pub mod process;
+pub mod sysctl;
 
 /// The kernel interfaces a boot uses, real or fake.
 pub struct Sys {
@@ -36,6 +38,8 @@ pub struct Sys {
     pub power: Box<dyn power::Power + Send>,
     /// rtnetlink: links, addresses, routes.
     pub netlink: Box<dyn netlink::Netlink + Send>,
+    /// /proc/sys writes.
+    pub sysctl: Box<dyn sysctl::SysctlWriter + Send>,
     /// The DHCP client.
     pub dhcp: Box<dyn crate::net::dhcp::DhcpClient + Send>,
 }
@@ -48,6 +52,7 @@ impl Sys {
             modules: Box::new(modules::RealLoader),
             power: Box::new(power::RealPower),
             netlink: Box::new(netlink::RealNetlink::new()),
+            sysctl: Box::new(sysctl::RealSysctl),
             dhcp: Box::new(crate::net::dhcp::RealDhcp {
                 deadline: crate::net::DHCP_DEADLINE,
             }),
