@@ -28,6 +28,14 @@ use crate::version::Version;
 /// Tries a newly written slot gets before the bootloader gives up on it.
 pub const INITIAL_TRIES: u32 = 3;
 
+/// The deployment layer on the ESP, relative to its root. Both slots boot
+/// the same layer: it is the fleet's identity and documents, which a
+/// release does not change.
+pub const LAYER_PATH: &str = "liken/layer.cpio";
+
+/// Seconds the kernel waits after a panic before it reboots (`panic=`).
+pub const PANIC_REBOOT_SECONDS: u32 = 10;
+
 /// The directory on the ESP that holds systemd-boot's entries.
 pub const ENTRIES_DIR: &str = "loader/entries";
 
@@ -210,7 +218,13 @@ pub struct EntryParams {
 }
 
 fn kernel_options(slot: Slot, console: &[String], extra: &[String]) -> String {
-    let mut parts = vec![format!("liken.slot={}", slot.esp_dir())];
+    // panic=: a kernel panic (PID 1 dying among them) reboots after ten
+    // seconds instead of hanging, so the try counter gets spent and a
+    // release that cannot boot falls back without a person at the console.
+    let mut parts = vec![
+        format!("liken.slot={}", slot.esp_dir()),
+        format!("panic={PANIC_REBOOT_SECONDS}"),
+    ];
     parts.extend(console.iter().cloned());
     parts.extend(extra.iter().cloned());
     parts.join(" ")
@@ -230,6 +244,7 @@ pub fn render_entry(p: &EntryParams) -> String {
         out.push_str(&format!("initrd /liken/{dir}/microcode.cpio\n"));
     }
     out.push_str(&format!("initrd /liken/{dir}/boot.cpio\n"));
+    out.push_str(&format!("initrd /{LAYER_PATH}\n"));
     out.push_str(&format!(
         "options {}\n",
         kernel_options(p.slot, &p.console_args, &p.extra_args)
@@ -352,12 +367,14 @@ pub fn render_grub_cfg(p: &GrubParams) -> String {
         format!(" {}", args.join(" "))
     };
     s.push_str(&format!(
-        "  linux /liken/$boot/vmlinuz liken.slot=$boot{tail}\n"
+        "  linux /liken/$boot/vmlinuz liken.slot=$boot panic={PANIC_REBOOT_SECONDS}{tail}\n"
     ));
     s.push_str("  if [ -f /liken/$boot/microcode.cpio ]; then\n");
-    s.push_str("    initrd /liken/$boot/microcode.cpio /liken/$boot/boot.cpio\n");
+    s.push_str(&format!(
+        "    initrd /liken/$boot/microcode.cpio /liken/$boot/boot.cpio /{LAYER_PATH}\n"
+    ));
     s.push_str("  else\n");
-    s.push_str("    initrd /liken/$boot/boot.cpio\n");
+    s.push_str(&format!("    initrd /liken/$boot/boot.cpio /{LAYER_PATH}\n"));
     s.push_str("  fi\n");
     s.push_str("}\n");
     s
@@ -569,7 +586,8 @@ mod tests {
                 "linux /liken/b/vmlinuz",
                 "initrd /liken/b/microcode.cpio",
                 "initrd /liken/b/boot.cpio",
-                "options liken.slot=b console=ttyS0,115200 quiet",
+                "initrd /liken/layer.cpio",
+                "options liken.slot=b panic=10 console=ttyS0,115200 quiet",
             ]
         );
         let text = render_entry(&EntryParams {
@@ -579,7 +597,7 @@ mod tests {
             ..p
         });
         assert!(!text.contains("microcode"));
-        assert!(text.ends_with("options liken.slot=b\n"));
+        assert!(text.ends_with("options liken.slot=b panic=10\n"));
     }
 
     #[test]
