@@ -16,6 +16,10 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/liken/cargo/$(RUSTC_VERSION)
 # build scripts and proc macros, which cannot be static.
 TARGET := x86_64-unknown-linux-gnu
 STATIC := RUSTFLAGS="-C target-feature=+crt-static"
+# liken-init is linked non-PIE as well: PID 1 always loads at the same
+# address anyway, and dropping the relocations keeps it under its 2 MB
+# budget (2.02 MB as static-pie, 1.97 MB without).
+STATIC_INIT := RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static"
 
 .PHONY: all demo test setup check lint unit crds
 
@@ -106,7 +110,7 @@ IMAGES_OUT ?= $(CARGO_TARGET_DIR)/images
 
 ## images: the Debian kernel and boot.cpio with a static liken-init.
 images:
-	$(STATIC) cargo build --profile release-init --target $(TARGET) -p liken-init
+	$(STATIC_INIT) cargo build --profile release-init --target $(TARGET) -p liken-init
 	./images/build-boot.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-init/liken-init $(IMAGES_OUT)
 
 ## qemu-images: what qemu-tests use: the images, the test-only stand-in service and hello PID 1, and liken.
