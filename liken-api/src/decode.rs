@@ -3,7 +3,10 @@
 //!
 //! Both produce the same types. They differ in what they forgive:
 //!
-//! - [`strict`] reads a hand-written YAML manifest. Every field must be one
+//! - `strict` reads a hand-written YAML manifest (with the `yaml`
+//!   feature, on by default), and [`strict_json`] the same documents
+//!   once a tool has written them as JSON (the deployment layer and the
+//!   staged documents init reads, so PID 1 carries no YAML parser). Every field must be one
 //!   liken knows; an unknown one (a typo, `labels`, `ownerReferences`)
 //!   is an error naming the field's full path and the file, because a
 //!   field silently dropped is a setting the person thinks they made. The
@@ -137,6 +140,7 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// Just enough of any document to check what it claims to be.
+#[cfg(feature = "yaml")]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TypeHeader {
@@ -146,6 +150,7 @@ struct TypeHeader {
     kind: Option<serde_yaml::Value>,
 }
 
+#[cfg(feature = "yaml")]
 fn scalar_text(v: Option<serde_yaml::Value>) -> String {
     match v {
         Some(serde_yaml::Value::String(s)) => s,
@@ -200,6 +205,7 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 
 /// Reads one hand-written YAML document of kind `T` from `text`, which
 /// came from `origin` (a file path, for messages).
+#[cfg(feature = "yaml")]
 pub fn strict<T>(text: &str, origin: &str) -> Result<T, DecodeError>
 where
     T: DeserializeOwned + Kind + Validate,
@@ -223,8 +229,23 @@ where
         scalar_text(header.kind),
     )?;
 
-    let mut unknown = Vec::new();
     let de = serde_yaml::Deserializer::from_str(text);
+    finish(de, origin, syntax)
+}
+
+/// The strict decoder's second half, whatever the syntax: decode while
+/// collecting every skipped field, refuse if there was one, then run the
+/// document's own checks.
+fn finish<'de, T, D>(
+    de: D,
+    origin: &str,
+    syntax: impl Fn(D::Error) -> DecodeError,
+) -> Result<T, DecodeError>
+where
+    T: DeserializeOwned + Kind + Validate,
+    D: serde::Deserializer<'de>,
+{
+    let mut unknown = Vec::new();
     let doc: T =
         serde_ignored::deserialize(de, |path| unknown.push(field_path(&path))).map_err(syntax)?;
     if !unknown.is_empty() {
@@ -242,6 +263,53 @@ where
             problems,
         });
     }
+    Ok(doc)
+}
+
+/// Just enough of a JSON document to check what it claims to be.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonHeader {
+    #[serde(default)]
+    api_version: Option<serde_json::Value>,
+    #[serde(default)]
+    kind: Option<serde_json::Value>,
+}
+
+fn json_text(v: Option<serde_json::Value>) -> String {
+    match v {
+        Some(serde_json::Value::String(s)) => s,
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// As strict YAML decoding, for a document written as JSON: the same
+/// header check, unknown-field refusal and semantic checks. `origin`
+/// names the file.
+pub fn strict_json<T>(bytes: &[u8], origin: &str) -> Result<T, DecodeError>
+where
+    T: DeserializeOwned + Kind + Validate,
+{
+    let syntax = |e: serde_json::Error| DecodeError::Syntax {
+        origin: origin.to_owned(),
+        message: e.to_string(),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(DecodeError::Syntax {
+            origin: origin.to_owned(),
+            message: format!("the file is empty; it should hold a {}", T::KIND),
+        });
+    }
+    let header: JsonHeader = serde_json::from_slice(bytes).map_err(syntax)?;
+    check_header::<T>(
+        origin,
+        json_text(header.api_version),
+        json_text(header.kind),
+    )?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let doc = finish(&mut de, origin, syntax)?;
+    de.end().map_err(syntax)?;
     Ok(doc)
 }
 
@@ -286,6 +354,7 @@ fn check_wire_kind<T: Kind>(doc: &T, origin: &str) -> Result<(), DecodeError> {
 
 /// Serializes a document as YAML, as the CLI writes manifests and the
 /// tests round-trip them.
+#[cfg(feature = "yaml")]
 pub fn to_yaml<T: serde::Serialize>(doc: &T) -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(doc)
 }

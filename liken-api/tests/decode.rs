@@ -395,3 +395,53 @@ fn strict_refuses_a_key_given_twice() {
         "{text}"
     );
 }
+
+#[test]
+fn strict_json_reads_what_json_output_writes_and_refuses_what_strict_refuses() {
+    let m = machine();
+    let json = serde_json::to_vec(&m).unwrap();
+    let again: Machine = decode::strict_json(&json, "machines/node-1.json").unwrap();
+    assert_eq!(again, m);
+    let c: Cluster = decode::strict(CLUSTER, "cluster.yaml").unwrap();
+    let again: Cluster =
+        decode::strict_json(&serde_json::to_vec(&c).unwrap(), "cluster.json").unwrap();
+    assert_eq!(again, c);
+
+    // An unknown field, named with its path and the file.
+    let mut v = serde_json::to_value(&m).unwrap();
+    v["spec"]["hostnam"] = serde_json::json!("x");
+    let text = err_text(decode::strict_json::<Machine>(
+        &serde_json::to_vec(&v).unwrap(),
+        "machines/node-1.json",
+    ));
+    assert!(text.contains("machines/node-1.json"), "{text}");
+    assert!(text.contains("spec.hostnam"), "{text}");
+
+    // The wrong kind is reported as such, before any field.
+    let text = err_text(decode::strict_json::<Machine>(
+        &serde_json::to_vec(&c).unwrap(),
+        "machines/x.json",
+    ));
+    assert!(text.contains("kind is \"Cluster\""), "{text}");
+
+    // Semantic checks run too.
+    let mut v = serde_json::to_value(&m).unwrap();
+    v["metadata"]["name"] = serde_json::json!("Not_A_Name");
+    assert!(matches!(
+        decode::strict_json::<Machine>(&serde_json::to_vec(&v).unwrap(), "m.json"),
+        Err(DecodeError::Invalid { .. })
+    ));
+
+    // Empty files, broken syntax and trailing bytes are refused.
+    assert!(err_text(decode::strict_json::<Machine>(b" \n", "m.json")).contains("empty"));
+    assert!(matches!(
+        decode::strict_json::<Machine>(b"{\"apiVersion\":", "m.json"),
+        Err(DecodeError::Syntax { .. })
+    ));
+    let mut two = json.clone();
+    two.extend_from_slice(b" {}");
+    assert!(matches!(
+        decode::strict_json::<Machine>(&two, "m.json"),
+        Err(DecodeError::Syntax { .. })
+    ));
+}
