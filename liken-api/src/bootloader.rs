@@ -374,7 +374,9 @@ pub fn render_grub_cfg(p: &GrubParams) -> String {
         "    initrd /liken/$boot/microcode.cpio /liken/$boot/boot.cpio /{LAYER_PATH}\n"
     ));
     s.push_str("  else\n");
-    s.push_str(&format!("    initrd /liken/$boot/boot.cpio /{LAYER_PATH}\n"));
+    s.push_str(&format!(
+        "    initrd /liken/$boot/boot.cpio /{LAYER_PATH}\n"
+    ));
     s.push_str("  fi\n");
     s.push_str("}\n");
     s
