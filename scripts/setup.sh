@@ -17,7 +17,20 @@ packages=(
   kmod              # depmod indexes the kernel's module tree; modprobe lists dependencies
   xz-utils          # images/extract-vmlinux.sh unpacks the bzImage's payload
   file              # images/build-boot.sh checks that liken-init is static
-  grub-common       # grub-script-check and grub-editenv check boot/grub.cfg and grubenv (liken-api tests)
+  grub-common       # grub-script-check and grub-editenv check boot/grub.cfg and grubenv (liken-api tests); grub-mkimage builds grub-core.img
+  squashfs-tools    # images/build-system.sh packs liken.sqfs with mksquashfs; the images test lists it with unsquashfs
+  binutils          # images/build-system.sh checks with readelf that every shared library the image's programs need is in it
+  e2fsprogs         # the images test reads the ext4 volume the image's own mke2fs formats (dumpe2fs)
+  # liken-disk and `liken stick` tests check the images they write with
+  # the standard tools (nothing here is used at run time).
+  gdisk             # sgdisk -v / -p / -i check GPT tables
+  dosfstools        # fsck.vfat -n checks FAT32 volumes
+  mtools            # mdir / mtype / mlabel list and read FAT volumes without mounting
+  grub-pc-bin       # boot.img and i386-pc modules for grub-mkimage (core.img tests, images/build-loaders.sh)
+  # qemu-tests/tests/slots.rs boots an installed disk it makes with sgdisk,
+  # mkfs.vfat and mtools (above) under UEFI.
+  ovmf              # UEFI firmware for QEMU: OVMF_CODE.fd and a per-test copy of OVMF_VARS.fd
+  systemd-boot-efi  # systemd-bootx64.efi, used by the UEFI tests when IMAGES_OUT has no systemd-boot.efi
 )
 # Real kubectl for the interop tests: Debian's kubernetes-client, unless
 # the machine already has a kubectl (some images ship the Cloud SDK's,

@@ -214,7 +214,7 @@ mod tests {
         ] {
             assert!(c.contains(&want.to_owned()), "{want} in {c:?}");
         }
-        for never in ["__complete", "completion", "help", "stick"] {
+        for never in ["__complete", "completion", "help", "approve-reboot"] {
             assert!(!c.contains(&never.to_owned()), "{never} in {c:?}");
         }
         let mut sorted = c.clone();

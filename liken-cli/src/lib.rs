@@ -21,6 +21,7 @@ pub mod deployment;
 pub mod files;
 pub mod identity;
 pub mod layer;
+pub mod media;
 pub mod plugin;
 pub mod releases;
 pub mod scaffold;
@@ -95,6 +96,8 @@ pub enum Error {
     Layer(layer::LayerError),
     /// `bundle`, `fetch`, `serve` or `index` failed.
     Releases(releases::Error),
+    /// `stick` or `media` failed.
+    Media(media::MediaError),
 }
 
 impl fmt::Display for Error {
@@ -138,6 +141,7 @@ impl fmt::Display for Error {
             Error::Identity(e) => write!(f, "{e}"),
             Error::Kubeconfig(e) => write!(f, "kubeconfig: {e}"),
             Error::Layer(e) => write!(f, "layer: {e}"),
+            Error::Media(e) => write!(f, "{e}"),
         }
     }
 }
@@ -177,6 +181,12 @@ impl From<identity::kubeconfig::KubeconfigError> for Error {
 impl From<layer::LayerError> for Error {
     fn from(e: layer::LayerError) -> Error {
         Error::Layer(e)
+    }
+}
+
+impl From<media::MediaError> for Error {
+    fn from(e: media::MediaError) -> Error {
+        Error::Media(e)
     }
 }
 
@@ -240,6 +250,8 @@ fn dispatch(first: &OsStr, rest: Vec<OsString>, io: &mut Io) -> Result<(), Error
         "bundle" => releases::cli::bundle(&args::parse(&usage::BUNDLE, rest)?, io),
         "serve" => releases::cli::serve(&args::parse(&usage::SERVE, rest)?, io),
         "index" => releases::cli::index(&args::parse(&usage::INDEX, rest)?, io),
+        "stick" => media::stick_command(args::parse(&usage::STICK, rest)?, io),
+        "media" => media::media_command(args::parse(&usage::MEDIA, rest)?, io),
         "completion" => {
             let parsed = args::parse(&usage::COMPLETION, rest)?;
             match parsed.positionals() {
@@ -344,7 +356,7 @@ pub(crate) mod tests {
             r.unwrap();
             assert!(out.contains("liken version"));
             assert!(
-                !out.contains("liken stick"),
+                !out.contains("liken approve-reboot"),
                 "unbuilt commands stay out of the usage text"
             );
         }

@@ -160,17 +160,22 @@ resumes where it stopped when run again.",
 /// `liken bundle`.
 pub const BUNDLE: Entry = Entry {
     name: "bundle",
-    synopsis: "liken bundle [-slot-size 1Gi] <vmlinuz> <liken.sqfs> <boot.cpio> <microcode.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    synopsis: "liken bundle [-slot-size 1Gi] [-microcode microcode.cpio] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
-Publish a release into a channel directory: copy the nine files into
+Publish a release into a channel directory: copy the files into
 <channel-dir>/<version>/, write release.yaml with each file's size and
 sha256, and move channel.yaml's latest to it if it is the newest. The
 version is a date and a serial (2026.07.11-001) and can be published
 only once. The kernel, system image and initramfs files must fit the
-boot slot (-slot-size) with 10% to spare. component=version pairs
+boot slot (-slot-size) with 10% to spare. -microcode adds the CPU
+microcode initramfs, loaded before boot.cpio; a release without it
+boots on the firmware's microcode. component=version pairs
 record which upstream versions went in (linux=6.1.0-28 k3s=v1.31.4+k3s1).
 It prints the catalog entry for cluster.yaml.",
-    options: &[Opt::value("slot-size", "1Gi")],
+    options: &[
+        Opt::value("slot-size", "1Gi"),
+        Opt::value("microcode", "microcode.cpio"),
+    ],
     hidden: false,
 };
 
@@ -200,6 +205,45 @@ one per line (<version>/release.yaml marks a release). Each release.yaml
 is read from <output-dir> (normally the channel directory itself), or
 from <url> when it is not there. Rendering again repairs a stale index.",
     options: &[Opt::value("source", "url")],
+    hidden: false,
+};
+
+/// `liken stick`.
+pub const STICK: Entry = Entry {
+    name: "stick",
+    synopsis: "liken stick -output <stick.img> [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
+    about: "\
+Write a disk image for a USB stick that installs the deployment: a GPT
+with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
+entry per machine, the same on both) holding the release, its kernel
+and initramfs, and the deployment layer. Every file of the release is
+checked against its release.yaml first. Each -console becomes a
+console= argument of the installer and of the installed machine; each
+-kernel-arg is added as given. No root, mounts or loop devices are
+needed. An existing output is replaced only with -force. The image
+holds the cluster's private keys.",
+    options: &[
+        Opt::value("output", "stick.img"),
+        Opt::repeated("console", "ttyS0,115200"),
+        Opt::repeated("kernel-arg", "ARG"),
+        Opt::switch("force"),
+    ],
+    hidden: false,
+};
+
+/// `liken media`.
+pub const MEDIA: Entry = Entry {
+    name: "media",
+    synopsis: "liken media -output <install.cpio> [-force] <release-dir> <deployment-dir>",
+    about: "\
+Write one netboot initramfs that installs the deployment: the release's
+boot.cpio (after its microcode.cpio, when it has one), the deployment
+layer, and the release itself under /liken/release, for a PXE or iPXE
+server to hand out with the release's vmlinuz and the kernel arguments
+liken.install=1 liken.machine=<name>. Every file of the release is
+checked against its release.yaml first. An existing output is replaced
+only with -force. The image holds the cluster's private keys.",
+    options: &[Opt::value("output", "install.cpio"), Opt::switch("force")],
     hidden: false,
 };
 
@@ -253,6 +297,8 @@ pub const ENTRIES: &[&Entry] = &[
     &BUNDLE,
     &SERVE,
     &INDEX,
+    &STICK,
+    &MEDIA,
     &COMPLETION,
     &VERSION,
     &HELP,
@@ -348,13 +394,7 @@ mod tests {
         for e in ENTRIES {
             assert_eq!(t.contains(e.synopsis), !e.hidden, "{}", e.name);
         }
-        for absent in [
-            "liken media",
-            "liken stick",
-            "approve-reboot",
-            "request-reboot",
-            "plugins sync",
-        ] {
+        for absent in ["approve-reboot", "request-reboot", "plugins sync"] {
             assert!(
                 !t.contains(absent),
                 "{absent} is not built and stays out of help"

@@ -1,6 +1,7 @@
 //! `liken bundle`: lay out one release in a channel directory.
 //!
-//! The nine inputs are copied into `<channel>/<version>/` under the
+//! The inputs (eight required, microcode optional) are copied into
+//! `<channel>/<version>/` under the
 //! fixed names of [`layout::INPUTS`], each hashed while it is copied, and
 //! release.yaml is written beside them naming every file by size and
 //! SHA-256. Then channel.yaml's latest moves forward if this release is
@@ -43,8 +44,9 @@ pub const HEADROOM_PERCENT: u64 = 10;
 /// What `bundle` was asked to do, already parsed.
 #[derive(Clone, Debug)]
 pub struct BundleRequest {
-    /// The nine input files, in [`INPUTS`] order.
-    pub inputs: [PathBuf; 9],
+    /// The input files, in [`INPUTS`] order; `None` for an optional
+    /// input the release goes without.
+    pub inputs: [Option<PathBuf>; 9],
     /// The channel directory (created if missing).
     pub channel: PathBuf,
     /// The new release's version.
@@ -235,7 +237,17 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     // Check every input before anything is created.
     let mut sizes = [0u64; 9];
     for (i, (input, path)) in INPUTS.iter().zip(&req.inputs).enumerate() {
-        sizes[i] = input_size(input.what, path)?;
+        sizes[i] = match path {
+            Some(path) => input_size(input.what, path)?,
+            None if input.flag.is_some() => 0,
+            None => {
+                return Err(BundleError::Input {
+                    what: input.what,
+                    path: PathBuf::new(),
+                    reason: "not given".to_owned(),
+                });
+            }
+        };
     }
     decide_slot_fit(req.slot_size, &slot_bound(&sizes)).map_err(BundleError::SlotTooSmall)?;
 
@@ -259,6 +271,7 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
 
     let mut artifacts = Vec::with_capacity(INPUTS.len());
     for (i, (input, path)) in INPUTS.iter().zip(&req.inputs).enumerate() {
+        let Some(path) = path else { continue };
         let (sha256, size) =
             copy_input(path, &staging.dir.join(input.file), sizes[i], req.progress)?;
         sizes[i] = size;
@@ -286,6 +299,7 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
         })?;
     }
 
+    let count = artifacts.len();
     let release = Release::new(req.version.clone(), artifacts, req.components.clone());
     let problems = release.validate();
     if !problems.is_empty() {
@@ -334,7 +348,7 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
         "released {} in {}: {} artifacts, {}",
         req.version,
         final_dir.display(),
-        INPUTS.len(),
+        count,
         human(total)
     )
     .map_err(w)?;
@@ -466,12 +480,12 @@ mod tests {
         assert!(decide_slot_fit(gib, &[u64::MAX, u64::MAX]).is_err());
     }
 
-    fn inputs(dir: &Path, big: usize) -> [PathBuf; 9] {
+    fn inputs(dir: &Path, big: usize) -> [Option<PathBuf>; 9] {
         std::array::from_fn(|i| {
             let p = dir.join(format!("input-{i}"));
             let len = if i == 1 { big } else { 10 + i };
             fs::write(&p, vec![i as u8; len]).unwrap();
-            p
+            Some(p)
         })
     }
 
@@ -551,9 +565,39 @@ mod tests {
         assert!(!req.channel.exists());
 
         let mut req = request(&dir, "2026.07.11-001", 10);
-        req.inputs[3] = dir.path().join("nope");
+        req.inputs[3] = Some(dir.path().join("nope"));
         let e = run(&req, &mut Vec::new()).unwrap_err().to_string();
         assert!(e.starts_with("the microcode initramfs"), "{e}");
         assert!(!req.channel.exists());
+
+        let mut req = request(&dir, "2026.07.11-001", 10);
+        req.inputs[0] = None;
+        let e = run(&req, &mut Vec::new()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("the kernel") && e.contains("not given"),
+            "{e}"
+        );
+        assert!(!req.channel.exists());
+    }
+
+    #[test]
+    fn microcode_is_optional() {
+        let dir = TestDir::new("bundle-no-microcode");
+        let mut req = request(&dir, "2026.07.11-001", 100);
+        req.inputs[3] = None;
+        let mut out = Vec::new();
+        run(&req, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains(": 8 artifacts"), "{out}");
+        let rel_dir = req.channel.join("2026.07.11-001");
+        let release: Release = decode::strict(
+            &fs::read_to_string(rel_dir.join(RELEASE_FILE)).unwrap(),
+            "release.yaml",
+        )
+        .unwrap();
+        assert_eq!(release.artifacts.len(), 8);
+        assert!(release.artifact("microcode").is_none());
+        assert!(release.artifact("kernel").is_some());
+        assert!(!rel_dir.join("microcode.cpio").exists());
     }
 }

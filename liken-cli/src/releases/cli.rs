@@ -15,6 +15,7 @@ use liken_api::{Digest, Version};
 use super::bundle::{self, BundleError, BundleRequest};
 use super::fetch::{self, FetchError, FetchRequest, Wanted};
 use super::index::{self, IndexRequest};
+use super::layout::INPUTS;
 use super::progress::Style;
 use super::serve;
 use super::size;
@@ -28,10 +29,11 @@ fn utf8(parsed: &Parsed, i: usize) -> Result<String, Error> {
         .ok_or_else(|| parsed.usage())
 }
 
-/// `liken bundle [-slot-size 1Gi] <nine files> <channel-dir> <version> [component=version ...]`.
+/// `liken bundle [-slot-size 1Gi] [-microcode <file>] <eight files> <channel-dir> <version> [component=version ...]`.
 pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
     let words = parsed.positionals();
-    if words.len() < 11 {
+    let files = INPUTS.iter().filter(|i| i.flag.is_none()).count();
+    if words.len() < files + 2 {
         return Err(parsed.usage());
     }
     let slot_size = match parsed.value("slot-size") {
@@ -39,19 +41,26 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         Some(text) => size::parse_size(text)
             .map_err(|e| super::Error::Bundle(BundleError::Invalid(format!("-slot-size: {e}"))))?,
     };
-    let version = Version::parse(&utf8(parsed, 10)?).map_err(|e| {
+    let version = Version::parse(&utf8(parsed, files + 1)?).map_err(|e| {
         super::Error::Bundle(BundleError::Invalid(format!(
             "{e}; the version names the release"
         )))
     })?;
-    let components = words[11..]
+    let components = words[files + 2..]
         .iter()
         .map(|w| w.to_str().map(str::to_owned).ok_or_else(|| parsed.usage()))
         .collect::<Result<Vec<String>, Error>>()?;
     let components = bundle::parse_components(&components).map_err(super::Error::Bundle)?;
+    // Required inputs take the positional words in table order; an
+    // optional one comes from its flag or is left out.
+    let mut positional = words.iter();
+    let inputs = INPUTS.map(|input| match input.flag {
+        Some(flag) => parsed.value(flag).map(PathBuf::from),
+        None => positional.next().map(PathBuf::from),
+    });
     let req = BundleRequest {
-        inputs: std::array::from_fn(|i| PathBuf::from(&words[i])),
-        channel: PathBuf::from(&words[9]),
+        inputs,
+        channel: PathBuf::from(&words[files]),
         version,
         slot_size,
         components,

@@ -8,10 +8,17 @@
 //! <channel>/<version>/<file>        each artifact it names
 //! ```
 //!
-//! `bundle` takes its nine inputs in a fixed order and gives each a fixed
+//! `bundle` takes its inputs in a fixed order and gives each a fixed
 //! artifact name and file name, so every release has the same shape and a
 //! netboot script can name `<source>/<version>/vmlinuz` without reading
 //! release.yaml first. The one table of that mapping is [`INPUTS`].
+//!
+//! Microcode is the one optional input: Debian ships the CPU vendors'
+//! microcode only in its non-free-firmware archive area, which a build
+//! machine may not have, and a machine boots without it (the kernel keeps
+//! the firmware's microcode). So it is given by flag, `-microcode`, and
+//! a release without it has no `microcode` artifact; the boot entries
+//! leave its initrd out.
 //!
 //! Artifact file names from a downloaded release.yaml are [`FileName`]s,
 //! which cannot hold a separator; [`artifact_path`] checks the joined path
@@ -38,63 +45,76 @@ pub struct Input {
     pub slot_bound: bool,
     /// What the input is, for messages.
     pub what: &'static str,
+    /// The flag that gives an optional input (`-microcode`); `None` for
+    /// the required inputs, which are positional.
+    pub flag: Option<&'static str>,
 }
 
-/// Bundle's inputs in the order the command line takes them.
+/// Bundle's inputs: the required ones in the order the command line
+/// takes them, each optional one by its flag.
 pub const INPUTS: [Input; 9] = [
     Input {
         name: ARTIFACT_KERNEL,
         file: "vmlinuz",
         slot_bound: true,
         what: "the kernel",
+        flag: None,
     },
     Input {
         name: ARTIFACT_SYSTEM,
         file: "liken.sqfs",
         slot_bound: true,
         what: "the squashfs system image",
+        flag: None,
     },
     Input {
         name: ARTIFACT_BOOT,
         file: "boot.cpio",
         slot_bound: true,
         what: "the boot initramfs",
+        flag: None,
     },
     Input {
         name: ARTIFACT_MICROCODE,
         file: "microcode.cpio",
         slot_bound: true,
         what: "the microcode initramfs",
+        flag: Some("microcode"),
     },
     Input {
         name: ARTIFACT_CLI,
         file: "liken",
         slot_bound: false,
         what: "the liken CLI",
+        flag: None,
     },
     Input {
         name: ARTIFACT_SYSTEMD_BOOT,
         file: "systemd-boot.efi",
         slot_bound: false,
         what: "systemd-boot's EFI binary",
+        flag: None,
     },
     Input {
         name: ARTIFACT_GRUB_BOOT,
         file: "grub-boot.img",
         slot_bound: false,
         what: "GRUB's boot.img",
+        flag: None,
     },
     Input {
         name: ARTIFACT_GRUB_CORE,
         file: "grub-core.img",
         slot_bound: false,
         what: "GRUB's core.img",
+        flag: None,
     },
     Input {
         name: ARTIFACT_LICENSES,
         file: "licenses.md",
         slot_bound: false,
         what: "the licenses",
+        flag: None,
     },
 ];
 
@@ -158,6 +178,8 @@ mod tests {
             .collect();
         assert_eq!(bound, ["kernel", "system", "boot", "microcode"]);
         assert!(is_slot_bound("system") && !is_slot_bound("cli"));
+        let optional: Vec<&str> = INPUTS.iter().filter_map(|i| i.flag).collect();
+        assert_eq!(optional, ["microcode"]);
     }
 
     #[test]

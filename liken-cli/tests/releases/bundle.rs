@@ -13,10 +13,7 @@ fn bundles_refuse_what_would_break_a_fleet() {
     );
 
     let inputs = root.path().join("inputs-2026.07.11-002");
-    let files: Vec<String> = FILES
-        .iter()
-        .map(|f| inputs.join(f).display().to_string())
-        .collect();
+    let files = input_args(&inputs);
     let with = |extra: &[&str], version: &str| {
         let mut args = vec!["bundle"];
         args.extend_from_slice(extra);
@@ -43,6 +40,18 @@ fn bundles_refuse_what_would_break_a_fleet() {
     assert!(ok, "{err}");
     assert!(out.contains("latest stays 2026.07.11-002"), "{out}");
     assert!(out.contains("of 64.0 MiB used"), "{out}");
+
+    // Without -microcode the release has eight artifacts.
+    let eight: Vec<String> = files.iter().skip(2).cloned().collect();
+    let mut args = vec!["bundle".to_owned()];
+    args.extend(eight);
+    args.push(channel.display().to_string());
+    args.push("2026.07.12-001".to_owned());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, out, err) = run(&refs);
+    assert!(ok && out.contains(": 8 artifacts"), "{out}{err}");
+    let doc = std::fs::read_to_string(channel.join("2026.07.12-001/release.yaml")).unwrap();
+    assert!(!doc.contains("microcode"), "{doc}");
 
     let (ok, _, err) = run(&["bundle", "a", "b"]);
     assert!(

@@ -79,6 +79,21 @@ pub const FILES: [&str; 9] = [
     "licenses.md",
 ];
 
+/// Bundle's file arguments for the inputs in `dir` (named as [`FILES`]):
+/// microcode by its flag, the other eight in order.
+pub fn input_args(dir: &Path) -> Vec<String> {
+    let mut args = Vec::new();
+    for name in FILES {
+        let p = dir.join(name).display().to_string();
+        if name == "microcode.cpio" {
+            args.splice(0..0, ["-microcode".to_owned(), p]);
+        } else {
+            args.push(p);
+        }
+    }
+    args
+}
+
 /// Bundles a release of nine inputs into `<root>/channel`; the system
 /// image has `system_size` bytes. Returns the channel directory.
 pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
@@ -89,8 +104,8 @@ pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
         let p = inputs.join(name);
         let len = if i == 1 { system_size } else { 1000 + 777 * i };
         std::fs::write(&p, bytes(len, i as u64 + version.len() as u64 + 7)).unwrap();
-        args.push(p.display().to_string());
     }
+    args.extend(input_args(&inputs));
     let channel = root.join("channel");
     args.push(channel.display().to_string());
     args.push(version.into());

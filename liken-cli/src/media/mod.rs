@@ -1,0 +1,259 @@
+//! Install media: `liken stick` (a bootable disk image) and `liken
+//! media` (a netboot initramfs), each carrying one release and one
+//! deployment's layer to the computers that install it.
+//!
+//! Both commands do their checking before any output exists: the
+//! release directory is verified artifact by artifact against
+//! release.yaml ([`release`]), the deployment's manifests and identity
+//! are checked and packed as `liken layer` packs them, and the kernel
+//! arguments are checked ([`menu`]). Only then is the output created,
+//! under a temporary name beside its final one ([`output`]).
+//!
+//! Module map:
+//! - [`release`]: reading and verifying a release directory.
+//! - [`menu`]: the install menu for systemd-boot and GRUB (pure text).
+//! - [`stick`]: the disk image, through liken-disk (GPT, FAT32, GRUB).
+//! - [`initramfs`]: the netboot image (cpio concatenation).
+//! - [`output`]: temporary file, fsync, rename, `-force`.
+
+pub mod initramfs;
+pub mod menu;
+pub mod output;
+pub mod release;
+pub mod stick;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::Io;
+use crate::args::Parsed;
+use crate::deployment::IDENTITY_DIR;
+use crate::layer::{self, LayerError};
+use crate::releases::progress::{Progress, Style};
+use crate::releases::size::human;
+use output::Output;
+use release::{ReleaseError, VerifiedRelease};
+
+/// Why no stick or netboot image was written.
+#[derive(Debug)]
+pub enum MediaError {
+    /// The release directory failed verification.
+    Release(ReleaseError),
+    /// The deployment could not be packed.
+    Layer(LayerError),
+    /// A kernel argument or machine name cannot go on the menu.
+    Args(menu::ArgError),
+    /// The output exists and `-force` was not given.
+    Exists(PathBuf),
+    /// The output exists and is not a regular file.
+    NotAFile(PathBuf),
+    /// The image could not be laid out.
+    Disk(String),
+    /// An artifact changed after it was verified.
+    Changed(PathBuf),
+    /// Reading or writing failed.
+    Io {
+        /// What was being done.
+        doing: String,
+        /// The system's reason.
+        error: std::io::Error,
+    },
+}
+
+impl fmt::Display for MediaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MediaError::Release(e) => write!(f, "{e}"),
+            MediaError::Layer(e) => write!(f, "the deployment: {e}"),
+            MediaError::Args(e) => write!(f, "{e}"),
+            MediaError::Exists(p) => write!(
+                f,
+                "{} exists; pass -force to replace it, or choose another -output",
+                p.display()
+            ),
+            MediaError::NotAFile(p) => write!(
+                f,
+                "{} is not a regular file; write the image to a file, then copy it onto the \
+                 device (dd if=<file> of=/dev/sdX bs=4M conv=fsync)",
+                p.display()
+            ),
+            MediaError::Disk(why) => write!(f, "{why}"),
+            MediaError::Changed(p) => write!(
+                f,
+                "{} changed after it was verified; make sure nothing writes the release \
+                 directory and run again",
+                p.display()
+            ),
+            MediaError::Io { doing, error } => write!(f, "{doing}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for MediaError {}
+
+impl From<liken_disk::fat::FatError> for MediaError {
+    fn from(e: liken_disk::fat::FatError) -> MediaError {
+        match e {
+            liken_disk::fat::FatError::Changed(p) => MediaError::Changed(p),
+            e => MediaError::Disk(format!("the stick's FAT partition: {e}")),
+        }
+    }
+}
+
+impl From<liken_disk::gpt::GptError> for MediaError {
+    fn from(e: liken_disk::gpt::GptError) -> MediaError {
+        MediaError::Disk(format!("the stick's partition table: {e}"))
+    }
+}
+
+impl From<liken_disk::grub::GrubError> for MediaError {
+    fn from(e: liken_disk::grub::GrubError) -> MediaError {
+        MediaError::Disk(format!("the stick's BIOS boot code: {e}"))
+    }
+}
+
+impl From<menu::ArgError> for MediaError {
+    fn from(e: menu::ArgError) -> MediaError {
+        MediaError::Args(e)
+    }
+}
+
+/// What both commands read, checked.
+struct Checked {
+    release: VerifiedRelease,
+    layer: Vec<u8>,
+    machines: Vec<String>,
+    output: PathBuf,
+    force: bool,
+}
+
+fn check(parsed: &Parsed, style: Style) -> Result<Checked, crate::Error> {
+    let [release_dir, deployment] = parsed.paths()?;
+    let output = PathBuf::from(parsed.value("output").ok_or_else(|| parsed.usage())?);
+    let force = parsed.switch("force");
+    // Refuse an existing output before spending time on hashing.
+    if !force && std::fs::symlink_metadata(&output).is_ok() {
+        return Err(MediaError::Exists(output).into());
+    }
+    let release =
+        release::verify(&release_dir, &release::REQUIRED, style).map_err(MediaError::Release)?;
+    let (layer, manifests) =
+        layer::build(&deployment, &deployment.join(IDENTITY_DIR)).map_err(MediaError::Layer)?;
+    let machines: Vec<String> = manifests
+        .machines
+        .iter()
+        .map(|m| m.doc.metadata.name.clone())
+        .collect();
+    for m in &machines {
+        menu::check_machine(m).map_err(MediaError::Args)?;
+    }
+    Ok(Checked {
+        release,
+        layer,
+        machines,
+        output,
+        force,
+    })
+}
+
+fn label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `liken stick`.
+pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let consoles = parsed.values("console");
+    let extra = parsed.values("kernel-arg");
+    let kernel_args = menu::decide_kernel_args(&consoles, &extra).map_err(MediaError::Args)?;
+    let style = Style::detect();
+    let c = check(&parsed, style)?;
+    let m = menu::InstallMenu {
+        version: c.release.release.version.clone(),
+        machines: c.machines.clone(),
+        microcode: c.release.has_microcode(),
+        kernel_args,
+    };
+    let inputs = stick::StickInputs {
+        release: &c.release,
+        layer: &c.layer,
+        menu: &m,
+    };
+    let total = stick::build_tree(&inputs)?.content_bytes();
+    let mut out = Output::create(&c.output, c.force)?;
+    let mut progress = Progress::new(style, label(&c.output), total, 0);
+    let summary = match stick::write(out.file(), &inputs, &mut progress) {
+        Ok(s) => s,
+        Err(e) => {
+            progress.abandon();
+            return Err(e.into());
+        }
+    };
+    progress.finish("written");
+    out.commit()?;
+    writeln!(
+        io.out,
+        "wrote {} ({}): release {}, install entries for {} (UEFI and BIOS)",
+        c.output.display(),
+        human(summary.disk_size),
+        c.release.release.version,
+        c.machines.join(", ")
+    )?;
+    writeln!(
+        io.out,
+        "copy it onto a USB stick with: dd if={} of=/dev/sdX bs=4M conv=fsync",
+        c.output.display()
+    )?;
+    writeln!(
+        io.out,
+        "the image holds the cluster's private keys (the deployment layer): keep it, and the \
+         stick, as private as the identity"
+    )?;
+    Ok(())
+}
+
+/// Runs `liken media`.
+pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let style = Style::detect();
+    let c = check(&parsed, style)?;
+    let mut out = Output::create(&c.output, c.force)?;
+    let total = initramfs::content_bytes(&c.release, &c.layer);
+    let mut progress = Progress::new(style, label(&c.output), total, 0);
+    let result = {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
+        initramfs::write(&mut w, &c.release, &c.layer, &mut progress)
+    };
+    if let Err(e) = result {
+        progress.abandon();
+        return Err(e.into());
+    }
+    progress.finish("written");
+    out.commit()?;
+    let size = std::fs::metadata(&c.output).map(|m| m.len()).unwrap_or(0);
+    let kernel = c
+        .release
+        .artifact(liken_api::release::ARTIFACT_KERNEL)
+        .map(|a| c.release.path_of(a))
+        .map_err(MediaError::Release)?;
+    writeln!(
+        io.out,
+        "wrote {} ({}): release {} with the layer for {}",
+        c.output.display(),
+        human(size),
+        c.release.release.version,
+        c.machines.join(", ")
+    )?;
+    writeln!(
+        io.out,
+        "netboot it as the initrd of {} with the kernel arguments: liken.install=1 \
+         liken.machine=<name> console=<your console>",
+        kernel.display()
+    )?;
+    writeln!(
+        io.out,
+        "the image holds the cluster's private keys (the deployment layer): serve it only to \
+         the machines being installed"
+    )?;
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! `liken stick` end to end.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use liken_disk::{gpt, grub};
+
+use crate::support::{TempDir, deployment, layer, liken, ok, release, tool, tree};
+
+#[test]
+fn a_stick_passes_the_tools_and_holds_every_file() {
+    let tmp = TempDir::new("stick");
+    let rel = release(tmp.path(), true);
+    let dep = deployment(tmp.path());
+    let img = tmp.path().join("stick.img");
+    let imgs = img.to_str().unwrap();
+    let args = [
+        "stick",
+        "-output",
+        imgs,
+        "-console",
+        "ttyS0,115200",
+        "-console",
+        "tty0",
+        "-kernel-arg",
+        "liken.bless-after=20",
+        rel.to_str().unwrap(),
+        dep.to_str().unwrap(),
+    ];
+    let (success, out, err) = liken(&args);
+    assert!(success, "{err}");
+    assert!(out.contains("install entries for node-1, node-2"), "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&img).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the image holds private keys");
+
+    // The partition table.
+    let mut c = tool("sgdisk");
+    c.arg("-v").arg(&img);
+    let v = String::from_utf8(ok(c).stdout).unwrap();
+    assert!(v.contains("No problems found"), "{v}");
+    let mut c = tool("sgdisk");
+    c.arg("-p").arg(&img);
+    let p = String::from_utf8(ok(c).stdout).unwrap();
+    assert!(
+        p.lines()
+            .any(|l| l.contains("EF00") && l.contains("LIKEN-STICK")),
+        "{p}"
+    );
+    assert!(
+        p.lines()
+            .any(|l| l.contains("EF02") && l.contains("LIKEN-BIOS")),
+        "{p}"
+    );
+    let mut f = File::open(&img).unwrap();
+    let layout = gpt::read(&mut f).unwrap();
+    let esp = layout.by_name("LIKEN-STICK").unwrap().clone();
+    let bios = layout.by_name("LIKEN-BIOS").unwrap().clone();
+    assert_eq!(layout.partitions[0].name, "LIKEN-STICK", "the ESP is gpt1");
+
+    // GRUB: boot.img in the MBR pointing at core.img in LIKEN-BIOS.
+    let core = std::fs::read(rel.join("grub-core.img")).unwrap();
+    let fields = grub::read_fields(&mut f).unwrap();
+    assert_eq!(fields.kernel_sector, bios.first_lba);
+    assert_eq!(fields.blocklist_start, bios.first_lba + 1);
+    assert_eq!(
+        u64::from(fields.blocklist_len),
+        (core.len() as u64).div_ceil(512) - 1
+    );
+    let boot_img = std::fs::read(rel.join("grub-boot.img")).unwrap();
+    let mut mbr = [0u8; 512];
+    f.read_exact(&mut mbr).unwrap_or(());
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_exact(&mut mbr).unwrap();
+    assert_eq!(&mbr[0x68..0x1B8], &boot_img[0x68..0x1B8]);
+    let mut on_disk = vec![0u8; core.len()];
+    f.seek(SeekFrom::Start(bios.offset())).unwrap();
+    f.read_exact(&mut on_disk).unwrap();
+    assert_eq!(&on_disk[512..], &core[512..]);
+
+    // The FAT partition, alone, through fsck.
+    let alone = tmp.path().join("esp.img");
+    let mut out = File::create(&alone).unwrap();
+    f.seek(SeekFrom::Start(esp.offset())).unwrap();
+    std::io::copy(&mut (&f).take(esp.size()), &mut out).unwrap();
+    out.flush().unwrap();
+    let mut c = tool("fsck.vfat");
+    c.arg("-n").arg(&alone);
+    ok(c);
+    let at = format!("{imgs}@@{}", esp.offset());
+    let mut c = tool("mlabel");
+    c.args(["-s", "-i", &at, "::"]);
+    let label = String::from_utf8(ok(c).stdout).unwrap();
+    assert!(label.contains("LIKEN-STICK"), "{label}");
+
+    // Every file, listed and read back.
+    let mut want: Vec<(String, Vec<u8>)> = Vec::new();
+    let read = |n: &str| std::fs::read(rel.join(n)).unwrap();
+    want.push(("EFI/BOOT/BOOTX64.EFI".into(), read("systemd-boot.efi")));
+    want.push(("liken/vmlinuz".into(), read("vmlinuz")));
+    want.push(("liken/boot.cpio".into(), read("boot.cpio")));
+    want.push(("liken/microcode.cpio".into(), read("microcode.cpio")));
+    want.push(("liken/layer.cpio".into(), layer(tmp.path(), &dep)));
+    for (rel_path, b) in tree(&rel) {
+        want.push((format!("liken/release/{rel_path}"), b));
+    }
+    let mtype = |path: &str| -> Vec<u8> {
+        let mut c = tool("mtype");
+        c.args(["-i", &at, &format!("::/{path}")]);
+        ok(c).stdout
+    };
+    let mut c = tool("mdir");
+    c.args(["-/", "-b", "-i", &at, "::/"]);
+    let listing = String::from_utf8(ok(c).stdout).unwrap();
+    let mut listed: Vec<String> = listing
+        .lines()
+        .filter(|l| !l.ends_with('/'))
+        .map(|l| l.trim_start_matches("::/").to_owned())
+        .collect();
+    listed.sort();
+    let mut names: Vec<String> = want.iter().map(|(p, _)| p.clone()).collect();
+    for extra in [
+        "grub/grub.cfg",
+        "loader/entries/install-node-1.conf",
+        "loader/entries/install-node-2.conf",
+        "loader/loader.conf",
+    ] {
+        names.push(extra.to_owned());
+    }
+    names.sort();
+    assert_eq!(listed, names);
+    for (path, b) in &want {
+        assert!(mtype(path) == *b, "{path} reads back as the release's file");
+    }
+
+    // The menus.
+    let entry = String::from_utf8(mtype("loader/entries/install-node-2.conf")).unwrap();
+    assert_eq!(
+        entry,
+        "title Install liken 2026.12.02-001 on node-2\n\
+         sort-key liken-install\n\
+         version 2026.12.02-001\n\
+         linux /liken/vmlinuz\n\
+         initrd /liken/microcode.cpio\n\
+         initrd /liken/boot.cpio\n\
+         initrd /liken/layer.cpio\n\
+         options liken.install=1 liken.machine=node-2 console=ttyS0,115200 console=tty0 liken.bless-after=20\n"
+    );
+    let loader = String::from_utf8(mtype("loader/loader.conf")).unwrap();
+    assert!(loader.starts_with("timeout menu-force\n"), "{loader}");
+    let cfg = mtype("grub/grub.cfg");
+    let cfg_path = tmp.path().join("grub.cfg");
+    std::fs::write(&cfg_path, &cfg).unwrap();
+    let mut c = tool("grub-script-check");
+    c.arg(&cfg_path);
+    ok(c);
+    let cfg = String::from_utf8(cfg).unwrap();
+    for m in ["node-1", "node-2"] {
+        assert!(
+            cfg.contains(&format!(
+                "  linux /liken/vmlinuz liken.install=1 liken.machine={m} console=ttyS0,115200 console=tty0 liken.bless-after=20\n  initrd /liken/microcode.cpio /liken/boot.cpio /liken/layer.cpio\n"
+            )),
+            "{cfg}"
+        );
+    }
+
+    // An existing image needs -force; the same inputs give the same image.
+    let before = std::fs::read(&img).unwrap();
+    let (success, _, err) = liken(&args);
+    assert!(!success && err.contains("pass -force"), "{err}");
+    let mut forced = args.to_vec();
+    forced.insert(1, "-force");
+    let (success, _, err) = liken(&forced);
+    assert!(success, "{err}");
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "the image is reproducible"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "no temporary files are left");
+}
+
+#[test]
+fn a_tampered_release_is_refused_before_any_output_exists() {
+    let tmp = TempDir::new("stick-tampered");
+    let rel = release(tmp.path(), false);
+    let dep = deployment(tmp.path());
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let img = out_dir.join("stick.img");
+    let run = || {
+        liken(&[
+            "stick",
+            "-output",
+            img.to_str().unwrap(),
+            rel.to_str().unwrap(),
+            dep.to_str().unwrap(),
+        ])
+    };
+
+    // One byte changed, same size.
+    let sqfs = rel.join("liken.sqfs");
+    let mut b = std::fs::read(&sqfs).unwrap();
+    b[1000] ^= 0xFF;
+    std::fs::write(&sqfs, &b).unwrap();
+    let (success, _, err) = run();
+    assert!(!success);
+    assert!(
+        err.contains("liken.sqfs has sha256") && err.contains("fetch the release again"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&out_dir).unwrap().count(),
+        0,
+        "nothing is written"
+    );
+
+    // A byte missing.
+    b[1000] ^= 0xFF;
+    b.pop();
+    std::fs::write(&sqfs, &b).unwrap();
+    let (success, _, err) = run();
+    assert!(
+        !success && err.contains("bytes but release.yaml says"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
+
+    // A console argument that would break the menu.
+    let (success, _, err) = liken(&[
+        "stick",
+        "-output",
+        img.to_str().unwrap(),
+        "-console",
+        "ttyS0 init=/bin/sh",
+        rel.to_str().unwrap(),
+        dep.to_str().unwrap(),
+    ]);
+    assert!(!success && err.contains("-console"), "{err}");
+    let (success, _, err) = liken(&["stick", rel.to_str().unwrap(), dep.to_str().unwrap()]);
+    assert!(!success && err.contains("usage: liken stick"), "{err}");
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
+}

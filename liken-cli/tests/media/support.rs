@@ -1,0 +1,223 @@
+//! A release directory and a deployment for the media tests, and the
+//! tools that read images back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use liken_api::release::{Artifact, RELEASE_FILE, Release};
+use liken_api::{FileName, Version, decode};
+
+/// A scratch directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "liken-media-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the `liken` binary; returns (success, stdout, stderr).
+pub fn liken(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_liken"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A system tool, which scripts/setup.sh installs.
+pub fn tool(name: &str) -> Command {
+    let found = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is missing; run scripts/setup.sh as root"));
+    let mut c = Command::new(found);
+    c.env("MTOOLS_SKIP_CHECK", "1").stdin(Stdio::null());
+    c
+}
+
+/// Runs a tool, failing the test with its output when it fails.
+pub fn ok(mut c: Command) -> Output {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub const VERSION: &str = "2026.12.02-001";
+
+/// A release directory: every artifact a real file (GRUB's from
+/// grub-pc-bin, the rest small stand-ins of the right names), and
+/// release.yaml written with liken-api's Release type and YAML encoder,
+/// as `liken bundle` writes it. Returns the directory.
+pub fn release(root: &Path, microcode: bool) -> PathBuf {
+    let dir = root.join("channel").join(VERSION);
+    std::fs::create_dir_all(&dir).unwrap();
+    let grub = Path::new("/usr/lib/grub/i386-pc");
+    assert!(
+        grub.join("boot.img").exists(),
+        "GRUB's i386-pc images are missing; run scripts/setup.sh as root (grub-pc-bin)"
+    );
+    ok({
+        let mut c = tool("grub-mkimage");
+        c.arg("-O")
+            .arg("i386-pc")
+            .arg("-d")
+            .arg(grub)
+            .arg("-o")
+            .arg(dir.join("grub-core.img"))
+            .arg("-p")
+            .arg("(,gpt1)/grub")
+            .args([
+                "biosdisk",
+                "part_gpt",
+                "fat",
+                "normal",
+                "configfile",
+                "linux",
+                "echo",
+                "test",
+                "loadenv",
+            ]);
+        c
+    });
+    std::fs::copy(grub.join("boot.img"), dir.join("grub-boot.img")).unwrap();
+    let mut files: Vec<(&str, &str)> = vec![
+        ("kernel", "vmlinuz"),
+        ("system", "liken.sqfs"),
+        ("boot", "boot.cpio"),
+        ("cli", "liken"),
+        ("systemd-boot", "systemd-boot.efi"),
+        ("grub-boot", "grub-boot.img"),
+        ("grub-core", "grub-core.img"),
+        ("licenses", "licenses.md"),
+    ];
+    if microcode {
+        files.push(("microcode", "microcode.cpio"));
+    }
+    for (i, (_, file)) in files.iter().enumerate() {
+        let p = dir.join(file);
+        if !p.exists() {
+            let len = match *file {
+                "liken.sqfs" => 3_000_001,
+                "vmlinuz" => 1_500_000,
+                "systemd-boot.efi" => 123_457,
+                _ => 4099 + i,
+            };
+            std::fs::write(&p, bytes(len, i as u64 + 10)).unwrap();
+        }
+    }
+    let artifacts = files
+        .iter()
+        .map(|(name, file)| {
+            let b = std::fs::read(dir.join(file)).unwrap();
+            Artifact {
+                name: (*name).to_owned(),
+                file: FileName::parse(file).unwrap(),
+                sha256: liken_cli::releases::stream::sha256(&b),
+                size: b.len() as u64,
+            }
+        })
+        .collect();
+    let r = Release::new(Version::parse(VERSION).unwrap(), artifacts, vec![]);
+    std::fs::write(dir.join(RELEASE_FILE), decode::to_yaml(&r).unwrap()).unwrap();
+    dir
+}
+
+/// A deployment from `liken new` and `liken mint`: machines node-1 and
+/// node-2.
+pub fn deployment(root: &Path) -> PathBuf {
+    let d = root.join("deployment");
+    let ds = d.to_str().unwrap();
+    let (ok1, _, e) = liken(&[
+        "new",
+        "-name",
+        "home",
+        "-endpoint",
+        "https://10.0.0.10:6443",
+        "-machine",
+        "node-1=leader",
+        "-machine",
+        "node-2=follower",
+        ds,
+    ]);
+    assert!(ok1, "{e}");
+    let (ok2, _, e) = liken(&["mint", d.join("identity").to_str().unwrap()]);
+    assert!(ok2, "{e}");
+    d
+}
+
+/// The layer `liken layer` packs for `deployment` (deterministic, so
+/// the same bytes the media must hold).
+pub fn layer(root: &Path, deployment: &Path) -> Vec<u8> {
+    let out = root.join("layer.cpio");
+    let (okl, _, e) = liken(&[
+        "layer",
+        deployment.to_str().unwrap(),
+        deployment.join("identity").to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    assert!(okl, "{e}");
+    std::fs::read(out).unwrap()
+}
+
+/// The files of a directory tree, relative paths and bytes, sorted.
+pub fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(base: &Path, d: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
