@@ -110,6 +110,26 @@ pub struct BootRecord {
     /// from the running one.
     #[serde(default)]
     pub documents: BTreeMap<String, Sha256Hex>,
+    /// How this boot stands with the bootloader's try counter, once init
+    /// has looked (boot assessment); `None` for a boot with no slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assessment: Option<BootAssessment>,
+}
+
+/// Boot assessment: whether the booted entry was on trial, whether init
+/// has blessed it, and whether the other slot spent its tries (so this
+/// boot is a fallback from it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootAssessment {
+    /// The booted entry still had a try counter: a release on trial.
+    pub counted: bool,
+    /// The booted entry is blessed (this boot blessed it, or an earlier
+    /// one did): the bootloader keeps booting this slot.
+    pub blessed: bool,
+    /// The other slot's entry has no tries left: a release written there
+    /// failed to become healthy and the machine fell back to this slot.
+    pub other_slot_bad: bool,
 }
 
 impl BootRecord {
@@ -161,6 +181,11 @@ mod tests {
             slot: Some(Slot::A),
             version: Some(Version::parse("2026.05.28-001").unwrap()),
             documents: [("machine".to_owned(), sha256(b"m"))].into(),
+            assessment: Some(BootAssessment {
+                counted: true,
+                blessed: true,
+                other_slot_bad: false,
+            }),
         };
         let json = serde_json::to_string(&r).unwrap();
         assert!(

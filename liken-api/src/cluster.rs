@@ -41,6 +41,7 @@ pub struct Cluster {
     /// What the person declares.
     pub spec: ClusterSpec,
     /// The cluster operator's verdict.
+    #[cfg(feature = "status")]
     #[serde(default, skip_serializing_if = "ClusterStatus::is_empty")]
     pub status: ClusterStatus,
 }
@@ -259,6 +260,7 @@ impl Cluster {
             kind: <Cluster as Kind>::KIND.to_owned(),
             metadata: ObjectMeta::named(name),
             spec,
+            #[cfg(feature = "status")]
             status: ClusterStatus::default(),
         }
     }
@@ -533,6 +535,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "status")]
     fn canonical_hash_ignores_status() {
         let a = cluster();
         let mut b = a.clone();

@@ -19,8 +19,15 @@
 //! answered [`Response::Accepted`] before init acts, because a reboot
 //! ends the connection with no chance to answer afterwards.
 //!
-//! Not here yet: the request that writes a verified release into the
-//! inactive slot arrives with init's slot writer.
+//! [`Request::WriteRelease`] is the exception: writing a slot takes
+//! minutes, and its client (the machine operator) must know whether the
+//! slot is now a boot target before it stages a reboot. So init answers
+//! it only when the write is done, with [`Response::ReleaseWritten`] or
+//! [`Response::Refused`]; its client waits up to [`WRITE_TIMEOUT_SECS`].
+//! The request names a release directory under [`RELEASES_DIR`] and the
+//! SHA-256 of its release.yaml that the client checked against the
+//! Cluster's catalog, so init writes only the release the operator
+//! trusted, whatever changed on disk since.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -28,7 +35,9 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::boot::BootRecord;
+use crate::boot::{BootRecord, Slot};
+use crate::digest::Sha256Hex;
+use crate::version::Version;
 
 /// Where init listens.
 pub const SOCKET_PATH: &str = "/run/liken/init.sock";
@@ -37,6 +46,15 @@ pub const SOCKET_PATH: &str = "/run/liken/init.sock";
 /// responses are small documents; anything bigger is a confused or
 /// hostile peer.
 pub const MAX_FRAME: u32 = 1024 * 1024;
+
+/// Where the machine operator keeps downloaded releases, one directory
+/// per version. [`Request::WriteRelease`] names a directory directly
+/// below it; init refuses any other.
+pub const RELEASES_DIR: &str = "/var/lib/liken/releases";
+
+/// How long a client waits for the answer to [`Request::WriteRelease`]:
+/// a 1 GiB slot written and read back on a slow disk, with room to spare.
+pub const WRITE_TIMEOUT_SECS: u64 = 3600;
 
 /// What a client asks init to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +68,36 @@ pub enum Request {
     Poweroff,
     /// Stop k3s and start it again (a k3s configuration change).
     RestartK3s,
+    /// Verify a downloaded release again and write it into the inactive
+    /// slot, the new loader entry last. Answered when done.
+    WriteRelease(WriteRelease),
+}
+
+/// Which release to write, and the release.yaml the client trusted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteRelease {
+    /// The release directory, `<RELEASES_DIR>/<version>`, holding
+    /// release.yaml and every artifact it names.
+    pub directory: String,
+    /// The SHA-256 of that directory's release.yaml as the client
+    /// verified it against the Cluster's catalog.
+    pub release_sha256: Sha256Hex,
+}
+
+/// What a finished [`Request::WriteRelease`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseWritten {
+    /// The slot written: the one that did not boot.
+    pub slot: Slot,
+    /// The release now in it.
+    pub version: Version,
+    /// Bytes written: the system image into the slot, plus the kernel and
+    /// initrds onto the ESP.
+    pub bytes: u64,
+    /// The new loader entry's file name (`liken-<slot>+3.conf`).
+    pub entry: String,
 }
 
 impl Request {
@@ -60,6 +108,7 @@ impl Request {
             Request::Reboot => "reboot",
             Request::Poweroff => "poweroff",
             Request::RestartK3s => "restartK3s",
+            Request::WriteRelease(_) => "writeRelease",
         }
     }
 }
@@ -72,6 +121,9 @@ pub enum Response {
     Accepted,
     /// The answer to [`Request::Status`].
     Status(InitStatus),
+    /// The answer to [`Request::WriteRelease`] once the slot, the ESP
+    /// files and the new entry are written and synced.
+    ReleaseWritten(ReleaseWritten),
     /// The request was not carried out; the message says why and what to
     /// do.
     Refused {
@@ -228,8 +280,14 @@ pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, FrameErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::boot::Slot;
     use crate::time::Time;
+
+    fn write_request() -> WriteRelease {
+        WriteRelease {
+            directory: format!("{RELEASES_DIR}/2026.12.02-001"),
+            release_sha256: Sha256Hex::parse(&"ab".repeat(32)).unwrap(),
+        }
+    }
 
     fn round_trip<T: Serialize + DeserializeOwned + PartialEq + fmt::Debug>(m: &T) {
         let mut buf = Vec::new();
@@ -247,10 +305,17 @@ mod tests {
             Request::Reboot,
             Request::Poweroff,
             Request::RestartK3s,
+            Request::WriteRelease(write_request()),
         ] {
             round_trip(&r);
         }
         round_trip(&Response::Accepted);
+        round_trip(&Response::ReleaseWritten(ReleaseWritten {
+            slot: Slot::B,
+            version: Version::parse("2026.12.02-001").unwrap(),
+            bytes: 123_456_789,
+            entry: "liken-b+3.conf".into(),
+        }));
         round_trip(&Response::Refused {
             message: "no".into(),
         });
@@ -260,6 +325,7 @@ mod tests {
                 slot: Some(Slot::A),
                 version: None,
                 documents: Default::default(),
+                assessment: None,
             }),
             machine: Some("m1".into()),
             problems: vec![StepProblem {
@@ -280,6 +346,63 @@ mod tests {
         write_frame(&mut buf, &Request::RestartK3s).unwrap();
         assert_eq!(&buf[4..], br#"{"request":"restartK3s"}"#);
         assert_eq!(Request::RestartK3s.name(), "restartK3s");
+    }
+
+    #[test]
+    fn write_release_on_the_wire() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &Request::WriteRelease(write_request())).unwrap();
+        let want = format!(
+            r#"{{"request":"writeRelease","directory":"/var/lib/liken/releases/2026.12.02-001","releaseSha256":"{}"}}"#,
+            "ab".repeat(32)
+        );
+        assert_eq!(&buf[4..], want.as_bytes());
+        assert_eq!(
+            Request::WriteRelease(write_request()).name(),
+            "writeRelease"
+        );
+        let mut buf = Vec::new();
+        write_frame(
+            &mut buf,
+            &Response::ReleaseWritten(ReleaseWritten {
+                slot: Slot::A,
+                version: Version::parse("2026.12.02-002").unwrap(),
+                bytes: 7,
+                entry: "liken-a+3.conf".into(),
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            &buf[4..],
+            br#"{"response":"releaseWritten","slot":"A","version":"2026.12.02-002","bytes":7,"entry":"liken-a+3.conf"}"#
+        );
+    }
+
+    #[test]
+    fn a_write_request_with_a_bad_digest_or_an_unknown_field_is_refused() {
+        let frame = |json: &str| {
+            let mut b = u32::try_from(json.len()).unwrap().to_be_bytes().to_vec();
+            b.extend_from_slice(json.as_bytes());
+            b
+        };
+        let short = frame(r#"{"request":"writeRelease","directory":"/x","releaseSha256":"abc"}"#);
+        assert!(matches!(
+            read_frame::<_, Request>(&mut short.as_slice()),
+            Err(FrameError::Decode(_))
+        ));
+        let extra = frame(&format!(
+            r#"{{"request":"writeRelease","directory":"/x","releaseSha256":"{}","slot":"A"}}"#,
+            "0".repeat(64)
+        ));
+        assert!(matches!(
+            read_frame::<_, Request>(&mut extra.as_slice()),
+            Err(FrameError::Decode(_))
+        ));
+        let missing = frame(r#"{"request":"writeRelease","directory":"/x"}"#);
+        assert!(matches!(
+            read_frame::<_, Request>(&mut missing.as_slice()),
+            Err(FrameError::Decode(_))
+        ));
     }
 
     #[test]

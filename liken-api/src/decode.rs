@@ -145,24 +145,74 @@ impl std::error::Error for DecodeError {}
 #[serde(rename_all = "camelCase")]
 struct TypeHeader {
     #[serde(default)]
-    api_version: Option<serde_yaml::Value>,
+    api_version: Option<HeaderText>,
     #[serde(default)]
-    kind: Option<serde_yaml::Value>,
+    kind: Option<HeaderText>,
 }
 
+/// What a header field holds, as text for a message: a scalar as
+/// written, a list or mapping by what it is. Its own small visitor
+/// rather than `serde_yaml::Value`, whose decoder and YAML writer (to
+/// show a non-string) would otherwise be in every binary that reads
+/// YAML, PID 1 included.
 #[cfg(feature = "yaml")]
-fn scalar_text(v: Option<serde_yaml::Value>) -> String {
-    match v {
-        Some(serde_yaml::Value::String(s)) => s,
-        Some(serde_yaml::Value::Null) | None => String::new(),
-        Some(other) => serde_yaml::to_string(&other)
-            .map(|s| s.trim_end().to_owned())
-            .unwrap_or_default(),
+struct HeaderText(String);
+
+#[cfg(feature = "yaml")]
+impl<'de> Deserialize<'de> for HeaderText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<HeaderText, D::Error> {
+        use serde::de::{EnumAccess, IgnoredAny, MapAccess, SeqAccess, VariantAccess, Visitor};
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = HeaderText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<HeaderText, E> {
+                Ok(HeaderText(v.to_owned()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<HeaderText, E> {
+                Ok(HeaderText(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<HeaderText, E> {
+                Ok(HeaderText(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<HeaderText, E> {
+                Ok(HeaderText(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<HeaderText, E> {
+                Ok(HeaderText(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<HeaderText, E> {
+                Ok(HeaderText(String::new()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HeaderText, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(HeaderText("a list".to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeaderText, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(HeaderText("a mapping".to_owned()))
+            }
+            // YAML's tagged values (`!tag value`).
+            fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<HeaderText, A::Error> {
+                let (tag, value) = data.variant::<String>()?;
+                value.newtype_variant::<IgnoredAny>()?;
+                Ok(HeaderText(format!("a value tagged !{tag}")))
+            }
+        }
+        d.deserialize_any(Text)
     }
 }
 
-fn check_header<T: Kind>(
+#[cfg(feature = "yaml")]
+fn scalar_text(v: Option<HeaderText>) -> String {
+    v.map(|t| t.0).unwrap_or_default()
+}
+
+fn check_header(
     origin: &str,
+    expected: &'static str,
     api_version: String,
     kind: String,
 ) -> Result<(), DecodeError> {
@@ -172,10 +222,10 @@ fn check_header<T: Kind>(
             found: api_version,
         });
     }
-    if kind != T::KIND {
+    if kind != expected {
         return Err(DecodeError::Kind {
             origin: origin.to_owned(),
-            expected: T::KIND,
+            expected,
             found: kind,
         });
     }
@@ -210,27 +260,40 @@ pub fn strict<T>(text: &str, origin: &str) -> Result<T, DecodeError>
 where
     T: DeserializeOwned + Kind + Validate,
 {
-    let syntax = |e: serde_yaml::Error| DecodeError::Syntax {
-        origin: origin.to_owned(),
-        message: e.to_string(),
-    };
+    yaml_header(text, origin, T::KIND)?;
+    let de = serde_yaml::Deserializer::from_str(text);
+    finish(de, origin, |e| yaml_syntax(origin, e))
+}
+
+/// The checks before a YAML document is decoded, which do not depend on
+/// its type: not empty, and the header names the kind expected. The
+/// header first, so a Cluster handed in as a Machine is reported as the
+/// wrong kind rather than as a dozen unknown fields. Out of line so it
+/// exists once rather than in every kind's decoder.
+#[cfg(feature = "yaml")]
+#[inline(never)]
+fn yaml_header(text: &str, origin: &str, kind: &'static str) -> Result<(), DecodeError> {
     if text.trim().is_empty() {
         return Err(DecodeError::Syntax {
             origin: origin.to_owned(),
-            message: format!("the file is empty; it should hold a {}", T::KIND),
+            message: format!("the file is empty; it should hold a {kind}"),
         });
     }
-    // The header first, so a Cluster handed in as a Machine is reported
-    // as the wrong kind rather than as a dozen unknown fields.
-    let header: TypeHeader = serde_yaml::from_str(text).map_err(syntax)?;
-    check_header::<T>(
+    let header: TypeHeader = serde_yaml::from_str(text).map_err(|e| yaml_syntax(origin, e))?;
+    check_header(
         origin,
+        kind,
         scalar_text(header.api_version),
         scalar_text(header.kind),
-    )?;
+    )
+}
 
-    let de = serde_yaml::Deserializer::from_str(text);
-    finish(de, origin, syntax)
+#[cfg(feature = "yaml")]
+fn yaml_syntax(origin: &str, e: serde_yaml::Error) -> DecodeError {
+    DecodeError::Syntax {
+        origin: origin.to_owned(),
+        message: e.to_string(),
+    }
 }
 
 /// The strict decoder's second half, whatever the syntax: decode while
@@ -246,8 +309,12 @@ where
     D: serde::Deserializer<'de>,
 {
     let mut unknown = Vec::new();
-    let doc: T =
-        serde_ignored::deserialize(de, |path| unknown.push(field_path(&path))).map_err(syntax)?;
+    // One callback type for every document kind, so the decoders of the
+    // types they share (metadata, conditions, strings, lists) are built
+    // once per syntax rather than once per kind.
+    let mut record = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
+    let callback: &mut dyn FnMut(serde_ignored::Path<'_>) = &mut record;
+    let doc: T = serde_ignored::deserialize(de, callback).map_err(syntax)?;
     if !unknown.is_empty() {
         return Err(DecodeError::UnknownFields {
             origin: origin.to_owned(),
@@ -302,8 +369,9 @@ where
         });
     }
     let header: JsonHeader = serde_json::from_slice(bytes).map_err(syntax)?;
-    check_header::<T>(
+    check_header(
         origin,
+        T::KIND,
         json_text(header.api_version),
         json_text(header.kind),
     )?;
@@ -349,7 +417,7 @@ fn check_wire_kind<T: Kind>(doc: &T, origin: &str) -> Result<(), DecodeError> {
     if kind.is_empty() && api_version.is_empty() {
         return Ok(());
     }
-    check_header::<T>(origin, api_version.to_owned(), kind.to_owned())
+    check_header(origin, T::KIND, api_version.to_owned(), kind.to_owned())
 }
 
 /// Serializes a document as YAML, as the CLI writes manifests and the

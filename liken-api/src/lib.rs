@@ -41,7 +41,7 @@ pub mod time;
 pub mod validate;
 pub mod version;
 
-pub use boot::{BootRecord, BootStatus, Slot};
+pub use boot::{BootAssessment, BootRecord, BootStatus, Slot};
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use condition::{Condition, ConditionStatus};
 pub use decode::DecodeError;

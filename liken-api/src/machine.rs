@@ -41,6 +41,7 @@ pub struct Machine {
     #[serde(default)]
     pub spec: MachineSpec,
     /// What the machine operator observes.
+    #[cfg(feature = "status")]
     #[serde(default, skip_serializing_if = "MachineStatus::is_empty")]
     pub status: MachineStatus,
 }
@@ -270,6 +271,7 @@ impl Machine {
             kind: <Machine as Kind>::KIND.to_owned(),
             metadata: ObjectMeta::named(name),
             spec,
+            #[cfg(feature = "status")]
             status: MachineStatus::default(),
         }
     }
@@ -524,6 +526,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "status")]
     fn canonical_hash_ignores_annotations_and_status() {
         let a = dhcp_machine();
         let mut b = a.clone();
