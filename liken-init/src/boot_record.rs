@@ -37,6 +37,7 @@ pub fn decide_record(
         slot,
         version,
         documents,
+        assessment: None,
     }
 }
 

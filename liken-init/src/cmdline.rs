@@ -3,8 +3,9 @@
 //! The bootloader entry (written by init itself, or by `liken stick`)
 //! carries them: `liken.machine=<name>` picks this computer's Machine
 //! document, `liken.install` boots install mode, `liken.slot=A|B` says
-//! which slot the entry boots, and `console=` arguments are kept so the
-//! installed machine's entries carry them on. Anything else is the
+//! which slot the entry boots, `liken.bless-after=<s>` and
+//! `liken.bless-deadline=<s>` tune boot assessment, and `console=`
+//! arguments are kept so the installed machine's entries carry them on. Anything else is the
 //! kernel's business and ignored here.
 //!
 //! Parsing follows the kernel's own rules: arguments split on
@@ -23,6 +24,13 @@ pub struct Cmdline {
     pub slot: Option<Slot>,
     /// Every `console=` value, in order.
     pub consoles: Vec<String>,
+    /// `liken.bless-after=<seconds>`: assess the boot by how long the
+    /// supervised service has stayed up instead of k3s's health (tests
+    /// with the stand-in).
+    pub bless_after: Option<u64>,
+    /// `liken.bless-deadline=<seconds>`: how long a counted boot may take
+    /// to become healthy before init reboots it.
+    pub bless_deadline: Option<u64>,
     /// Arguments that start with `liken.` but mean nothing to this
     /// version, so the console can say so (a typo picks no machine).
     pub unknown: Vec<String>,
@@ -58,6 +66,14 @@ pub fn split(text: &str) -> Vec<String> {
     args
 }
 
+/// A count of seconds: digits only, at least 1, at most a year.
+fn seconds(v: &str) -> Option<u64> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok().filter(|n| (1..=366 * 24 * 3600).contains(n))
+}
+
 impl Cmdline {
     /// Reads the arguments init acts on from the text of /proc/cmdline.
     pub fn parse(text: &str) -> Cmdline {
@@ -79,6 +95,12 @@ impl Cmdline {
                 ("liken.slot", Some("A" | "a")) => c.slot = Some(Slot::A),
                 ("liken.slot", Some("B" | "b")) => c.slot = Some(Slot::B),
                 ("console", Some(v)) => c.consoles.push(v.to_owned()),
+                ("liken.bless-after", Some(v)) if seconds(v).is_some() => {
+                    c.bless_after = seconds(v);
+                }
+                ("liken.bless-deadline", Some(v)) if seconds(v).is_some() => {
+                    c.bless_deadline = seconds(v);
+                }
                 (k, _) if k.starts_with("liken.") && !k.starts_with("liken.standin") => {
                     c.unknown.push(arg.clone());
                 }
@@ -113,6 +135,20 @@ mod tests {
         assert_eq!(c.slot, Some(Slot::B));
         assert_eq!(c.consoles, vec!["tty0", "ttyS0,115200"]);
         assert_eq!(c.unknown, vec!["liken.mashine=x"]);
+    }
+
+    #[test]
+    fn boot_assessment_arguments() {
+        let c = Cmdline::parse("liken.bless-after=5 liken.bless-deadline=600");
+        assert_eq!(c.bless_after, Some(5));
+        assert_eq!(c.bless_deadline, Some(600));
+        assert!(c.unknown.is_empty());
+        let c = Cmdline::parse(
+            "liken.bless-after=0 liken.bless-after=-1 liken.bless-deadline=soon liken.bless-after",
+        );
+        assert_eq!(c.bless_after, None);
+        assert_eq!(c.bless_deadline, None);
+        assert_eq!(c.unknown.len(), 4, "{:?}", c.unknown);
     }
 
     #[test]

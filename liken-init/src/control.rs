@@ -7,6 +7,11 @@
 //! are served one at a time, which is plenty for a machine operator and
 //! keeps a misbehaving client from starving the loop: reads and writes
 //! time out, and the loop's answer is awaited for a bounded time.
+//!
+//! A release write is answered only when it is done, minutes later, so
+//! its connection is handed to a thread of its own that waits for the
+//! answer (up to `WRITE_TIMEOUT_SECS`); the control thread goes back to
+//! serving status and other requests meanwhile.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -15,7 +20,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use liken_api::control::{FrameError, Request, Response, read_frame, write_frame};
+use liken_api::control::{
+    FrameError, Request, Response, WRITE_TIMEOUT_SECS, read_frame, write_frame,
+};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use crate::console;
@@ -86,21 +93,42 @@ fn serve_one(mut stream: UnixStream, events: &Sender<Event>) -> Result<(), Frame
         }
         Err(e) => return Err(e),
     };
+    if matches!(request, Request::WriteRelease(_)) {
+        let events = events.clone();
+        let answered = std::thread::Builder::new()
+            .name("control-write".into())
+            .spawn(move || {
+                let within = Duration::from_secs(WRITE_TIMEOUT_SECS);
+                let response = ask_loop(&events, request, within);
+                if let Err(e) = write_frame(&mut stream, &response) {
+                    console::line(&format!("control: a request failed: {e}"));
+                }
+            });
+        return match answered {
+            Ok(_) => Ok(()),
+            Err(e) => Err(FrameError::Io(e)),
+        };
+    }
+    let response = ask_loop(events, request, ANSWER_TIMEOUT);
+    write_frame(&mut stream, &response)
+}
+
+/// Hands `request` to the supervisor loop and waits up to `within` for
+/// its answer.
+fn ask_loop(events: &Sender<Event>, request: Request, within: Duration) -> Response {
     let (reply, answer) = crossbeam_channel::bounded(1);
     let name = request.name();
-    let response = if events.send(Event::Control { request, reply }).is_err() {
-        Response::Refused {
+    if events.send(Event::Control { request, reply }).is_err() {
+        return Response::Refused {
             message: "init's supervisor loop is gone; reboot the machine".into(),
-        }
-    } else {
-        answer.recv_timeout(ANSWER_TIMEOUT).unwrap_or(Response::Refused {
-            message: format!(
-                "init did not answer the {name} request within {} s; it may be busy shutting down, so try again",
-                ANSWER_TIMEOUT.as_secs()
-            ),
-        })
-    };
-    write_frame(&mut stream, &response)
+        };
+    }
+    answer.recv_timeout(within).unwrap_or(Response::Refused {
+        message: format!(
+            "init did not answer the {name} request within {} s; it may be busy shutting down, so try again",
+            within.as_secs()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -143,6 +171,72 @@ mod tests {
         } else {
             assert!(matches!(r, Response::Refused { .. }));
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_release_write_does_not_hold_up_other_requests() {
+        if !nix::unistd::getuid().is_root() {
+            // A user's requests are refused before they reach the loop.
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("liken-init-ctlw-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("init.sock");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        spawn(&path, tx).unwrap();
+        let write = Request::WriteRelease(liken_api::control::WriteRelease {
+            directory: "/var/lib/liken/releases/2026.12.02-001".into(),
+            release_sha256: liken_api::hash::sha256(b"release.yaml"),
+        });
+        let writer = {
+            let path = path.clone();
+            let write = write.clone();
+            std::thread::spawn(move || {
+                let mut s = UnixStream::connect(&path).unwrap();
+                write_frame(&mut s, &write).unwrap();
+                read_frame::<_, Response>(&mut s).unwrap()
+            })
+        };
+        // The loop holds the write's answer back...
+        let held = match rx.recv().unwrap() {
+            Event::Control { request, reply } => {
+                assert_eq!(request, write);
+                reply
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        // ...while a status request is served.
+        let status = std::thread::spawn(move || match rx.recv().unwrap() {
+            Event::Control { request, reply } => {
+                assert_eq!(request, Request::Status);
+                reply
+                    .send(Response::Refused {
+                        message: "status".into(),
+                    })
+                    .unwrap();
+            }
+            other => panic!("unexpected {other:?}"),
+        });
+        let mut s = UnixStream::connect(&path).unwrap();
+        write_frame(&mut s, &Request::Status).unwrap();
+        let r: Response = read_frame(&mut s).unwrap();
+        assert_eq!(
+            r,
+            Response::Refused {
+                message: "status".into()
+            }
+        );
+        status.join().unwrap();
+        let done = Response::ReleaseWritten(liken_api::control::ReleaseWritten {
+            slot: liken_api::Slot::B,
+            version: liken_api::Version::parse("2026.12.02-001").unwrap(),
+            bytes: 1,
+            entry: "liken-b+3.conf".into(),
+        });
+        held.send(done.clone()).unwrap();
+        assert_eq!(writer.join().unwrap(), done);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,23 +1,35 @@
 //! Writing files so a crash never leaves half of one: write a temporary
 //! file beside the target, fsync it, rename it over the target, fsync
-//! the directory.
+//! the directory. Every replaced file in init goes through here (the
+//! ESP's files too, through [`crate::esp`]), and so does every directory
+//! fsync.
 
-use std::io::{self, Write};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Replaces `path` with `bytes`, created with `mode`.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+/// The directory of `path` and the temporary name beside it that a
+/// replacement is written under first (`.<name>.tmp`).
+pub fn temp_beside(path: &Path) -> io::Result<(&Path, PathBuf)> {
     let dir = path.parent().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "a file path has a directory")
     })?;
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a file path has a name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
+    let mut tmp_name = OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
+    Ok((dir, dir.join(tmp_name)))
+}
+
+/// Replaces `path` with what `source` yields, created with `mode`;
+/// returns the bytes written. The directory must exist. On failure the
+/// temporary file is removed and `path` is as it was.
+pub fn replace_from(path: &Path, source: &mut dyn Read, mode: u32) -> io::Result<u64> {
+    let (dir, tmp) = temp_beside(path)?;
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -25,15 +37,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
             .truncate(true)
             .mode(mode)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let n = io::copy(source, &mut f)?;
         f.sync_all()?;
+        drop(f);
         std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        sync_dir(dir)?;
+        Ok(n)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Replaces `path` with `bytes`, created with `mode`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace_from(path, &mut &*bytes, mode).map(drop)
+}
+
+/// fsyncs a directory, so the entries created, renamed or removed in it
+/// are on disk.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -60,6 +85,18 @@ mod tests {
             "no temporary left"
         );
         assert!(write_atomic(&dir.join("none/x"), b"", 0o644).is_err());
+        // A failed write leaves the old file and no temporary.
+        std::fs::create_dir(dir.join(".boot.json.tmp")).unwrap();
+        assert!(write_atomic(&p, b"three", 0o644).is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        std::fs::remove_dir(dir.join(".boot.json.tmp")).unwrap();
+        let n = replace_from(&p, &mut &b"four"[..], 0o600).unwrap();
+        assert_eq!((n, std::fs::read(&p).unwrap()), (4, b"four".to_vec()));
+        assert_eq!(
+            temp_beside(&p).unwrap(),
+            (dir.as_path(), dir.join(".boot.json.tmp"))
+        );
+        assert!(temp_beside(Path::new("/")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -192,7 +192,7 @@ pub fn read_machines(etc_liken: &Path) -> Result<Vec<Candidate>, String> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
-    paths.sort();
+    crate::order::by_key(&mut paths, |p| crate::order::path_key(p));
     let mut out = Vec::with_capacity(paths.len());
     for path in paths {
         let name = path
@@ -224,7 +224,7 @@ pub fn read_macs(sys: &Path) -> Vec<[u8; 6]> {
         .filter_map(|text| parse_mac(text.trim()))
         .filter(|m| *m != [0; 6])
         .collect();
-    macs.sort_unstable();
+    crate::order::by_key(&mut macs, |m| m.to_vec());
     macs.dedup();
     macs
 }

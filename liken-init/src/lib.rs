@@ -18,11 +18,32 @@
 //!   the choice of this computer's Machine.
 //! - [`coldplug`] (pure) and [`modload`]: kernel modules.
 //! - [`mounts`]: the pseudo filesystems and the reverse unmount.
+//! - [`rootfs`]: the slot's system image as the root, /var on the data
+//!   partition, and the switch from the initramfs.
 //! - [`sysctls`]: the Machine's kernel parameters under /proc/sys.
-//! - [`net`]: the network plan, DHCP and resolv.conf.
-//! - [`boot_record`], [`fsutil`]: /run/liken/boot.json, atomic writes.
+//! - [`staged`]: staged documents promoted, and the running documents
+//!   published in /run/liken/documents.
+//! - [`net`]: the network plan, DHCP and resolv.conf; [`ntp`]: the
+//!   clock set from the Machine's NTP servers; [`dns`]: the stub
+//!   resolver that finds them by name.
+//! - [`seed`]: k3s's config.yaml, identity, token, manifests and airgap
+//!   images.
+//! - [`boot_record`], [`fsutil`]: /run/liken/boot.json, atomic writes;
+//!   [`order`]: every list sorted through one sort (binary size).
+//! - [`install`]: install mode, liken written onto the machine's disk
+//!   from an install stick or netboot media.
+//! - [`esp`]: the EFI system partition, mounted on demand and written
+//!   with FAT's fsync discipline.
 //! - [`supervisor`], [`backoff`], [`output`]: the supervised service,
 //!   its restarts, and its output to the console and a bounded log.
+//! - [`release_writer`]: the write-release request: a verified release
+//!   into the inactive slot and its files and entry onto the ESP.
+//! - [`release_check`]: the one check of a release directory (strict
+//!   release.yaml, every artifact's size and streamed SHA-256) that
+//!   install mode and the write-release request both run;
+//!   [`slot_image`]: the system image written raw into a slot and read
+//!   back, for both.
+//! - [`bless`]: boot assessment, blessing a healthy boot's entry.
 //! - [`serve`]: the loop and the shutdown sequence; [`fatal`]: the last
 //!   resort.
 //! - [`sys`]: the kernel, one narrow seam per area.
@@ -47,21 +68,33 @@
 )]
 
 pub mod backoff;
+pub mod bless;
 pub mod boot_record;
 pub mod cmdline;
 pub mod coldplug;
 pub mod console;
 pub mod control;
+pub mod dns;
+pub mod esp;
 pub mod events;
 pub mod fatal;
 pub mod fsutil;
+pub mod install;
 pub mod layer;
 pub mod modload;
 pub mod mounts;
 pub mod net;
+pub mod ntp;
+pub mod order;
 pub mod output;
 pub mod reaper;
+pub mod release_check;
+pub mod release_writer;
+pub mod rootfs;
+pub mod seed;
 pub mod serve;
+pub mod slot_image;
+pub mod staged;
 pub mod steps;
 pub mod supervisor;
 pub mod sys;
@@ -77,7 +110,8 @@ use crate::sys::Sys;
 
 /// Boots the machine and supervises it; never returns.
 pub fn run() -> ! {
-    let sys = Sys::real();
+    let table = Arc::new(Mutex::new(ChildTable::default()));
+    let sys = Sys::real(Arc::clone(&table));
     // Before any thread exists, so all of them inherit the mask and only
     // the signal thread ever takes these signals.
     if let Err(e) = reaper::block() {
@@ -85,8 +119,15 @@ pub fn run() -> ! {
     }
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current();
+        // The shipped profile aborts (Cargo.toml, release-init says why);
+        // test builds unwind. Say what is about to happen either way.
+        let next = if cfg!(panic = "abort") {
+            "init aborts and the kernel reboots (panic= on the command line)"
+        } else {
+            "init goes on without that thread"
+        };
         console::line(&format!(
-            "bug: thread {} panicked: {info}; init goes on without it, but report this",
+            "bug: thread {} panicked: {info}; {next}; report this",
             thread.name().unwrap_or("unnamed")
         ));
     }));
@@ -95,7 +136,6 @@ pub fn run() -> ! {
             "ctrl-alt-del: cannot route it to init ({e}); the keystroke reboots at once"
         ));
     }
-    let table = Arc::new(Mutex::new(ChildTable::default()));
     let (tx, rx) = crossbeam_channel::unbounded();
     if let Err(e) = reaper::spawn(Arc::clone(&table), tx.clone()) {
         fatal::fatal(

@@ -25,10 +25,16 @@ fn req(
     }
 }
 
-/// The pseudo filesystems, in mount order; efivarfs only on EFI boots.
-pub fn pseudo(efi: bool) -> Vec<MountRequest> {
+/// The pseudo filesystems, in mount order.
+///
+/// efivarfs is not among them: the Debian kernel builds it as a module
+/// the initramfs does not carry, and /sys/firmware/efi can only be looked
+/// at once sysfs is mounted. Boot assessment mounts it (`bless.rs`) once
+/// the system image's module tree is there, which is the first time init
+/// needs an EFI variable.
+pub fn pseudo() -> Vec<MountRequest> {
     let safe = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    let mut list = vec![
+    vec![
         req("proc", "/proc", "proc", safe, None),
         req("sysfs", "/sys", "sysfs", safe, None),
         req(
@@ -66,17 +72,7 @@ pub fn pseudo(efi: bool) -> Vec<MountRequest> {
             safe,
             Some("nsdelegate"),
         ),
-    ];
-    if efi {
-        list.push(req(
-            "efivarfs",
-            "/sys/firmware/efi/efivars",
-            "efivarfs",
-            safe,
-            None,
-        ));
-    }
-    list
+    ]
 }
 
 /// Mounts each in order, creating mount points. Returns what was
@@ -125,11 +121,10 @@ mod tests {
     use std::path::Path;
 
     #[test]
-    fn the_table_mounts_proc_first_and_efivars_only_on_efi() {
-        let l = pseudo(false);
+    fn the_table_mounts_proc_first_and_leaves_efivarfs_to_assessment() {
+        let l = pseudo();
         assert_eq!(l[0].target, Path::new("/proc"));
         assert!(l.iter().all(|r| r.fstype != "efivarfs"));
-        assert_eq!(pseudo(true).last().unwrap().fstype, "efivarfs");
         // Every mount point below another comes after it.
         for (i, r) in l.iter().enumerate() {
             for parent in &l[i + 1..] {

@@ -14,7 +14,7 @@
 //! pid is recorded, so the reaper never meets a supervised child it does
 //! not know yet, and std's own wait for a failed exec never races it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -32,12 +32,21 @@ use crate::sys::power::PowerAction;
 #[derive(Debug, Default)]
 pub struct ChildTable {
     pids: HashSet<u32>,
+    /// Children someone waits for directly (a command run to its end,
+    /// such as mke2fs): their exit goes to the waiter, not the loop.
+    waiters: HashMap<u32, Sender<ExitStatus>>,
 }
 
 impl ChildTable {
     /// Records a child.
     pub fn insert(&mut self, pid: u32) {
         self.pids.insert(pid);
+    }
+
+    /// Records a child whose exit is sent to `waiter` instead of the
+    /// supervisor loop.
+    pub fn insert_waiter(&mut self, pid: u32, waiter: Sender<ExitStatus>) {
+        self.waiters.insert(pid, waiter);
     }
 
     /// Forgets a child; whether it was known.
@@ -152,7 +161,9 @@ pub fn reap_all(table: &SharedTable, events: &Sender<Event>) -> usize {
         let Ok(pid) = u32::try_from(pid.as_raw()) else {
             continue;
         };
-        if guard.remove(pid) {
+        if let Some(waiter) = guard.waiters.remove(&pid) {
+            let _ = waiter.send(status);
+        } else if guard.remove(pid) {
             let _ = events.send(Event::Exited { pid, status });
         }
     }

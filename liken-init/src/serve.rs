@@ -17,13 +17,15 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use liken_api::control::{InitStatus, Request, Response};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use liken_api::control::{InitStatus, RELEASES_DIR, Request, Response, WriteRelease};
 use nix::sys::signal::Signal;
 
+use crate::bless::{self, Assessor};
 use crate::console::{self, Outcome};
 use crate::events::Event;
 use crate::mounts;
+use crate::release_writer::{self, WorkerPaths, WriteGate};
 use crate::steps::Boot;
 use crate::supervisor::{Spawner, Supervisor};
 use crate::sys::power::PowerAction;
@@ -52,13 +54,27 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
     );
 
     let mut deferred: VecDeque<Event> = VecDeque::new();
+    let writes = WriteGate::default();
+    let mut assess = Assessor::start(
+        boot.assessment.clone(),
+        boot.started_at,
+        std::sync::Arc::clone(&boot.sys.run),
+    );
     loop {
+        // Boot assessment: bless a healthy boot, or end a trial that
+        // ran out of time (crate::bless).
+        if bless::run_due(&mut boot, sup.state(), &mut assess).is_some() {
+            shutdown(&mut boot, &mut sup, &events, PowerAction::Reboot);
+        }
         let event = match deferred.pop_front() {
             Some(e) => e,
             None => {
-                let wait = sup
-                    .deadline()
-                    .map_or(IDLE, |d| d.saturating_duration_since(Instant::now()));
+                let now = Instant::now();
+                let wait = [sup.deadline(), assess.wake(now, sup.state())]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map_or(IDLE, |d| d.saturating_duration_since(now));
                 match events.recv_timeout(wait) {
                     Ok(e) => e,
                     Err(RecvTimeoutError::Timeout) => {
@@ -93,6 +109,18 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                     } else {
                         PowerAction::Poweroff
                     };
+                    // The write is safe to cut short (its entry comes
+                    // last), but a client asking now would lose the
+                    // write it is waiting for. Signals still shut down.
+                    if writes.busy() {
+                        let _ = reply.send(Response::Refused {
+                            message: format!(
+                                "a release is being written; ask for the {} again once it is answered",
+                                action.name()
+                            ),
+                        });
+                        continue;
+                    }
                     // A client that gave up waiting (init was still
                     // booting) was told its request failed; carrying it
                     // out now would contradict that answer.
@@ -106,6 +134,7 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                     console::line(&format!("control: {} requested", action.name()));
                     shutdown(&mut boot, &mut sup, &events, action);
                 }
+                Request::WriteRelease(write) => start_write(&boot, &writes, write, reply),
                 Request::RestartK3s => {
                     if sup.service.is_none() {
                         let _ = reply.send(Response::Refused {
@@ -138,6 +167,38 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                 }
             },
         }
+    }
+}
+
+/// Starts a release write on its worker thread, which answers `reply`
+/// when done; refuses at once when one is running or there is no slot to
+/// write.
+fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Sender<Response>) {
+    let refuse = |message: String| {
+        console::milestone(release_writer::MILESTONE, &Outcome::Failed(message.clone()));
+        let _ = reply.send(Response::Refused { message });
+    };
+    let booted = boot.cmdline.slot;
+    if let Err(e) = release_writer::decide_target_slot(booted) {
+        return refuse(e.to_string());
+    }
+    let Some(ticket) = writes.try_begin() else {
+        return refuse(release_writer::WriteError::Busy.to_string());
+    };
+    console::line(&format!(
+        "control: write of release {} requested",
+        write.directory
+    ));
+    let paths = WorkerPaths {
+        sys: boot.paths.sys.clone(),
+        proc: boot.paths.proc.clone(),
+        esp_mount: boot.paths.run_liken.join("esp"),
+        releases: RELEASES_DIR.into(),
+    };
+    if let Err(e) = release_writer::spawn(write, booted, paths, ticket, reply.clone()) {
+        refuse(format!(
+            "cannot start the writer thread ({e}); the machine is short of memory, try again later"
+        ));
     }
 }
 

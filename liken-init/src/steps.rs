@@ -12,14 +12,25 @@
 //! Coldplug runs before the Machine is chosen (SPEC.md lists it after)
 //! because the choice can depend on a network card's MAC address, and
 //! the card has no /sys/class/net entry until its driver is loaded.
+//! The layer's choice lets the root step find the disks; the documents
+//! step, once /var is the data partition, promotes staged documents
+//! and makes the running pair the boot's Machine and Cluster
+//! ([`crate::staged`]), so every step that applies the Machine (its
+//! modules, sysctls, hostname, network, NTP, k3s) comes after it.
 //! Sysctls come right after the Machine's modules, as some parameters
-//! exist only once their module is loaded.
+//! exist only once their module is loaded. The clock is set (`ntp`) once
+//! the network and resolv.conf are up, and k3s is seeded
+//! ([`crate::seed`]) just before it is started.
 //!
-//! Not built yet, so absent from the table: mounting the active slot and
-//! switching root (step 4; init stays on the initramfs), NTP
-//! (step 5), promoting staged documents (step 6),
-//! seeding k3s (step 7), boot assessment (step 9) and install mode
-//! (step 12).
+//! Boot assessment (step 9) is split: the `assess` step reads how the
+//! bootloader counted this boot (before the boot record, which carries
+//! it); the blessing itself happens later, from the supervisor loop,
+//! once the boot is healthy ([`crate::bless`]).
+//!
+//! Install mode (step 12, [`crate::install`]) runs once the Machine's
+//! modules are loaded (its disk may need one); on a boot that is not
+//! an install it says `skipped`, and in install mode it leaves nothing
+//! to supervise, so the k3s step skips.
 
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
@@ -38,7 +49,6 @@ use crate::mounts;
 use crate::net;
 use crate::supervisor::{Service, k3s_subcommand};
 use crate::sys::Sys;
-use crate::sys::block;
 use crate::sysctls;
 
 /// Where init finds things. Real boots use [`Paths::real`]; tests point
@@ -59,6 +69,17 @@ pub struct Paths {
     pub k3s: PathBuf,
     /// The resolver configuration the network step writes.
     pub resolv_conf: PathBuf,
+    /// /var: where the data partition is mounted.
+    pub var: PathBuf,
+    /// /var/lib/liken: staged, promoted and rejected documents.
+    pub var_liken: PathBuf,
+    /// /usr/share/liken: the manifests, features and operator images
+    /// the system image carries.
+    pub share_liken: PathBuf,
+    /// k3s's data directory.
+    pub k3s_data: PathBuf,
+    /// k3s's config.yaml (/etc/rancher is a symlink to /run/rancher).
+    pub k3s_config: PathBuf,
 }
 
 impl Paths {
@@ -72,6 +93,11 @@ impl Paths {
             modules: "/lib/modules".into(),
             k3s: "/usr/bin/k3s".into(),
             resolv_conf: "/etc/resolv.conf".into(),
+            var: "/var".into(),
+            var_liken: crate::staged::VAR_LIKEN.into(),
+            share_liken: crate::seed::SHARE_LIKEN.into(),
+            k3s_data: crate::seed::DATA_DIR.into(),
+            k3s_config: crate::seed::CONFIG.into(),
         }
     }
 }
@@ -108,6 +134,8 @@ pub struct Boot {
     pub no_service: Option<String>,
     /// Failed steps.
     pub problems: Vec<StepProblem>,
+    /// Boot assessment's plan, once the `assess` step has looked.
+    pub assessment: Option<crate::bless::Plan>,
 }
 
 impl Boot {
@@ -129,6 +157,7 @@ impl Boot {
             service: None,
             no_service: None,
             problems: Vec::new(),
+            assessment: None,
         }
     }
 }
@@ -164,6 +193,14 @@ pub const BOOT: &[Step] = &[
         run: choose_machine,
     },
     Step {
+        name: "root",
+        run: find_root,
+    },
+    Step {
+        name: "documents",
+        run: crate::staged::step,
+    },
+    Step {
         name: "machine-modules",
         run: load_machine_modules,
     },
@@ -172,8 +209,8 @@ pub const BOOT: &[Step] = &[
         run: apply_sysctls,
     },
     Step {
-        name: "root",
-        run: find_root,
+        name: crate::install::MILESTONE,
+        run: crate::install::step,
     },
     Step {
         name: "hostname",
@@ -184,8 +221,20 @@ pub const BOOT: &[Step] = &[
         run: configure_network,
     },
     Step {
+        name: "ntp",
+        run: set_clock,
+    },
+    Step {
+        name: "assess",
+        run: crate::bless::step,
+    },
+    Step {
         name: "boot-record",
         run: publish_record,
+    },
+    Step {
+        name: "k3s-seed",
+        run: crate::seed::step,
     },
     Step {
         name: "k3s",
@@ -208,8 +257,7 @@ pub fn run(boot: &mut Boot, steps: &[Step]) {
 }
 
 fn mount_pseudo(boot: &mut Boot) -> Outcome {
-    let efi = boot.paths.sys.join("firmware/efi").exists();
-    let (mounted, failures) = mounts::mount_all(&*boot.sys.mount, &mounts::pseudo(efi));
+    let (mounted, failures) = mounts::mount_all(&*boot.sys.mount, &mounts::pseudo());
     boot.mounted.extend(mounted);
     if failures.is_empty() {
         Outcome::Ok(None)
@@ -350,45 +398,7 @@ fn apply_sysctls(boot: &mut Boot) -> Outcome {
 }
 
 fn find_root(boot: &mut Boot) -> Outcome {
-    let mut found = Vec::new();
-    for slot in liken_api::Slot::ALL {
-        match block::find_by_label(&boot.paths.sys, slot.partition_label()) {
-            Ok(Some(dev)) => found.push(format!("{} on {}", slot.partition_label(), dev.display())),
-            Ok(None) => {}
-            Err(devs) => {
-                let list: Vec<String> = devs.iter().map(|d| d.display().to_string()).collect();
-                return Outcome::Failed(format!(
-                    "partition label {} is on several disks ({}); remove the install stick or the stale disk and reboot",
-                    slot.partition_label(),
-                    list.join(", ")
-                ));
-            }
-        }
-    }
-    if found.is_empty() {
-        return Outcome::ok_with("no LIKEN-A or LIKEN-B partition; running from the initramfs");
-    }
-    // The filesystems a slot and the data partition need, loaded now
-    // that there is something to mount.
-    let loaded = match &boot.modules {
-        Some(tree) => {
-            let report = modload::load(
-                tree,
-                &*boot.sys.modules,
-                modload::FILESYSTEMS.iter().copied(),
-                &mut boot.modules_done,
-            );
-            match modload::describe(&report, 0.0) {
-                Ok(_) => format!("{} filesystem modules loaded", report.loaded.len()),
-                Err(text) => text,
-            }
-        }
-        None => "no module tree to load filesystems from".to_owned(),
-    };
-    Outcome::Failed(format!(
-        "found {} ({loaded}), but this init cannot mount a system image yet; running from the initramfs",
-        found.join(", ")
-    ))
+    crate::rootfs::step(boot)
 }
 
 fn set_hostname(boot: &mut Boot) -> Outcome {
@@ -422,13 +432,14 @@ fn configure_network(boot: &mut Boot) -> Outcome {
 }
 
 fn publish_record(boot: &mut Boot) -> Outcome {
-    let record = boot_record::decide_record(
+    let mut record = boot_record::decide_record(
         boot.started,
         boot.cmdline.slot,
         boot_record::build_version(),
         boot.machine.as_ref(),
         boot.cluster.as_ref(),
     );
+    record.assessment = boot.assessment.as_ref().map(crate::bless::Plan::record);
     let result = std::fs::create_dir_all(&boot.paths.run_liken)
         .and_then(|()| boot_record::publish(&boot.paths.run_liken, &record));
     let outcome = match result {
@@ -446,7 +457,19 @@ fn publish_record(boot: &mut Boot) -> Outcome {
     outcome
 }
 
+fn set_clock(boot: &mut Boot) -> Outcome {
+    crate::ntp::step(
+        boot.machine.as_ref(),
+        &*boot.sys.clock,
+        &boot.paths.resolv_conf,
+    )
+}
+
 fn decide_k3s(boot: &mut Boot) -> Outcome {
+    // An earlier step (k3s-seed) found k3s unsafe to start.
+    if let Some(why) = &boot.no_service {
+        return skipped(why);
+    }
     let (Some(machine), Some(cluster)) = (&boot.machine, &boot.cluster) else {
         boot.no_service = Some("no valid Machine and Cluster documents".into());
         return skipped("no valid Machine and Cluster documents");

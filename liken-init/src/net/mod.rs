@@ -63,7 +63,7 @@ pub fn read_interfaces(sys: &Path) -> Vec<Found> {
             })
         })
         .collect();
-    found.sort_by_key(|f| f.index);
+    crate::order::by_key(&mut found, |f| f.index.to_be_bytes().to_vec());
     found
 }
 

@@ -28,7 +28,7 @@ pub fn labelled_partitions(sys: &Path) -> Vec<Partition> {
             parse_uevent(&uevent)
         })
         .collect();
-    out.sort_by(|a, b| a.device.cmp(&b.device));
+    crate::order::by_key(&mut out, |p| crate::order::path_key(&p.device));
     out
 }
 

@@ -11,16 +11,20 @@
 //! - [`modules`] wraps finit_module(2);
 //! - [`power`] wraps sync(2), reboot(2) and the Ctrl-Alt-Del switch;
 //! - [`block`] finds GPT partitions by label in /sys/class/block;
+//! - [`efivars`] reads EFI variables (the entry systemd-boot booted);
+//! - [`command`] runs a program to its end (mke2fs, `k3s kubectl`)
+//!   without racing the reaper;
 //! - [`netlink`] brings links up and adds IPv4 addresses and routes
 //!   over rtnetlink;
 //! - [`sysctl`] writes a kernel parameter under /proc/sys;
+//! - [`clock`] reads and sets the wall clock (the NTP step);
 //! - [`process`] clears init's signal mask in a child before exec, the
 //!   crate's only unsafe code.
-//!
-//! Not built yet: efivars (the boot entry that booted, for boot
-//! assessment).
 
 pub mod block;
+pub mod clock;
+pub mod command;
+pub mod efivars;
 pub mod modules;
 pub mod mount;
 pub mod netlink;
@@ -42,17 +46,24 @@ pub struct Sys {
     pub sysctl: Box<dyn sysctl::SysctlWriter + Send>,
     /// The DHCP client.
     pub dhcp: Box<dyn crate::net::dhcp::DhcpClient + Send>,
+    /// Programs run to their end.
+    pub run: std::sync::Arc<dyn command::Runner + Send + Sync>,
+    /// The wall clock.
+    pub clock: Box<dyn clock::Clock + Send>,
 }
 
 impl Sys {
-    /// The running kernel.
-    pub fn real() -> Sys {
+    /// The running kernel; commands are reaped through the reaper's
+    /// `table`.
+    pub fn real(table: crate::reaper::SharedTable) -> Sys {
         Sys {
+            run: std::sync::Arc::new(command::RealRunner { table }),
             mount: Box::new(mount::RealMounter),
             modules: Box::new(modules::RealLoader),
             power: Box::new(power::RealPower),
             netlink: Box::new(netlink::RealNetlink::new()),
             sysctl: Box::new(sysctl::RealSysctl),
+            clock: Box::new(clock::RealClock),
             dhcp: Box::new(crate::net::dhcp::RealDhcp {
                 deadline: crate::net::DHCP_DEADLINE,
             }),

@@ -1,4 +1,5 @@
-//! mount(2) and umount2(2).
+//! mount(2) and umount2(2), and the moves and chroot(2) of switching
+//! root.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,14 @@ pub trait Mounter {
     /// Unmounts `target`; `detach` asks for a lazy unmount (MNT_DETACH)
     /// when a normal one is refused as busy.
     fn unmount(&self, target: &Path, detach: bool) -> io::Result<()>;
+    /// Moves the mount at `from` (with the mounts below it) to `to`
+    /// (MS_MOVE).
+    fn move_mount(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the mounted `new_root` the root of the calling process, as
+    /// switch_root(8) does: chdir into it, move it over `/`, chroot to
+    /// `.` and chdir to the new `/`. Only the calling process (init)
+    /// changes root; it has no other processes yet that would need to.
+    fn switch_root(&self, new_root: &Path) -> io::Result<()>;
 }
 
 /// The kernel's mount(2).
@@ -53,6 +62,19 @@ impl Mounter for RealMounter {
         };
         nix::mount::umount2(target, flags).map_err(io::Error::from)
     }
+
+    fn move_mount(&self, from: &Path, to: &Path) -> io::Result<()> {
+        nix::mount::mount(Some(from), to, None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+            .map_err(io::Error::from)
+    }
+
+    fn switch_root(&self, new_root: &Path) -> io::Result<()> {
+        nix::unistd::chdir(new_root)?;
+        nix::mount::mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)?;
+        nix::unistd::chroot(".")?;
+        nix::unistd::chdir("/")?;
+        Ok(())
+    }
 }
 
 /// What the fake was asked to do.
@@ -62,6 +84,10 @@ pub enum MountCall {
     Mount(String, PathBuf),
     /// An unmount of target, detached or not.
     Unmount(PathBuf, bool),
+    /// A move of a mount (from, to).
+    Move(PathBuf, PathBuf),
+    /// A switch of the root to the path.
+    SwitchRoot(PathBuf),
 }
 
 /// Records calls; fails the targets it is told to.
@@ -73,6 +99,10 @@ pub struct FakeMounter {
     pub fail_mount: Vec<PathBuf>,
     /// Targets whose plain unmount fails as busy.
     pub busy: Vec<PathBuf>,
+    /// Destinations whose move fails (with EINVAL).
+    pub fail_move: Vec<PathBuf>,
+    /// Whether switching root fails (with EINVAL).
+    pub fail_switch: bool,
 }
 
 impl FakeMounter {
@@ -105,6 +135,22 @@ impl Mounter for FakeMounter {
         self.record(MountCall::Unmount(target.to_owned(), detach));
         if !detach && self.busy.iter().any(|b| b == target) {
             return Err(io::Error::from_raw_os_error(nix::libc::EBUSY));
+        }
+        Ok(())
+    }
+
+    fn move_mount(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.record(MountCall::Move(from.to_owned(), to.to_owned()));
+        if self.fail_move.iter().any(|f| f == to) {
+            return Err(io::Error::from_raw_os_error(nix::libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    fn switch_root(&self, new_root: &Path) -> io::Result<()> {
+        self.record(MountCall::SwitchRoot(new_root.to_owned()));
+        if self.fail_switch {
+            return Err(io::Error::from_raw_os_error(nix::libc::EINVAL));
         }
         Ok(())
     }

@@ -11,6 +11,7 @@
 
 #![allow(unsafe_code)]
 
+use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -30,4 +31,26 @@ pub fn unblock_signals_in_child(command: &mut Command) -> &mut Command {
                 .map_err(std::io::Error::from)
         })
     }
+}
+
+/// Makes `command` run with `root` as its root directory: the child
+/// chroots there (and changes into its `/`) before exec, so a program of
+/// the system image (mke2fs, which needs the image's own libraries)
+/// runs before init itself has switched root. The path is turned into a
+/// C string here, before the fork, so the child allocates nothing.
+pub fn chroot_in_child(command: &mut Command, root: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let root = CString::new(root.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: the closure runs in the forked child before exec. It calls
+    // chroot(2) and chdir(2) through nix with C strings that exist
+    // already (`root`, moved in, and a literal), so nothing is
+    // allocated and no lock is taken; both calls are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            nix::unistd::chroot(root.as_c_str()).map_err(std::io::Error::from)?;
+            nix::unistd::chdir(c"/").map_err(std::io::Error::from)
+        });
+    }
+    Ok(())
 }

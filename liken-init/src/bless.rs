@@ -1,0 +1,1043 @@
+//! Boot assessment (step 9): a release on trial is blessed once the
+//! machine is healthy, and a trial that never gets healthy is ended by a
+//! reboot, so the bootloader spends the slot's tries and falls back.
+//!
+//! At boot (the `assess` step) init looks at how it was booted: under
+//! UEFI systemd-boot names the entry in the LoaderEntrySelected EFI
+//! variable and keeps the try counter in the entry's file name; under
+//! BIOS GRUB keeps it in grubenv. Either way the booted slot's entry is
+//! *counted* (on trial) or blessed already, and the other slot's entry
+//! may be *bad* (tries spent), which means this boot is a fallback from
+//! a release that failed. That goes into the boot record.
+//!
+//! Healthy means what the cluster needs, not "init started": with k3s,
+//! k3s answers its /readyz endpoint and this machine's node is
+//! registered. init asks through the image's own `k3s kubectl` (run as
+//! a child with a timeout, every few seconds, from a worker thread), so
+//! init itself needs no TLS client and stays small. Without k3s (tests
+//! with the stand-in) `liken.bless-after=<s>` on the command line
+//! makes "the supervised service has stayed up that long" the test.
+//!
+//! Blessing removes the counter: the UEFI entry is renamed to
+//! `liken-<slot>.conf` (`decide_bless`; the directory fsynced after),
+//! or the slot's tries variable is removed from grubenv, rewritten in
+//! place as one 1024-byte block (`decide_grub_bless`). A counted boot
+//! that is not healthy by its deadline (`liken.bless-deadline=<s>`,
+//! [`DEFAULT_DEADLINE`] otherwise) is rebooted through the orderly
+//! shutdown.
+//!
+//! The decisions are pure functions ([`decide_trial`],
+//! [`decide_health`], [`decide_verdict`], [`decide_k3s_health`]); the
+//! supervisor loop ([`crate::serve`]) calls [`Assessor::poll`] and
+//! carries out what it says.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use liken_api::bootloader::{
+    self, ENTRIES_DIR, EntryName, decide_grub_bless, parse_grubenv, render_grubenv,
+};
+use liken_api::{BootAssessment, Role, Slot};
+
+use crate::console::Outcome;
+use crate::esp::{Esp, EspError};
+use crate::steps::Boot;
+use crate::supervisor::State;
+use crate::sys::command::{CommandOutput, CommandSpec, Runner};
+use crate::sys::efivars;
+
+/// How long a counted boot may take to become healthy.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15 * 60);
+/// How often k3s's health is asked.
+pub const POLL: Duration = Duration::from_secs(5);
+/// How long one `k3s kubectl` may take.
+pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long to wait before trying a blessing that failed again.
+pub const RETRY: Duration = Duration::from_secs(30);
+/// grubenv on the ESP (GRUB's prefix directory is `grub`).
+pub const GRUBENV: &str = "grub/grubenv";
+/// The milestone name.
+pub const MILESTONE: &str = "bless";
+
+/// Which bootloader counts this boot's tries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loader {
+    /// systemd-boot; the entry id it booted (LoaderEntrySelected).
+    Uefi(String),
+    /// GRUB, with grubenv.
+    Grub,
+}
+
+/// The booted entry's standing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trial {
+    /// The bootloader.
+    pub loader: Loader,
+    /// The slot whose entry booted.
+    pub slot: Slot,
+    /// It has a try counter: bless it once healthy.
+    pub counted: bool,
+    /// The other slot's entry has spent its tries.
+    pub other_slot_bad: bool,
+}
+
+/// Decides the trial from the slot on the command line, LoaderEntrySelected
+/// (when systemd-boot booted), the entries in loader/entries and the
+/// grubenv variables (when there is a grubenv). `Err` says why nothing
+/// can be assessed.
+pub fn decide_trial(
+    slot: Slot,
+    selected: Option<&str>,
+    entries: &[String],
+    grubenv: Option<&BTreeMap<String, String>>,
+) -> Result<Trial, String> {
+    if let Some(selected) = selected {
+        let base = selected.rsplit(['\\', '/']).next().unwrap_or(selected);
+        let name = if base.ends_with(".conf") {
+            base.to_owned()
+        } else {
+            format!("{base}.conf")
+        };
+        let booted = EntryName::parse(&name)
+            .map_err(|_| {
+                format!(
+                    "systemd-boot booted {selected:?}, which is not a liken entry: nothing to bless"
+                )
+            })?
+            .slot;
+        let parsed: Vec<EntryName> = entries
+            .iter()
+            .filter_map(|n| EntryName::parse(n).ok())
+            .collect();
+        let mine: Vec<&EntryName> = parsed.iter().filter(|e| e.slot == booted).collect();
+        if mine.is_empty() {
+            return Err(format!(
+                "systemd-boot booted {selected:?}, but {ENTRIES_DIR} holds no entry for slot \
+                 {booted}; write the release again"
+            ));
+        }
+        return Ok(Trial {
+            loader: Loader::Uefi(selected.to_owned()),
+            slot: booted,
+            counted: mine.iter().any(|e| e.tries_left.is_some()),
+            other_slot_bad: parsed
+                .iter()
+                .any(|e| e.slot == booted.other() && e.is_bad()),
+        });
+    }
+    let Some(env) = grubenv else {
+        return Err(
+            "booted neither by systemd-boot (no LoaderEntrySelected) nor by GRUB (no grub/grubenv \
+             on the ESP): no try counter to assess"
+                .into(),
+        );
+    };
+    Ok(Trial {
+        loader: Loader::Grub,
+        slot,
+        counted: env.contains_key(&bootloader::grub_tries_var(slot)),
+        other_slot_bad: env
+            .get(&bootloader::grub_tries_var(slot.other()))
+            .is_some_and(|v| v == "0"),
+    })
+}
+
+/// What makes the boot healthy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// The supervised service has stayed up this long.
+    Uptime(Duration),
+    /// k3s answers and the node is registered.
+    K3s(K3sProbe),
+    /// Nothing can make it healthy (no documents, no k3s); the reason.
+    Never(String),
+}
+
+/// How k3s's health is asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct K3sProbe {
+    /// The k3s binary (its `kubectl` subcommand).
+    pub k3s: PathBuf,
+    /// A kubeconfig k3s writes for this role.
+    pub kubeconfig: PathBuf,
+    /// This machine's node name (its hostname).
+    pub node: String,
+}
+
+/// The kubeconfig k3s writes on a server (admin) and on an agent
+/// (the kubelet's, which may read /readyz and its own node).
+pub fn kubeconfig_for(role: Role) -> &'static str {
+    match role {
+        Role::Leader => "/etc/rancher/k3s/k3s.yaml",
+        Role::Follower => "/var/lib/rancher/k3s/agent/kubelet.kubeconfig",
+    }
+}
+
+/// Decides the health test: `liken.bless-after` when given, else k3s's
+/// when there is a k3s to run (`k3s`: its path if the image has it, the
+/// role and node name from the documents).
+pub fn decide_health(
+    bless_after: Option<u64>,
+    k3s: Option<&Path>,
+    role_and_node: Option<(Role, &str)>,
+    no_service: Option<&str>,
+) -> Health {
+    if let Some(s) = bless_after {
+        return Health::Uptime(Duration::from_secs(s));
+    }
+    match (k3s, role_and_node) {
+        (Some(k3s), Some((role, node))) => Health::K3s(K3sProbe {
+            k3s: k3s.to_owned(),
+            kubeconfig: kubeconfig_for(role).into(),
+            node: node.to_owned(),
+        }),
+        _ => Health::Never(
+            no_service
+                .unwrap_or("there is no k3s to become healthy")
+                .to_owned(),
+        ),
+    }
+}
+
+/// The two questions for k3s: is the API server ready, is the node
+/// registered.
+pub fn probe_commands(p: &K3sProbe) -> [CommandSpec; 2] {
+    let kc = p.kubeconfig.display().to_string();
+    [
+        CommandSpec::new(
+            &p.k3s,
+            &["kubectl", "--kubeconfig", &kc, "get", "--raw", "/readyz"],
+            KUBECTL_TIMEOUT,
+        ),
+        CommandSpec::new(
+            &p.k3s,
+            &[
+                "kubectl",
+                "--kubeconfig",
+                &kc,
+                "get",
+                "node",
+                &p.node,
+                "-o",
+                "name",
+            ],
+            KUBECTL_TIMEOUT,
+        ),
+    ]
+}
+
+fn describe_failure(what: &str, r: &io::Result<CommandOutput>) -> String {
+    match r {
+        Err(e) => format!("{what}: cannot run k3s kubectl ({e})"),
+        Ok(out) => match &out.status {
+            None => format!(
+                "{what}: k3s kubectl ran past {} s",
+                KUBECTL_TIMEOUT.as_secs()
+            ),
+            Some(s) => format!("{what}: k3s kubectl {s}: {}", out.last_line()),
+        },
+    }
+}
+
+/// Decides from the answers whether k3s is healthy: `Ok` with a detail,
+/// or `Err` with what is not there yet.
+pub fn decide_k3s_health(
+    node: &str,
+    readyz: &io::Result<CommandOutput>,
+    registered: Option<&io::Result<CommandOutput>>,
+) -> Result<String, String> {
+    match readyz {
+        Ok(out) if out.success() && out.output.trim() == "ok" => {}
+        other => return Err(describe_failure("k3s is not ready", other)),
+    }
+    match registered {
+        Some(Ok(out)) if out.success() && out.output.trim() == format!("node/{node}") => {
+            Ok(format!("k3s answers /readyz and node {node} is registered"))
+        }
+        Some(other) => Err(describe_failure(
+            &format!("node {node} is not registered"),
+            other,
+        )),
+        None => Err(format!("node {node}: not asked yet")),
+    }
+}
+
+/// What the boot assessment decided at boot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The entry's standing.
+    pub trial: Trial,
+    /// The health test.
+    pub health: Health,
+    /// How long the boot may take to become healthy.
+    pub deadline: Duration,
+    /// Whether this boot's entry is blessed (by this boot or before).
+    pub blessed: bool,
+}
+
+impl Plan {
+    /// The boot record's part.
+    pub fn record(&self) -> BootAssessment {
+        BootAssessment {
+            counted: self.trial.counted,
+            blessed: self.blessed,
+            other_slot_bad: self.trial.other_slot_bad,
+        }
+    }
+}
+
+/// What the loop should do now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing until this instant.
+    Wait(Instant),
+    /// The boot is healthy: bless it (the detail says why).
+    Bless(String),
+    /// The deadline passed: reboot (the message says why).
+    Reboot(String),
+    /// Nothing more to do this boot.
+    Done,
+}
+
+/// Decides the next move of a counted boot's assessment. `service`: the
+/// supervised service's state; `k3s`: the worker's finding (healthy
+/// detail, or the last reason it is not).
+pub fn decide_verdict(
+    health: &Health,
+    started: Instant,
+    deadline: Duration,
+    now: Instant,
+    service: State,
+    k3s: Option<&Result<String, String>>,
+) -> Verdict {
+    let due = started.checked_add(deadline).unwrap_or(now);
+    let next = |at: Instant| Verdict::Wait(at.min(due));
+    let not_yet = match health {
+        Health::Uptime(after) => match service {
+            State::Running { since, .. } => {
+                let up = now.saturating_duration_since(since);
+                if up >= *after {
+                    return Verdict::Bless(format!(
+                        "the supervised service has stayed up {} s (liken.bless-after)",
+                        after.as_secs()
+                    ));
+                }
+                if now < due {
+                    return next(since.checked_add(*after).unwrap_or(now));
+                }
+                format!(
+                    "the supervised service had been up only {:.0} s of the {} s liken.bless-after asks",
+                    up.as_secs_f64(),
+                    after.as_secs()
+                )
+            }
+            _ => {
+                if now < due {
+                    return next(now.checked_add(POLL).unwrap_or(now));
+                }
+                "the supervised service is not running".to_owned()
+            }
+        },
+        Health::K3s(_) => match k3s {
+            Some(Ok(detail)) => return Verdict::Bless(detail.clone()),
+            _ if now < due => return next(now.checked_add(POLL).unwrap_or(now)),
+            Some(Err(why)) => why.clone(),
+            None => "k3s's health was never answered".to_owned(),
+        },
+        Health::Never(why) => {
+            if now < due {
+                return Verdict::Wait(due);
+            }
+            why.clone()
+        }
+    };
+    Verdict::Reboot(format!(
+        "this boot did not become healthy within {} s ({not_yet}); rebooting so the bootloader \
+         spends a try of this slot and, once they are spent, falls back to the other one",
+        deadline.as_secs()
+    ))
+}
+
+/// The k3s worker's findings, shared with the loop.
+type Finding = Arc<Mutex<Option<Result<String, String>>>>;
+
+/// The assessment while the machine runs: the plan and what is known.
+pub struct Assessor {
+    plan: Option<Plan>,
+    started: Instant,
+    finding: Finding,
+    retry_at: Option<Instant>,
+    done: bool,
+}
+
+impl Assessor {
+    /// Starts the assessment of a plan (none: nothing to assess). A k3s
+    /// health test starts its worker thread now.
+    pub fn start(
+        plan: Option<Plan>,
+        started: Instant,
+        runner: Arc<dyn Runner + Send + Sync>,
+    ) -> Assessor {
+        let finding: Finding = Arc::new(Mutex::new(None));
+        let counted = plan.as_ref().is_some_and(|p| p.trial.counted && !p.blessed);
+        if counted
+            && let Some(Plan {
+                health: Health::K3s(probe),
+                ..
+            }) = &plan
+        {
+            let probe = probe.clone();
+            let shared = Arc::clone(&finding);
+            let spawned = std::thread::Builder::new()
+                .name("k3s-health".into())
+                .spawn(move || k3s_worker(&probe, &*runner, &shared));
+            if let Err(e) = spawned {
+                crate::console::line(&format!(
+                    "bless: cannot start the k3s health thread ({e}); this boot cannot be blessed"
+                ));
+            }
+        }
+        Assessor {
+            plan,
+            started,
+            finding,
+            retry_at: None,
+            done: !counted,
+        }
+    }
+
+    /// When the loop must call [`Assessor::poll`] next; `None`: never.
+    pub fn wake(&self, now: Instant, service: State) -> Option<Instant> {
+        match self.verdict(now, service) {
+            Verdict::Wait(at) => Some(at),
+            Verdict::Done => None,
+            _ => Some(now),
+        }
+    }
+
+    fn verdict(&self, now: Instant, service: State) -> Verdict {
+        let Some(plan) = &self.plan else {
+            return Verdict::Done;
+        };
+        if self.done {
+            return Verdict::Done;
+        }
+        let finding = self
+            .finding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let v = decide_verdict(
+            &plan.health,
+            self.started,
+            plan.deadline,
+            now,
+            service,
+            finding.as_ref(),
+        );
+        match (v, self.retry_at) {
+            (Verdict::Bless(_), Some(at)) if now < at => Verdict::Wait(at),
+            (v, _) => v,
+        }
+    }
+
+    /// What to do now.
+    pub fn poll(&self, now: Instant, service: State) -> Verdict {
+        self.verdict(now, service)
+    }
+
+    /// The blessing worked: nothing more to do; returns the record's part.
+    pub fn blessed(&mut self) -> Option<BootAssessment> {
+        self.done = true;
+        let plan = self.plan.as_mut()?;
+        plan.blessed = true;
+        Some(plan.record())
+    }
+
+    /// The blessing failed: try again after [`RETRY`] (the deadline still
+    /// holds).
+    pub fn failed(&mut self, now: Instant) {
+        self.retry_at = now.checked_add(RETRY);
+    }
+
+    /// The plan, for blessing.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+}
+
+fn k3s_worker(probe: &K3sProbe, runner: &dyn Runner, finding: &Finding) {
+    let [readyz, node] = probe_commands(probe);
+    loop {
+        std::thread::sleep(POLL);
+        let ready = runner.run(&readyz);
+        let ready_ok = ready.as_ref().is_ok_and(CommandOutput::success);
+        let registered = if ready_ok {
+            Some(runner.run(&node))
+        } else {
+            None
+        };
+        let verdict = decide_k3s_health(&probe.node, &ready, registered.as_ref());
+        let healthy = verdict.is_ok();
+        *finding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(verdict);
+        if healthy {
+            return;
+        }
+    }
+}
+
+/// Carries out the blessing on the ESP: the entry renamed (UEFI) or the
+/// slot's tries removed from grubenv (GRUB). Returns what was done.
+pub fn bless(esp: &Esp<'_>, trial: &Trial) -> Result<String, String> {
+    let io = |e: EspError| e.to_string();
+    match &trial.loader {
+        Loader::Uefi(selected) => {
+            let entries = esp.list(ENTRIES_DIR).map_err(io)?;
+            match bootloader::decide_bless(selected, &entries) {
+                Some((from, to)) => {
+                    esp.rename(
+                        &format!("{ENTRIES_DIR}/{from}"),
+                        &format!("{ENTRIES_DIR}/{to}"),
+                    )
+                    .map_err(io)?;
+                    Ok(format!("{ENTRIES_DIR}/{from} renamed to {to}"))
+                }
+                None => Ok(format!("slot {}'s entry was blessed already", trial.slot)),
+            }
+        }
+        Loader::Grub => {
+            let block = esp.read(GRUBENV).map_err(io)?;
+            let env = parse_grubenv(&block).map_err(|e| e.to_string())?;
+            match decide_grub_bless(&env, trial.slot) {
+                Some(next) => {
+                    let bytes = render_grubenv(&next).map_err(|e| e.to_string())?;
+                    esp.overwrite_in_place(GRUBENV, &bytes).map_err(io)?;
+                    Ok(format!(
+                        "{} removed from {GRUBENV}",
+                        bootloader::grub_tries_var(trial.slot)
+                    ))
+                }
+                None => Ok(format!(
+                    "slot {} was blessed already in {GRUBENV}",
+                    trial.slot
+                )),
+            }
+        }
+    }
+}
+
+/// Does what the assessment asks now, from the supervisor loop: blesses
+/// a healthy boot (on the ESP, then in the boot record), or returns the
+/// reason to reboot when the deadline has passed.
+pub fn run_due(boot: &mut Boot, service: State, assess: &mut Assessor) -> Option<String> {
+    let now = Instant::now();
+    match assess.poll(now, service) {
+        Verdict::Wait(_) | Verdict::Done => None,
+        Verdict::Reboot(why) => {
+            crate::console::milestone(MILESTONE, &Outcome::Failed(why.clone()));
+            Some(why)
+        }
+        Verdict::Bless(why) => {
+            let trial = assess.plan()?.trial.clone();
+            let esp_mount = boot.paths.run_liken.join("esp");
+            let result = match Esp::try_mount(&*boot.sys.mount, &boot.paths.sys, &esp_mount) {
+                Ok(esp) => {
+                    let done = bless(&esp, &trial);
+                    if let Err(e) = esp.unmount() {
+                        crate::console::line(&format!("esp: {e}"));
+                    }
+                    done
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match result {
+                Ok(done) => {
+                    let part = assess.blessed();
+                    let mut note = String::new();
+                    if let Some(record) = boot.record.as_mut() {
+                        record.assessment = part;
+                        if let Err(e) = crate::boot_record::publish(&boot.paths.run_liken, record) {
+                            note = format!("; but the boot record could not be updated ({e})");
+                        }
+                    }
+                    crate::console::milestone(
+                        MILESTONE,
+                        &Outcome::ok_with(format!("{done}: {why}{note}")),
+                    );
+                }
+                Err(e) => {
+                    assess.failed(now);
+                    crate::console::milestone(
+                        MILESTONE,
+                        &Outcome::Failed(format!(
+                            "the boot is healthy ({why}), but blessing it failed: {e}; \
+                             trying again in {} s",
+                            RETRY.as_secs()
+                        )),
+                    );
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Mounts efivarfs on a UEFI boot where it is not mounted yet. The
+/// Debian kernel has it as a module, which the initramfs does not carry,
+/// so it is loaded here from the system image's tree (the root step has
+/// switched to it by now).
+fn ensure_efivarfs(boot: &mut Boot) -> Result<(), String> {
+    if !efivars::is_efi_boot(&boot.paths.sys) {
+        return Ok(());
+    }
+    let target = efivars::efivars_dir(&boot.paths.sys);
+    let mounts = std::fs::read_to_string(boot.paths.proc.join("self/mounts")).unwrap_or_default();
+    if decide_mounted(&mounts, &target) {
+        return Ok(());
+    }
+    if let Some(tree) = &boot.modules {
+        let report = crate::modload::load(
+            tree,
+            &*boot.sys.modules,
+            ["efivarfs"],
+            &mut boot.modules_done,
+        );
+        if let Err(e) = crate::modload::describe(&report, 0.0) {
+            return Err(format!("cannot load efivarfs: {e}"));
+        }
+    }
+    let request = crate::sys::mount::MountRequest {
+        source: "efivarfs".into(),
+        target: target.clone(),
+        fstype: "efivarfs".into(),
+        flags: crate::sys::mount::MsFlags::MS_NOSUID
+            | crate::sys::mount::MsFlags::MS_NODEV
+            | crate::sys::mount::MsFlags::MS_NOEXEC,
+        data: None,
+    };
+    boot.sys.mount.mount(&request).map_err(|e| {
+        format!(
+            "cannot mount efivarfs on {} ({e}), so the entry systemd-boot booted is unknown",
+            target.display()
+        )
+    })?;
+    boot.mounted.push(target);
+    Ok(())
+}
+
+/// Whether /proc/self/mounts lists a mount on `target`.
+pub fn decide_mounted(mounts: &str, target: &Path) -> bool {
+    let want = target.display().to_string();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// The boot step: how this boot stands with the bootloader, and the
+/// health test that will bless it.
+pub fn step(boot: &mut Boot) -> Outcome {
+    if boot.cmdline.install {
+        return Outcome::Skipped("install mode".into());
+    }
+    let Some(slot) = boot.cmdline.slot else {
+        return Outcome::ok_with("no slot booted: nothing to assess");
+    };
+    if let Err(e) = ensure_efivarfs(boot) {
+        crate::console::line(&format!("assess: {e}"));
+    }
+    let selected = match efivars::loader_entry_selected(&boot.paths.sys) {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::Failed(format!(
+                "{e}; this boot cannot be blessed, so after its tries the other slot boots"
+            ));
+        }
+    };
+    let esp_mount = boot.paths.run_liken.join("esp");
+    let (entries, grubenv) = {
+        let esp = match Esp::mount(&*boot.sys.mount, &boot.paths.sys, &esp_mount) {
+            Ok(esp) => esp,
+            Err(e) => {
+                return Outcome::Failed(format!(
+                    "{e}; this boot cannot be blessed, so after its tries the other slot boots"
+                ));
+            }
+        };
+        let entries = esp.list(ENTRIES_DIR).unwrap_or_default();
+        let grubenv = match esp.exists(GRUBENV) {
+            Ok(true) => esp.read(GRUBENV).ok().and_then(|b| parse_grubenv(&b).ok()),
+            _ => None,
+        };
+        if let Err(e) = esp.unmount() {
+            crate::console::line(&format!("esp: {e}"));
+        }
+        (entries, grubenv)
+    };
+    let trial = match decide_trial(slot, selected.as_deref(), &entries, grubenv.as_ref()) {
+        Ok(t) => t,
+        Err(why) => return Outcome::ok_with(why),
+    };
+    let role_and_node = match (&boot.machine, &boot.cluster) {
+        (Some(m), Some(c)) => {
+            let role = if c.is_leader(&m.metadata.name) {
+                Role::Leader
+            } else {
+                Role::Follower
+            };
+            Some((role, m.hostname().to_owned()))
+        }
+        _ => None,
+    };
+    let k3s = boot.paths.k3s.exists().then_some(boot.paths.k3s.as_path());
+    let no_k3s = if boot.paths.k3s.exists() {
+        "no valid Machine and Cluster documents, so k3s cannot start".to_owned()
+    } else {
+        format!(
+            "this image has no k3s ({} is absent)",
+            boot.paths.k3s.display()
+        )
+    };
+    let health = decide_health(
+        boot.cmdline.bless_after,
+        k3s,
+        role_and_node.as_ref().map(|(r, n)| (*r, n.as_str())),
+        Some(&no_k3s),
+    );
+    let deadline = boot
+        .cmdline
+        .bless_deadline
+        .map_or(DEFAULT_DEADLINE, Duration::from_secs);
+    let loader = match &trial.loader {
+        Loader::Uefi(sel) => format!("systemd-boot entry {sel}"),
+        Loader::Grub => "GRUB".to_owned(),
+    };
+    let mut detail = if trial.counted {
+        let test = match &health {
+            Health::Uptime(d) => format!("once the service has stayed up {} s", d.as_secs()),
+            Health::K3s(p) => format!("once k3s is ready and node {} is registered", p.node),
+            Health::Never(why) => format!("never: {why}"),
+        };
+        format!(
+            "slot {} on trial ({loader}); blessing {test}, rebooting if not healthy within {} s",
+            trial.slot,
+            deadline.as_secs()
+        )
+    } else {
+        format!("slot {} is blessed ({loader})", trial.slot)
+    };
+    if trial.other_slot_bad {
+        detail.push_str(&format!(
+            "; slot {}'s entry has spent its tries: this boot fell back from it",
+            trial.slot.other()
+        ));
+    }
+    let blessed = !trial.counted;
+    boot.assessment = Some(Plan {
+        trial,
+        health,
+        deadline,
+        blessed,
+    });
+    Outcome::ok_with(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::ExitStatus;
+    use crate::sys::command::FakeRunner;
+    use crate::sys::mount::FakeMounter;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn uefi_trials_come_from_the_entries() {
+        let entries = names(&["liken-a+2-1.conf", "liken-b+0-3.conf"]);
+        let t = decide_trial(Slot::A, Some("liken-a+3.conf"), &entries, None).unwrap();
+        assert_eq!(t.loader, Loader::Uefi("liken-a+3.conf".into()));
+        assert!(t.counted && t.other_slot_bad);
+        let t = decide_trial(
+            Slot::A,
+            Some("liken-a.conf"),
+            &names(&["liken-a.conf"]),
+            None,
+        )
+        .unwrap();
+        assert!(!t.counted && !t.other_slot_bad);
+        // The selected entry decides the slot.
+        let t = decide_trial(
+            Slot::A,
+            Some("liken-b+3.conf"),
+            &names(&["liken-b+2-1.conf"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.slot, Slot::B);
+        assert!(decide_trial(Slot::A, Some("windows.conf"), &entries, None).is_err());
+        assert!(
+            decide_trial(
+                Slot::A,
+                Some("liken-a.conf"),
+                &names(&["liken-b.conf"]),
+                None
+            )
+            .unwrap_err()
+            .contains("no entry for slot A")
+        );
+        assert!(decide_trial(Slot::A, None, &entries, None).is_err());
+    }
+
+    #[test]
+    fn mounts_are_read_from_the_table() {
+        let table = "sysfs /sys sysfs rw 0 0\nefivarfs /sys/firmware/efi/efivars efivarfs rw 0 0\n";
+        assert!(decide_mounted(
+            table,
+            Path::new("/sys/firmware/efi/efivars")
+        ));
+        assert!(!decide_mounted(table, Path::new("/sys/firmware")));
+        assert!(!decide_mounted("", Path::new("/sys")));
+    }
+
+    #[test]
+    fn grub_trials_come_from_grubenv() {
+        let env: BTreeMap<String, String> = [
+            ("liken_b_tries".to_owned(), "2".to_owned()),
+            ("liken_a_tries".to_owned(), "0".to_owned()),
+        ]
+        .into();
+        let t = decide_trial(Slot::B, None, &[], Some(&env)).unwrap();
+        assert_eq!(t.loader, Loader::Grub);
+        assert!(t.counted && t.other_slot_bad);
+        let t = decide_trial(Slot::A, None, &[], Some(&BTreeMap::new())).unwrap();
+        assert!(!t.counted && !t.other_slot_bad);
+    }
+
+    fn out(code: i32, text: &str) -> io::Result<CommandOutput> {
+        Ok(CommandOutput {
+            status: Some(ExitStatus::Code(code)),
+            output: text.into(),
+        })
+    }
+
+    #[test]
+    fn k3s_health_needs_readyz_and_the_node() {
+        let ok = decide_k3s_health("n1", &out(0, "ok\n"), Some(&out(0, "node/n1\n")));
+        assert_eq!(
+            ok,
+            Ok("k3s answers /readyz and node n1 is registered".into())
+        );
+        let e = decide_k3s_health(
+            "n1",
+            &out(1, "The connection to the server was refused\n"),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("not ready") && e.contains("refused"), "{e}");
+        let e = decide_k3s_health(
+            "n1",
+            &out(0, "ok"),
+            Some(&out(
+                1,
+                "Error from server (NotFound): nodes \"n1\" not found",
+            )),
+        )
+        .unwrap_err();
+        assert!(e.contains("not registered"), "{e}");
+        let e = decide_k3s_health("n1", &Err(io::ErrorKind::NotFound.into()), None).unwrap_err();
+        assert!(e.contains("cannot run"), "{e}");
+        let timed = Ok(CommandOutput {
+            status: None,
+            output: String::new(),
+        });
+        assert!(
+            decide_k3s_health("n1", &timed, None)
+                .unwrap_err()
+                .contains("ran past")
+        );
+    }
+
+    #[test]
+    fn health_follows_the_command_line_then_k3s() {
+        assert_eq!(
+            decide_health(Some(5), Some(Path::new("/usr/bin/k3s")), None, None),
+            Health::Uptime(Duration::from_secs(5))
+        );
+        let Health::K3s(p) = decide_health(
+            None,
+            Some(Path::new("/usr/bin/k3s")),
+            Some((Role::Follower, "n2")),
+            None,
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            p.kubeconfig,
+            PathBuf::from("/var/lib/rancher/k3s/agent/kubelet.kubeconfig")
+        );
+        let [r, n] = probe_commands(&p);
+        assert_eq!(
+            r.display(),
+            "/usr/bin/k3s kubectl --kubeconfig /var/lib/rancher/k3s/agent/kubelet.kubeconfig get --raw /readyz"
+        );
+        assert!(n.display().ends_with("get node n2 -o name"));
+        assert!(matches!(
+            decide_health(None, None, Some((Role::Leader, "n")), Some("no k3s")),
+            Health::Never(w) if w == "no k3s"
+        ));
+    }
+
+    #[test]
+    fn verdicts_over_time() {
+        let t0 = Instant::now();
+        let dl = Duration::from_secs(100);
+        let up = Health::Uptime(Duration::from_secs(5));
+        let running = State::Running {
+            pid: 9,
+            since: t0 + Duration::from_secs(2),
+        };
+        assert_eq!(
+            decide_verdict(&up, t0, dl, t0 + Duration::from_secs(3), running, None),
+            Verdict::Wait(t0 + Duration::from_secs(7))
+        );
+        assert!(matches!(
+            decide_verdict(&up, t0, dl, t0 + Duration::from_secs(7), running, None),
+            Verdict::Bless(_)
+        ));
+        assert_eq!(
+            decide_verdict(&up, t0, dl, t0, State::NotStarted, None),
+            Verdict::Wait(t0 + POLL)
+        );
+        let late = decide_verdict(&up, t0, dl, t0 + dl, State::NotStarted, None);
+        assert!(
+            matches!(&late, Verdict::Reboot(w) if w.contains("within 100 s") && w.contains("not running")),
+            "{late:?}"
+        );
+        let k = Health::K3s(K3sProbe {
+            k3s: "/usr/bin/k3s".into(),
+            kubeconfig: "/k".into(),
+            node: "n".into(),
+        });
+        let not = Err("k3s is not ready: refused".to_owned());
+        assert_eq!(
+            decide_verdict(
+                &k,
+                t0,
+                dl,
+                t0 + Duration::from_secs(98),
+                running,
+                Some(&not)
+            ),
+            Verdict::Wait(t0 + dl)
+        );
+        assert!(matches!(
+            decide_verdict(&k, t0, dl, t0 + dl, running, Some(&not)),
+            Verdict::Reboot(w) if w.contains("refused")
+        ));
+        assert!(matches!(
+            decide_verdict(&k, t0, dl, t0, running, Some(&Ok("fine".into()))),
+            Verdict::Bless(d) if d == "fine"
+        ));
+        let never = Health::Never("no k3s".into());
+        assert_eq!(
+            decide_verdict(&never, t0, dl, t0, running, None),
+            Verdict::Wait(t0 + dl)
+        );
+    }
+
+    #[test]
+    fn the_assessor_blesses_once_and_retries_failures() {
+        let t0 = Instant::now();
+        let plan = Plan {
+            trial: Trial {
+                loader: Loader::Grub,
+                slot: Slot::A,
+                counted: true,
+                other_slot_bad: false,
+            },
+            health: Health::Uptime(Duration::from_secs(1)),
+            deadline: Duration::from_secs(60),
+            blessed: false,
+        };
+        let runner: Arc<dyn Runner + Send + Sync> = Arc::new(FakeRunner::default());
+        let mut a = Assessor::start(Some(plan.clone()), t0, Arc::clone(&runner));
+        let running = State::Running { pid: 1, since: t0 };
+        let later = t0 + Duration::from_secs(2);
+        assert!(matches!(a.poll(later, running), Verdict::Bless(_)));
+        a.failed(later);
+        assert_eq!(a.poll(later, running), Verdict::Wait(later + RETRY));
+        let rec = a.blessed().unwrap();
+        assert!(rec.blessed && rec.counted);
+        assert_eq!(a.poll(later, running), Verdict::Done);
+        assert_eq!(a.wake(later, running), None);
+        // A blessed boot has nothing to assess.
+        let done = Assessor::start(
+            Some(Plan {
+                blessed: true,
+                trial: Trial {
+                    counted: false,
+                    ..plan.trial
+                },
+                ..plan
+            }),
+            t0,
+            runner,
+        );
+        assert_eq!(done.poll(t0, running), Verdict::Done);
+    }
+
+    #[test]
+    fn blessing_renames_the_entry_or_rewrites_grubenv() {
+        let dir = std::env::temp_dir().join(format!("liken-init-bless-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("loader/entries")).unwrap();
+        std::fs::create_dir_all(dir.join("grub")).unwrap();
+        std::fs::write(dir.join("loader/entries/liken-a+1-2.conf"), "a").unwrap();
+        std::fs::write(dir.join("loader/entries/liken-b.conf"), "b").unwrap();
+        let env: BTreeMap<String, String> = [
+            ("liken_a_tries".to_owned(), "1".to_owned()),
+            ("liken_slot".to_owned(), "a".to_owned()),
+        ]
+        .into();
+        std::fs::write(dir.join(GRUBENV), render_grubenv(&env).unwrap()).unwrap();
+        let m = FakeMounter::default();
+        let esp = Esp::at_directory(&m, &dir);
+        let uefi = Trial {
+            loader: Loader::Uefi("liken-a+2-1.conf".into()),
+            slot: Slot::A,
+            counted: true,
+            other_slot_bad: false,
+        };
+        assert_eq!(
+            bless(&esp, &uefi).unwrap(),
+            "loader/entries/liken-a+1-2.conf renamed to liken-a.conf"
+        );
+        assert_eq!(
+            esp.list(ENTRIES_DIR).unwrap(),
+            ["liken-a.conf", "liken-b.conf"]
+        );
+        assert!(bless(&esp, &uefi).unwrap().contains("blessed already"));
+        let grub = Trial {
+            loader: Loader::Grub,
+            ..uefi
+        };
+        assert_eq!(
+            bless(&esp, &grub).unwrap(),
+            "liken_a_tries removed from grub/grubenv"
+        );
+        let block = std::fs::read(dir.join(GRUBENV)).unwrap();
+        assert_eq!(block.len(), bootloader::GRUBENV_SIZE);
+        let back = parse_grubenv(&block).unwrap();
+        assert_eq!(back.get("liken_slot").map(String::as_str), Some("a"));
+        assert!(!back.contains_key("liken_a_tries"));
+        assert!(bless(&esp, &grub).unwrap().contains("blessed already"));
+        drop(esp);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,997 @@
+//! Step 4: the active slot's system image becomes the root.
+//!
+//! The boot entry names its slot (`liken.slot=a|b`). init mounts that
+//! slot's partition (GPT name LIKEN-A or LIKEN-B, the squashfs written
+//! raw) read-only at [`NEW_ROOT`], the data partition LIKEN-DATA (ext4)
+//! at its /var, a tmpfs at its /tmp, copies the deployment layer from
+//! the initramfs's /etc/liken to /run/liken/layer, moves /proc, /sys,
+//! /dev and /run into the new root and switches to it the way
+//! switch_root(8) does. Afterwards it frees the initramfs's files (RAM
+//! the machine would otherwise never get back) and loads the modules
+//! the full module tree has for the devices present.
+//!
+//! LIKEN-DATA is blank after an install; the first boot formats it with
+//! the system image's own mke2fs, run chrooted into the mounted image
+//! (its libraries are there, not in the initramfs). init formats only a
+//! partition with no ext4 superblock and nothing else it recognises, so
+//! a data partition that holds another filesystem is never wiped.
+//!
+//! Every failure undoes what was done (moves reversed, mounts
+//! unmounted) and leaves init on the initramfs, with a message naming
+//! what failed and what to do; the boot goes on there, so the control
+//! socket still answers and the machine can be rebooted.
+//!
+//! The decisions ([`decide_root`], [`decide_data`]) are pure; the
+//! carrying out goes through the mount and command seams of
+//! [`crate::sys`], so the sequence and its undoing are unit-tested with
+//! the recording fakes.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use liken_api::Slot;
+
+use crate::console::Outcome;
+use crate::modload;
+use crate::steps::Boot;
+use crate::sys::block;
+use crate::sys::command::{CommandSpec, Runner};
+use crate::sys::mount::{MountRequest, Mounter, MsFlags};
+
+/// Where the system image is mounted before it becomes `/`.
+pub const NEW_ROOT: &str = "/sysroot";
+
+/// The data partition's GPT name (and the ext4 label init gives it).
+pub const DATA_LABEL: &str = "LIKEN-DATA";
+
+/// The system image's mke2fs, as seen inside the image.
+pub const MKE2FS: &str = "/usr/sbin/mke2fs";
+
+/// How long formatting may take (a large disk under TCG is slow).
+pub const FORMAT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where the layer is copied, under /run/liken.
+pub const LAYER_DIR: &str = "layer";
+
+/// The mount points a system image must hold (it is read-only, so init
+/// cannot make them).
+pub const MOUNT_POINTS: &[&str] = &["proc", "sys", "dev", "run", "var", "tmp"];
+
+/// The pseudo filesystems moved into the new root, in order.
+pub const MOVED: &[&str] = &["/proc", "/sys", "/dev", "/run"];
+
+/// A partition lookup's result, as [`crate::sys::block::find_by_label`]
+/// gives it: none, one, or the devices of several.
+pub type Lookup = Result<Option<PathBuf>, Vec<PathBuf>>;
+
+/// What the root step does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootPlan {
+    /// Stay on the initramfs; not a failure (the detail says why).
+    Initramfs(String),
+    /// Mount this slot's partition and switch to it.
+    Slot {
+        /// The slot.
+        slot: Slot,
+        /// Its partition.
+        device: PathBuf,
+    },
+    /// Stay on the initramfs because something is wrong; the message
+    /// says what and what to do.
+    Refuse(String),
+}
+
+fn list(devs: &[PathBuf]) -> String {
+    devs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Decides from the command line (install mode, the slot its entry
+/// names) and the slots' partitions what to mount.
+pub fn decide_root(install: bool, slot: Option<Slot>, a: &Lookup, b: &Lookup) -> RootPlan {
+    if install {
+        return RootPlan::Initramfs("install mode runs from the initramfs".into());
+    }
+    let Some(slot) = slot else {
+        let any = matches!(a, Ok(Some(_))) || matches!(b, Ok(Some(_)));
+        return RootPlan::Initramfs(if any {
+            "the boot entry names no slot (liken.slot=); running from the initramfs".into()
+        } else {
+            "no LIKEN-A or LIKEN-B partition; running from the initramfs".into()
+        });
+    };
+    let found = match slot {
+        Slot::A => a,
+        Slot::B => b,
+    };
+    match found {
+        Ok(Some(device)) => RootPlan::Slot {
+            slot,
+            device: device.clone(),
+        },
+        Ok(None) => RootPlan::Refuse(format!(
+            "the boot entry boots slot {slot}, but no partition is named {}; \
+             the disk was not installed by liken or its table is damaged: reinstall it",
+            slot.partition_label()
+        )),
+        Err(devs) => RootPlan::Refuse(format!(
+            "partition name {} is on several disks ({}); remove the install stick or the \
+             stale disk and reboot",
+            slot.partition_label(),
+            list(devs)
+        )),
+    }
+}
+
+/// How much of the data partition [`decide_data`] reads.
+pub const PROBE_BYTES: usize = 68 * 1024;
+
+/// What to do with the data partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataPlan {
+    /// It holds ext4: mount it.
+    Mount,
+    /// It holds no filesystem: format it, then mount it.
+    Format,
+    /// It holds something else; the message names it and what to do.
+    Refuse(String),
+}
+
+/// Signatures of filesystems and containers that must never be
+/// formatted over: (name, byte offset, magic).
+const OTHERS: &[(&str, usize, &[u8])] = &[
+    ("squashfs", 0, b"hsqs"),
+    ("XFS", 0, b"XFSB"),
+    ("LUKS", 0, b"LUKS\xba\xbe"),
+    ("a GPT partition table", 512, b"EFI PART"),
+    ("FAT", 54, b"FAT1"),
+    ("FAT32", 82, b"FAT32"),
+    ("NTFS", 3, b"NTFS    "),
+    ("ISO 9660", 32769, b"CD001"),
+    ("swap", 4086, b"SWAPSPACE2"),
+    ("btrfs", 65600, b"_BHRfS_M"),
+];
+
+fn at(bytes: &[u8], offset: usize, magic: &[u8]) -> bool {
+    offset
+        .checked_add(magic.len())
+        .and_then(|end| bytes.get(offset..end))
+        .is_some_and(|b| b == magic)
+}
+
+/// Decides from the partition's first [`PROBE_BYTES`] bytes: ext4
+/// (magic 0xEF53 at byte 1080) is mounted; a recognised other
+/// filesystem is refused; anything else (zeros after an install) is
+/// formatted.
+pub fn decide_data(probe: &[u8]) -> DataPlan {
+    if probe.len() < 2048 {
+        return DataPlan::Refuse(format!(
+            "{DATA_LABEL} is only {} bytes; reinstall the machine",
+            probe.len()
+        ));
+    }
+    if at(probe, 1080, &[0x53, 0xEF]) {
+        return DataPlan::Mount;
+    }
+    for (name, offset, magic) in OTHERS {
+        if at(probe, *offset, magic) {
+            return DataPlan::Refuse(format!(
+                "{DATA_LABEL} holds {name}, not ext4, and init formats only a blank partition; \
+                 if its data is not needed, wipe its start (`wipefs -a <device>` from another \
+                 system) and reboot, and init formats it"
+            ));
+        }
+    }
+    DataPlan::Format
+}
+
+/// Reads the start of a device for [`decide_data`].
+pub fn probe(device: &Path) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(PROBE_BYTES);
+    std::fs::File::open(device)?
+        .take(PROBE_BYTES as u64)
+        .read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// What the switch needs: the seams and the places.
+pub struct Switch<'a> {
+    /// mount(2) and friends.
+    pub mounter: &'a dyn Mounter,
+    /// For mke2fs.
+    pub runner: &'a dyn Runner,
+    /// Where the image is mounted first ([`NEW_ROOT`]).
+    pub new_root: PathBuf,
+    /// The slot's partition.
+    pub slot_device: PathBuf,
+    /// LIKEN-DATA.
+    pub data_device: PathBuf,
+    /// The layer on the initramfs (/etc/liken).
+    pub layer_from: PathBuf,
+    /// Where it is copied (/run/liken/layer).
+    pub layer_to: PathBuf,
+    /// The mounts moved into the new root ([`MOVED`]).
+    pub moves: Vec<PathBuf>,
+    /// Whether to delete the initramfs's files after the switch (only
+    /// on the machine: a test's `/` is its host's).
+    pub free_initramfs: bool,
+}
+
+/// What the switch did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switched {
+    /// Whether the data partition was formatted this boot.
+    pub formatted: bool,
+    /// The filesystems mounted, as paths in the new root, in mount order.
+    pub mounted: Vec<PathBuf>,
+    /// How many of the initramfs's files and directories were freed.
+    pub freed: usize,
+}
+
+/// Why the switch did not happen (everything was undone).
+#[derive(Debug)]
+pub struct SwitchError(pub String);
+
+impl fmt::Display for SwitchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What to undo, in reverse.
+#[derive(Default)]
+struct Undo {
+    mounts: Vec<PathBuf>,
+    moves: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Undo {
+    fn run(self, m: &dyn Mounter) -> Vec<String> {
+        let mut trouble = Vec::new();
+        for (from, to) in self.moves.iter().rev() {
+            if let Err(e) = m.move_mount(to, from) {
+                trouble.push(format!("cannot move {} back ({e})", from.display()));
+            }
+        }
+        for target in self.mounts.iter().rev() {
+            if m.unmount(target, false).is_err()
+                && let Err(e) = m.unmount(target, true)
+            {
+                trouble.push(format!("cannot unmount {} ({e})", target.display()));
+            }
+        }
+        trouble
+    }
+}
+
+fn mount(
+    m: &dyn Mounter,
+    undo: &mut Undo,
+    source: &Path,
+    target: PathBuf,
+    fstype: &str,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<(), String> {
+    let request = MountRequest {
+        source: source.display().to_string(),
+        target: target.clone(),
+        fstype: fstype.to_owned(),
+        flags,
+        data: data.map(str::to_owned),
+    };
+    m.mount(&request).map_err(|e| {
+        format!(
+            "cannot mount {} ({fstype}) on {}: {e}",
+            source.display(),
+            target.display()
+        )
+    })?;
+    undo.mounts.push(target);
+    Ok(())
+}
+
+/// Mounts the image, the data partition and /tmp, copies the layer,
+/// moves the pseudo filesystems and switches root. On failure everything
+/// done is undone and init is still on the initramfs.
+pub fn switch(s: &Switch<'_>) -> Result<Switched, SwitchError> {
+    let mut undo = Undo::default();
+    match try_switch(s, &mut undo) {
+        Ok(done) => Ok(done),
+        Err(message) => {
+            let trouble = undo.run(s.mounter);
+            if trouble.is_empty() {
+                Err(SwitchError(message))
+            } else {
+                Err(SwitchError(format!(
+                    "{message} (and undoing it: {})",
+                    trouble.join("; ")
+                )))
+            }
+        }
+    }
+}
+
+fn try_switch(s: &Switch<'_>, undo: &mut Undo) -> Result<Switched, String> {
+    let m = s.mounter;
+    let root = &s.new_root;
+    std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    mount(
+        m,
+        undo,
+        &s.slot_device,
+        root.clone(),
+        "squashfs",
+        MsFlags::MS_RDONLY,
+        None,
+    )
+    .map_err(|e| format!("{e}; the slot holds no system image: write the release again"))?;
+    let missing: Vec<&str> = MOUNT_POINTS
+        .iter()
+        .copied()
+        .filter(|p| !root.join(p).is_dir())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the system image on {} has no /{} to mount on; it is not a liken system image: \
+             write a release built by images/",
+            s.slot_device.display(),
+            missing.join(", /")
+        ));
+    }
+
+    let probe_bytes = probe(&s.data_device)
+        .map_err(|e| format!("cannot read {}: {e}", s.data_device.display()))?;
+    let formatted = match decide_data(&probe_bytes) {
+        DataPlan::Mount => false,
+        DataPlan::Refuse(why) => return Err(why),
+        DataPlan::Format => {
+            format_data(s, undo)?;
+            true
+        }
+    };
+    mount(
+        m,
+        undo,
+        &s.data_device,
+        root.join("var"),
+        "ext4",
+        MsFlags::empty(),
+        None,
+    )
+    .map_err(|e| format!("{e}; check the disk (e2fsck from another system)"))?;
+    mount(
+        m,
+        undo,
+        Path::new("tmpfs"),
+        root.join("tmp"),
+        "tmpfs",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+
+    copy_layer(&s.layer_from, &s.layer_to)?;
+
+    for from in &s.moves {
+        let rel = from.strip_prefix("/").unwrap_or(from);
+        let to = root.join(rel);
+        m.move_mount(from, &to)
+            .map_err(|e| format!("cannot move {} into the new root: {e}", from.display()))?;
+        undo.moves.push((from.clone(), to));
+    }
+
+    // A handle on the initramfs's root, to free its files once it is no
+    // longer reachable by path.
+    let old_root = if s.free_initramfs {
+        std::fs::File::open("/").ok()
+    } else {
+        None
+    };
+    m.switch_root(root)
+        .map_err(|e| format!("cannot switch root to {}: {e}", root.display()))?;
+    let freed = old_root.as_ref().map_or(0, free_initramfs);
+    Ok(Switched {
+        freed,
+        formatted,
+        mounted: vec![PathBuf::from("/var"), PathBuf::from("/tmp")],
+    })
+}
+
+/// Formats LIKEN-DATA with the image's mke2fs, chrooted into the image.
+/// The image's /dev and /proc are empty mount points until the switch,
+/// so a devtmpfs (for the device node) and a proc (mke2fs checks
+/// /proc/mounts) are mounted there for the run and unmounted after.
+fn format_data(s: &Switch<'_>, undo: &mut Undo) -> Result<(), String> {
+    let root = &s.new_root;
+    let mut scratch = Undo::default();
+    let result = (|| {
+        mount(
+            s.mounter,
+            &mut scratch,
+            Path::new("devtmpfs"),
+            root.join("dev"),
+            "devtmpfs",
+            MsFlags::MS_NOSUID,
+            None,
+        )?;
+        mount(
+            s.mounter,
+            &mut scratch,
+            Path::new("proc"),
+            root.join("proc"),
+            "proc",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None,
+        )?;
+        let device = s.data_device.display().to_string();
+        let spec = CommandSpec {
+            program: MKE2FS.into(),
+            args: ["-t", "ext4", "-L", DATA_LABEL, "-F", device.as_str()]
+                .iter()
+                .map(|a| (*a).to_owned())
+                .collect(),
+            root: Some(root.clone()),
+            timeout: FORMAT_TIMEOUT,
+        };
+        let out = s.runner.run(&spec).map_err(|e| {
+            format!(
+                "cannot run the system image's {MKE2FS} to format {DATA_LABEL}: {e}; \
+                 the image lacks e2fsprogs: rebuild it (images/)"
+            )
+        })?;
+        if out.success() {
+            Ok(())
+        } else {
+            let how = match &out.status {
+                Some(status) => status.to_string(),
+                None => format!("ran past {} s and was killed", FORMAT_TIMEOUT.as_secs()),
+            };
+            Err(format!(
+                "formatting {} ({DATA_LABEL}) failed: {} {how}: {}; check the disk",
+                s.data_device.display(),
+                spec.display(),
+                out.last_line()
+            ))
+        }
+    })();
+    let trouble = scratch.run(s.mounter);
+    result?;
+    if !trouble.is_empty() {
+        // Mounts left on /dev or /proc of the new root would hide the
+        // real ones moved there.
+        undo.mounts.extend([root.join("dev"), root.join("proc")]);
+        return Err(format!(
+            "formatted {DATA_LABEL}, but {}",
+            trouble.join("; ")
+        ));
+    }
+    Ok(())
+}
+
+/// Copies the layer tree keeping each file's mode (the identity stays
+/// 0600: files are created with their mode, never wider first).
+/// Symbolic links and special files are refused; a layer holds neither.
+pub fn copy_layer(from: &Path, to: &Path) -> Result<(), String> {
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| format!("cannot clear {}: {e}", to.display()))?;
+    }
+    if !from.exists() {
+        // No layer (the machine step said so); the root is still the
+        // slot's, with an empty layer.
+        return std::fs::create_dir_all(to)
+            .map_err(|e| format!("cannot create {}: {e}", to.display()));
+    }
+    copy_dir(from, to, 0).map_err(|e| {
+        format!(
+            "cannot copy the layer from {} to {}: {e}",
+            from.display(),
+            to.display()
+        )
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path, depth: u32) -> io::Result<()> {
+    if depth > 16 {
+        return Err(io::Error::other(
+            "the layer nests deeper than 16 directories",
+        ));
+    }
+    let meta = std::fs::symlink_metadata(from)?;
+    std::fs::create_dir(to)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let kind = e.file_type()?;
+        let src = e.path();
+        let dst = to.join(e.file_name());
+        if kind.is_dir() {
+            copy_dir(&src, &dst, depth.saturating_add(1))?;
+        } else if kind.is_file() {
+            let mode = e.metadata()?.mode() & 0o7777;
+            let mut input = std::fs::File::open(&src)?;
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(&dst)?;
+            io::copy(&mut input, &mut out)?;
+            // The umask narrows the mode at creation; set it exactly.
+            out.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        } else {
+            return Err(io::Error::other(format!(
+                "{} is neither a file nor a directory",
+                src.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the initramfs's files through a handle on its root, as
+/// switch_root(8) does, so their RAM comes back. Only on a ramfs or
+/// tmpfs root, never into another filesystem (the walk stays on the
+/// root's device), and never following a link. Best effort: what cannot
+/// be deleted stays.
+pub fn free_initramfs(old_root: &std::fs::File) -> usize {
+    use nix::sys::statfs::FsType;
+    let Ok(st) = nix::sys::statfs::fstatfs(old_root) else {
+        return 0;
+    };
+    // ramfs's magic (the kernel's RAMFS_MAGIC; libc does not name it).
+    const RAMFS: FsType = FsType(0x8584_58f6);
+    let kind = st.filesystem_type();
+    if kind != RAMFS && kind != nix::sys::statfs::TMPFS_MAGIC {
+        return 0;
+    }
+    let Ok(meta) = old_root.metadata() else {
+        return 0;
+    };
+    // The handle's directory, by way of /proc (now in the new root).
+    use std::os::fd::AsRawFd;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", old_root.as_raw_fd()));
+    clear_dir(&path, meta.dev(), 0)
+}
+
+/// Removes everything inside `dir` that lives on device `dev`; returns
+/// how many entries went.
+pub fn clear_dir(dir: &Path, dev: u64, depth: u32) -> usize {
+    let mut removed = 0usize;
+    if depth > 64 {
+        return removed;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.dev() != dev {
+            continue;
+        }
+        let gone = if meta.is_dir() {
+            removed = removed.saturating_add(clear_dir(&path, dev, depth.saturating_add(1)));
+            std::fs::remove_dir(&path).is_ok()
+        } else {
+            std::fs::remove_file(&path).is_ok()
+        };
+        if gone {
+            removed = removed.saturating_add(1);
+        }
+    }
+    removed
+}
+
+/// The boot step: decide, switch, then load what the full module tree
+/// has for this computer. Every failure leaves init on the initramfs.
+pub fn step(boot: &mut Boot) -> Outcome {
+    let sys = boot.paths.sys.clone();
+    let a = block::find_by_label(&sys, Slot::A.partition_label());
+    let b = block::find_by_label(&sys, Slot::B.partition_label());
+    let (slot, device) = match decide_root(boot.cmdline.install, boot.cmdline.slot, &a, &b) {
+        RootPlan::Initramfs(why) => return Outcome::ok_with(why),
+        RootPlan::Refuse(why) => {
+            return Outcome::Failed(format!("{why}; running from the initramfs"));
+        }
+        RootPlan::Slot { slot, device } => (slot, device),
+    };
+    let data = match block::find_by_label(&sys, DATA_LABEL) {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return Outcome::Failed(format!(
+                "slot {slot} is on {}, but no partition is named {DATA_LABEL} for /var; \
+                 the disk was not installed by liken: reinstall it; running from the initramfs",
+                device.display()
+            ));
+        }
+        Err(devs) => {
+            return Outcome::Failed(format!(
+                "partition name {DATA_LABEL} is on several disks ({}); remove the stale disk \
+                 and reboot; running from the initramfs",
+                list(&devs)
+            ));
+        }
+    };
+    // The filesystems a slot and the data partition need, loaded now
+    // that there is something to mount.
+    let fs_trouble = match &boot.modules {
+        Some(tree) => {
+            let report = modload::load(
+                tree,
+                &*boot.sys.modules,
+                modload::FILESYSTEMS.iter().copied(),
+                &mut boot.modules_done,
+            );
+            modload::describe(&report, 0.0).err()
+        }
+        None => Some("there is no module tree to load filesystems from".to_owned()),
+    };
+    let plan = Switch {
+        mounter: &*boot.sys.mount,
+        runner: &*boot.sys.run,
+        new_root: PathBuf::from(NEW_ROOT),
+        slot_device: device.clone(),
+        data_device: data.clone(),
+        layer_from: boot.paths.etc_liken.clone(),
+        layer_to: boot.paths.run_liken.join(LAYER_DIR),
+        moves: MOVED.iter().map(PathBuf::from).collect(),
+        free_initramfs: true,
+    };
+    let done = match switch(&plan) {
+        Ok(done) => done,
+        Err(e) => {
+            let modules =
+                fs_trouble.map_or(String::new(), |t| format!(" (filesystem modules: {t})"));
+            return Outcome::Failed(format!(
+                "{e}{modules}; init stays on the initramfs without k3s: fix that and reboot"
+            ));
+        }
+    };
+    boot.mounted.extend(done.mounted);
+    boot.paths.etc_liken = boot.paths.run_liken.join(LAYER_DIR);
+    boot.paths.resolv_conf = PathBuf::from(RESOLV_CONF);
+    let formatted = if done.formatted {
+        " (formatted this boot)"
+    } else {
+        ""
+    };
+    let modules = coldplug_again(boot);
+    Outcome::ok_with(format!(
+        "slot {slot} from {} is the root, /var on {}{formatted}; {modules}; \
+         {} initramfs entries freed",
+        device.display(),
+        data.display(),
+        done.freed
+    ))
+}
+
+/// Where the resolver configuration goes once the system image is the
+/// root: its /etc/resolv.conf is a link to it (the image is read-only).
+pub const RESOLV_CONF: &str = "/run/resolv.conf";
+
+/// Loads, from the system image's full module tree, the modules this
+/// computer's devices and Machine ask for that the initramfs lacked.
+fn coldplug_again(boot: &mut Boot) -> String {
+    let tree = match modload::open_tree(&boot.paths.modules, &boot.paths.proc) {
+        Ok(t) => t,
+        Err(e) => return format!("but {e}, so only the initramfs's modules are loaded"),
+    };
+    let t0 = std::time::Instant::now();
+    let mut report = modload::coldplug(&tree, &*boot.sys.modules, &boot.paths.sys, &[]);
+    boot.modules_done.extend(report.loaded.iter().cloned());
+    boot.modules_done
+        .extend(modload::loaded_modules(&boot.paths.sys));
+    if let Some(machine) = &boot.machine {
+        let more = modload::load(
+            &tree,
+            &*boot.sys.modules,
+            machine.spec.modules.iter().map(String::as_str),
+            &mut boot.modules_done,
+        );
+        report.loaded.extend(more.loaded);
+        report.failed.extend(more.failed);
+        report.missing.extend(more.missing);
+    }
+    boot.modules = Some(tree);
+    describe_again(&report, t0.elapsed().as_secs_f64())
+}
+
+/// The root line's part about the second coldplug. Modules matched by a
+/// CPU's or a bus's alias often refuse a machine they do not fit
+/// (ENODEV: acpi_cpufreq on a virtual CPU), and modules built on them
+/// then fail too; that is not the image's fault, so they are only
+/// named, not reported as a problem.
+fn describe_again(report: &modload::Report, seconds: f64) -> String {
+    let mut text = format!(
+        "modules from the image: {} loaded in {seconds:.2} s",
+        report.loaded.len()
+    );
+    let mut skipped: Vec<&str> = report.failed.iter().map(|(m, _)| m.as_str()).collect();
+    skipped.extend(report.missing.iter().map(String::as_str));
+    if !skipped.is_empty() {
+        text.push_str(&format!(
+            ", {} not taken by this computer ({})",
+            skipped.len(),
+            skipped.join(", ")
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::command::FakeRunner;
+    use crate::sys::mount::{FakeMounter, MountCall};
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("liken-init-root-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_root_follows_the_entrys_slot() {
+        let a: Lookup = Ok(Some("/dev/vda3".into()));
+        let b: Lookup = Ok(Some("/dev/vda4".into()));
+        let none: Lookup = Ok(None);
+        assert_eq!(
+            decide_root(false, Some(Slot::B), &a, &b),
+            RootPlan::Slot {
+                slot: Slot::B,
+                device: "/dev/vda4".into()
+            }
+        );
+        assert!(matches!(
+            decide_root(true, Some(Slot::A), &a, &b),
+            RootPlan::Initramfs(_)
+        ));
+        assert_eq!(
+            decide_root(false, None, &none, &none),
+            RootPlan::Initramfs(
+                "no LIKEN-A or LIKEN-B partition; running from the initramfs".into()
+            )
+        );
+        assert!(
+            matches!(decide_root(false, None, &a, &b), RootPlan::Initramfs(w) if w.contains("names no slot"))
+        );
+        assert!(
+            matches!(decide_root(false, Some(Slot::B), &a, &none), RootPlan::Refuse(w) if w.contains("no partition is named LIKEN-B"))
+        );
+        let two: Lookup = Err(vec!["/dev/vda3".into(), "/dev/sda3".into()]);
+        assert!(
+            matches!(decide_root(false, Some(Slot::A), &two, &b), RootPlan::Refuse(w) if w.contains("/dev/vda3, /dev/sda3"))
+        );
+    }
+
+    #[test]
+    fn only_a_blank_partition_is_formatted() {
+        let blank = vec![0u8; PROBE_BYTES];
+        assert_eq!(decide_data(&blank), DataPlan::Format);
+        let mut ext4 = blank.clone();
+        ext4[1080] = 0x53;
+        ext4[1081] = 0xEF;
+        assert_eq!(decide_data(&ext4), DataPlan::Mount);
+        let mut sq = blank.clone();
+        sq[..4].copy_from_slice(b"hsqs");
+        assert!(
+            matches!(decide_data(&sq), DataPlan::Refuse(w) if w.contains("squashfs") && w.contains("wipefs"))
+        );
+        let mut fat = blank.clone();
+        fat[82..87].copy_from_slice(b"FAT32");
+        assert!(matches!(decide_data(&fat), DataPlan::Refuse(w) if w.contains("FAT32")));
+        let mut btrfs = blank.clone();
+        btrfs[65600..65608].copy_from_slice(b"_BHRfS_M");
+        assert!(matches!(decide_data(&btrfs), DataPlan::Refuse(_)));
+        // Noise that is no filesystem is formatted; a tiny read refused.
+        let noise: Vec<u8> = (0..PROBE_BYTES).map(|i| (i % 251) as u8).collect();
+        assert_eq!(decide_data(&noise), DataPlan::Format);
+        assert!(matches!(decide_data(&[0; 100]), DataPlan::Refuse(_)));
+        // A short probe never panics on offsets past its end.
+        assert_eq!(decide_data(&blank[..4096]), DataPlan::Format);
+    }
+
+    struct Tree {
+        dir: PathBuf,
+        root: PathBuf,
+        data: PathBuf,
+        layer: PathBuf,
+    }
+
+    fn tree(name: &str, data: &[u8]) -> Tree {
+        let dir = tmp(name);
+        let root = dir.join("sysroot");
+        for p in MOUNT_POINTS {
+            std::fs::create_dir_all(root.join(p)).unwrap();
+        }
+        let data_dev = dir.join("vda5");
+        std::fs::write(&data_dev, data).unwrap();
+        let layer = dir.join("etc-liken");
+        std::fs::create_dir_all(layer.join("identity")).unwrap();
+        std::fs::write(layer.join("cluster.yaml"), "c").unwrap();
+        std::fs::write(layer.join("identity/ca.key"), "k").unwrap();
+        std::fs::set_permissions(
+            layer.join("identity/ca.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        Tree {
+            root,
+            data: data_dev,
+            layer,
+            dir,
+        }
+    }
+
+    fn switch_of<'a>(t: &Tree, m: &'a FakeMounter, r: &'a FakeRunner) -> Switch<'a> {
+        Switch {
+            mounter: m,
+            runner: r,
+            new_root: t.root.clone(),
+            slot_device: "/dev/vda3".into(),
+            data_device: t.data.clone(),
+            layer_from: t.layer.clone(),
+            layer_to: t.dir.join("run-liken-layer"),
+            moves: MOVED.iter().map(PathBuf::from).collect(),
+            free_initramfs: false,
+        }
+    }
+
+    #[test]
+    fn a_blank_data_partition_is_formatted_then_root_switches() {
+        let t = tree("format", &vec![0u8; PROBE_BYTES]);
+        let m = FakeMounter::default();
+        let r = FakeRunner::default();
+        r.answer("mke2fs", "", 0, "done\n");
+        let done = switch(&switch_of(&t, &m, &r)).unwrap();
+        assert!(done.formatted);
+        assert_eq!(done.mounted, [PathBuf::from("/var"), PathBuf::from("/tmp")]);
+        let calls = r.calls();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].root.as_deref(), Some(t.root.as_path()));
+        assert_eq!(
+            calls[0].display(),
+            format!(
+                "/usr/sbin/mke2fs -t ext4 -L LIKEN-DATA -F {}",
+                t.data.display()
+            )
+        );
+        let root = &t.root;
+        assert_eq!(
+            m.calls(),
+            vec![
+                MountCall::Mount("squashfs".into(), root.clone()),
+                MountCall::Mount("devtmpfs".into(), root.join("dev")),
+                MountCall::Mount("proc".into(), root.join("proc")),
+                MountCall::Unmount(root.join("proc"), false),
+                MountCall::Unmount(root.join("dev"), false),
+                MountCall::Mount("ext4".into(), root.join("var")),
+                MountCall::Mount("tmpfs".into(), root.join("tmp")),
+                MountCall::Move("/proc".into(), root.join("proc")),
+                MountCall::Move("/sys".into(), root.join("sys")),
+                MountCall::Move("/dev".into(), root.join("dev")),
+                MountCall::Move("/run".into(), root.join("run")),
+                MountCall::SwitchRoot(root.clone()),
+            ]
+        );
+        let copied = t.dir.join("run-liken-layer");
+        assert_eq!(std::fs::read(copied.join("cluster.yaml")).unwrap(), b"c");
+        let mode = std::fs::metadata(copied.join("identity/ca.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&t.dir);
+    }
+
+    #[test]
+    fn failures_undo_everything() {
+        let mut ext4 = vec![0u8; PROBE_BYTES];
+        ext4[1080] = 0x53;
+        ext4[1081] = 0xEF;
+        let t = tree("undo", &ext4);
+        let r = FakeRunner::default();
+        // The third move fails: the first two are moved back, the
+        // mounts unmounted, and nothing is formatted (it is ext4).
+        let m = FakeMounter {
+            fail_move: vec![t.root.join("dev")],
+            ..Default::default()
+        };
+        let e = switch(&switch_of(&t, &m, &r)).unwrap_err();
+        assert!(e.0.contains("cannot move /dev into the new root"), "{e}");
+        assert!(r.calls().is_empty());
+        let root = &t.root;
+        let tail: Vec<MountCall> = m.calls().into_iter().skip(6).collect();
+        assert_eq!(
+            tail,
+            vec![
+                MountCall::Move(root.join("sys"), "/sys".into()),
+                MountCall::Move(root.join("proc"), "/proc".into()),
+                MountCall::Unmount(root.join("tmp"), false),
+                MountCall::Unmount(root.join("var"), false),
+                MountCall::Unmount(root.clone(), false),
+            ]
+        );
+
+        // mke2fs failing leaves nothing mounted.
+        let blank = tree("undo-format", &vec![0u8; PROBE_BYTES]);
+        let m = FakeMounter::default();
+        let r = FakeRunner::default();
+        r.answer("mke2fs", "", 1, "mke2fs: No space left\n");
+        let e = switch(&switch_of(&blank, &m, &r)).unwrap_err();
+        assert!(
+            e.0.contains("exited with status 1: mke2fs: No space left"),
+            "{e}"
+        );
+        assert_eq!(
+            m.calls().last(),
+            Some(&MountCall::Unmount(blank.root.clone(), false))
+        );
+
+        // Another filesystem is refused before anything is written.
+        let mut fat = vec![0u8; PROBE_BYTES];
+        fat[82..87].copy_from_slice(b"FAT32");
+        let other = tree("undo-fat", &fat);
+        let m = FakeMounter::default();
+        let e = switch(&switch_of(&other, &m, &r)).unwrap_err();
+        assert!(e.0.contains("holds FAT32"), "{e}");
+
+        // An image without the mount points is no liken image.
+        let bare = tree("undo-bare", &ext4);
+        std::fs::remove_dir(bare.root.join("var")).unwrap();
+        let m = FakeMounter::default();
+        let e = switch(&switch_of(&bare, &m, &r)).unwrap_err();
+        assert!(e.0.contains("has no /var"), "{e}");
+        assert_eq!(
+            m.calls(),
+            vec![
+                MountCall::Mount("squashfs".into(), bare.root.clone()),
+                MountCall::Unmount(bare.root.clone(), false)
+            ]
+        );
+        for d in [t.dir, blank.dir, other.dir, bare.dir] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn the_second_coldplug_names_what_did_not_load() {
+        let r = modload::Report {
+            loaded: vec!["a".into(), "b".into()],
+            failed: vec![("acpi_cpufreq".into(), "No such device".into())],
+            missing: vec![],
+        };
+        assert_eq!(
+            describe_again(&r, 0.5),
+            "modules from the image: 2 loaded in 0.50 s, 1 not taken by this computer (acpi_cpufreq)"
+        );
+        assert_eq!(
+            describe_again(&modload::Report::default(), 0.0),
+            "modules from the image: 0 loaded in 0.00 s"
+        );
+    }
+
+    #[test]
+    fn clearing_stays_on_one_device() {
+        let dir = tmp("clear");
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::fs::write(dir.join("a/b/f"), "x").unwrap();
+        std::fs::write(dir.join("g"), "y").unwrap();
+        std::os::unix::fs::symlink("/etc", dir.join("link")).unwrap();
+        let dev = std::fs::metadata(&dir).unwrap().dev();
+        // Another device's files are left alone.
+        assert_eq!(clear_dir(&dir, dev.wrapping_add(1), 0), 0);
+        assert!(dir.join("g").exists());
+        assert_eq!(clear_dir(&dir, dev, 0), 5);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(Path::new("/etc").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

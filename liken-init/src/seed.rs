@@ -1,0 +1,1317 @@
+//! Seeding k3s: everything k3s reads at start, written from the running
+//! Machine and Cluster, the deployment layer's identity and the system
+//! image, before init starts it (SPEC.md's step 7).
+//!
+//! - **config.yaml** ([`render_k3s_config`]): k3s reads
+//!   /etc/rancher/k3s/config.yaml, and the system image makes
+//!   /etc/rancher a link to /run/rancher, so it is written at
+//!   [`CONFIG`] on every boot from the documents this boot runs.
+//! - **Identity**: on a leader whose k3s has no `server/tls` yet, the
+//!   layer's CAs and service-account key are copied there, so k3s uses
+//!   the cluster's identity instead of minting a new one.
+//! - **Token**: leaders at `server/token`, where k3s itself keeps it;
+//!   followers at [`FOLLOWER_TOKEN`]; both 0600, and config.yaml's
+//!   `token-file` names it, so the secret is on no command line.
+//! - **Manifests** (leaders): the CRDs and the operators' manifests from
+//!   `/usr/share/liken/manifests`, and each declared feature's from
+//!   `/usr/share/liken/features/<slug>`, into k3s's auto-deploy directory.
+//! - **Airgap images**: the operator image tarballs in
+//!   /usr/share/liken/images, linked into k3s's agent images directory.
+//!
+//! Every write is atomic and happens only when the bytes (or mode, or
+//! link) differ, so a reboot with the same documents and image writes
+//! nothing. What init places in the auto-deploy directory is named
+//! `liken-...` and owned by it: a `liken-` manifest that is no longer
+//! wanted (a feature retracted from the Cluster, a manifest dropped from
+//! the image) is removed. Removing a file deletes nothing in the cluster
+//! (k3s never reconciles a vanished addon file); the cluster operator's
+//! feature janitor deletes a retracted feature's workloads. The airgap
+//! links point into the running system image, so after an upgrade they
+//! name the new release's tarballs without being rewritten.
+//!
+//! The k3s settings, and the field each comes from:
+//!
+//! | k3s setting | from |
+//! | --- | --- |
+//! | `node-name` | the Machine's hostname (`spec.hostname`, else its name) |
+//! | `data-dir` | [`DATA_DIR`], on the data partition |
+//! | `token-file` | the token written from the layer's `identity/server/token` |
+//! | `cluster-init: true` | the first name in the Cluster's `spec.leaders`, on this machine: it starts the embedded etcd |
+//! | `server` | the Cluster's `spec.endpoint`, on the other leaders (they join the etcd cluster) and on followers |
+//! | `tls-san` | the host of `spec.endpoint`, on leaders, so the API server's certificate names the address machines and people use |
+//! | `node-label` | the Machine's `spec.k3s.nodeLabels`, as `key=value` |
+//! | `node-taint` | the Machine's `spec.k3s.nodeTaints`, as written |
+//!
+//! Neither document declares anything for k3s's `disable` list or for
+//! kubelet arguments, so config.yaml has neither; they arrive with the
+//! fields that would ask for them.
+//!
+//! One known limit of `cluster-init` on the first leader: a first
+//! leader reinstalled while the other leaders still run starts a new
+//! etcd of its own rather than joining theirs. Reorder `spec.leaders`
+//! (put a running leader first) before reinstalling it.
+//!
+//! Seeding needs the data partition: on a boot where /var is not it
+//! (the initramfs, install media) the step is skipped, as k3s's state
+//! there would vanish with the boot.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use liken_api::{Cluster, Machine, Role};
+
+use crate::console::{self, Outcome};
+use crate::fsutil::{sync_dir, temp_beside, write_atomic};
+use crate::steps::{Boot, Paths};
+
+/// The system image's liken data: `manifests/`, `features/`, `images/`.
+pub const SHARE_LIKEN: &str = "/usr/share/liken";
+/// k3s's data directory, on the data partition.
+pub const DATA_DIR: &str = "/var/lib/rancher/k3s";
+/// k3s's configuration: /etc/rancher/k3s/config.yaml through the image's
+/// /etc/rancher -> /run/rancher link.
+pub const CONFIG: &str = "/run/rancher/k3s/config.yaml";
+/// The token on a leader, where k3s keeps it itself.
+pub const LEADER_TOKEN: &str = "/var/lib/rancher/k3s/server/token";
+/// The token on a follower, in liken's own state.
+pub const FOLLOWER_TOKEN: &str = "/var/lib/liken/k3s-token";
+/// The start of every file name init places among k3s's manifests.
+pub const MANIFEST_PREFIX: &str = "liken-";
+/// The layer's identity, below /etc/liken (as `liken layer` packs it).
+pub const LAYER_IDENTITY: &str = "identity/server";
+
+/// The identity's files below `server/tls`, with whether each is a
+/// secret. The same layout as liken-cli's `identity` module, which is
+/// k3s's own.
+pub const IDENTITY_FILES: [(&str, bool); 11] = [
+    ("client-ca.crt", false),
+    ("client-ca.key", true),
+    ("server-ca.crt", false),
+    ("server-ca.key", true),
+    ("request-header-ca.crt", false),
+    ("request-header-ca.key", true),
+    ("etcd/server-ca.crt", false),
+    ("etcd/server-ca.key", true),
+    ("etcd/peer-ca.crt", false),
+    ("etcd/peer-ca.key", true),
+    ("service.key", true),
+];
+
+const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+/// How deep below a manifest directory files are looked for.
+pub const MAX_DEPTH: u32 = 4;
+
+/// A YAML double-quoted scalar: JSON's string syntax is a subset of it.
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// The host part of an `https://host[:port][/]` endpoint, without the
+/// brackets of an IPv6 literal.
+pub fn endpoint_host(endpoint: &str) -> Option<&str> {
+    let rest = endpoint.strip_prefix("https://")?;
+    let host_port = rest.strip_suffix('/').unwrap_or(rest);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split_once(']')?.0
+    } else {
+        host_port.split_once(':').map_or(host_port, |(h, _)| h)
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// How this machine's k3s finds its cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Start the embedded etcd (the first leader).
+    InitCluster,
+    /// Join through this URL.
+    Server(String),
+}
+
+/// The first leader starts the cluster; everyone else joins through the
+/// endpoint.
+pub fn decide_join(machine: &Machine, cluster: &Cluster, role: Role) -> Join {
+    let first = cluster.spec.leaders.first().map(String::as_str);
+    if role == Role::Leader && first == Some(machine.metadata.name.as_str()) {
+        return Join::InitCluster;
+    }
+    let url = cluster.spec.endpoint.trim_end_matches('/');
+    Join::Server(url.to_owned())
+}
+
+/// The token file config.yaml names, for a role.
+pub fn token_file(role: Role) -> &'static str {
+    match role {
+        Role::Leader => LEADER_TOKEN,
+        Role::Follower => FOLLOWER_TOKEN,
+    }
+}
+
+/// k3s's config.yaml for this machine (see the module's table).
+pub fn render_k3s_config(machine: &Machine, cluster: &Cluster, role: Role) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# k3s configuration for Machine {} ({}) of Cluster {},\n\
+         # written by liken-init from the running documents at every boot.\n\
+         # Edit the documents, not this file: changes here are lost.",
+        machine.metadata.name,
+        role.as_str(),
+        cluster.metadata.name
+    );
+    let _ = writeln!(out, "node-name: {}", quote(machine.hostname()));
+    let _ = writeln!(out, "data-dir: {}", quote(DATA_DIR));
+    let _ = writeln!(out, "token-file: {}", quote(token_file(role)));
+    match decide_join(machine, cluster, role) {
+        Join::InitCluster => {
+            let _ = writeln!(out, "cluster-init: true");
+        }
+        Join::Server(url) => {
+            let _ = writeln!(out, "server: {}", quote(&url));
+        }
+    }
+    let list = |out: &mut String, key: &str, items: &[String]| {
+        if items.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "{key}:");
+        for item in items {
+            let _ = writeln!(out, "  - {}", quote(item));
+        }
+    };
+    if role == Role::Leader
+        && let Some(host) = endpoint_host(&cluster.spec.endpoint)
+    {
+        list(&mut out, "tls-san", &[host.to_owned()]);
+    }
+    let k3s = machine.spec.k3s.clone().unwrap_or_default();
+    let labels: Vec<String> = k3s
+        .node_labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    list(&mut out, "node-label", &labels);
+    list(&mut out, "node-taint", &k3s.node_taints);
+    out
+}
+
+/// A token file's token: one word on one line.
+pub fn decide_token(text: &str) -> Result<String, String> {
+    let token = text.trim();
+    if token.is_empty() {
+        return Err("it is empty".into());
+    }
+    if token.contains(char::is_whitespace) {
+        return Err("it must hold one token on one line".into());
+    }
+    Ok(token.to_owned())
+}
+
+/// The auto-deploy file name for a manifest: `liken-` and `prefix`, then
+/// its path below its directory with `/` as `-`, lower-cased, anything
+/// but letters, digits, `.` and `-` as `-` (k3s names an addon after its
+/// file, and an addon's name must be a DNS subdomain).
+pub fn manifest_name(prefix: &str, rel: &Path) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+            _ => return None,
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let joined = format!("{MANIFEST_PREFIX}{prefix}{}", parts.join("-"));
+    Some(
+        joined
+            .chars()
+            .map(|c| {
+                let c = c.to_ascii_lowercase();
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect(),
+    )
+}
+
+fn is_manifest(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MANIFEST_EXTENSIONS.contains(&e))
+}
+
+/// A manifest file found in the image: its path, and its path below the
+/// directory it was found in.
+pub type Found = (PathBuf, PathBuf);
+
+/// What to do in the auto-deploy directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ManifestPlan {
+    /// Files to place: the source, and the name to give it.
+    pub place: Vec<(PathBuf, String)>,
+    /// init's own files that are no longer wanted.
+    pub remove: Vec<String>,
+    /// Declared features the image has no directory for.
+    pub missing_features: Vec<String>,
+    /// Sources that cannot be placed, and why.
+    pub problems: Vec<String>,
+}
+
+/// Decides the auto-deploy directory: `base` from the image's manifests
+/// directory, each declared feature's files (`None`: the image lacks the
+/// feature), and the names already there.
+pub fn decide_manifests(
+    base: &[Found],
+    features: &BTreeMap<String, Option<Vec<Found>>>,
+    existing: &[String],
+) -> ManifestPlan {
+    let mut plan = ManifestPlan::default();
+    let mut names = BTreeSet::new();
+    let mut add = |plan: &mut ManifestPlan, prefix: &str, (from, rel): &Found| match manifest_name(
+        prefix, rel,
+    ) {
+        Some(name) if names.insert(name.clone()) => plan.place.push((from.clone(), name)),
+        Some(name) => plan.problems.push(format!(
+            "{} would be placed as {name}, a name another manifest already has; rename one",
+            from.display()
+        )),
+        None => plan
+            .problems
+            .push(format!("{} has no usable name", from.display())),
+    };
+    for f in base {
+        add(&mut plan, "", f);
+    }
+    for (slug, files) in features {
+        match files {
+            Some(files) => {
+                for f in files {
+                    add(&mut plan, &format!("feature-{slug}-"), f);
+                }
+            }
+            None => plan.missing_features.push(slug.clone()),
+        }
+    }
+    let wanted: BTreeSet<&str> = plan.place.iter().map(|(_, n)| n.as_str()).collect();
+    plan.remove = existing
+        .iter()
+        .filter(|n| {
+            n.starts_with(MANIFEST_PREFIX) && is_manifest(n) && !wanted.contains(n.as_str())
+        })
+        .cloned()
+        .collect();
+    plan
+}
+
+/// What to do in the airgap images directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImagePlan {
+    /// Links to make or correct: the name, and the tarball it points at.
+    pub link: Vec<(String, PathBuf)>,
+    /// Links already right.
+    pub unchanged: usize,
+    /// init's links to tarballs the image no longer has.
+    pub remove: Vec<String>,
+}
+
+/// Decides the airgap links: `tarballs` are the names in the image's
+/// images directory `share_images`, `existing` each entry of k3s's
+/// images directory with its link target (`None`: not a link).
+pub fn decide_images(
+    tarballs: &[String],
+    share_images: &Path,
+    existing: &[(String, Option<PathBuf>)],
+) -> ImagePlan {
+    let mut plan = ImagePlan::default();
+    for name in tarballs {
+        let target = share_images.join(name);
+        let current = existing
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, t)| t.as_ref());
+        if current == Some(&target) {
+            plan.unchanged = plan.unchanged.saturating_add(1);
+        } else {
+            plan.link.push((name.clone(), target));
+        }
+    }
+    plan.remove = existing
+        .iter()
+        .filter(|(n, t)| {
+            !tarballs.contains(n) && t.as_ref().is_some_and(|t| t.starts_with(share_images))
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    plan
+}
+
+/// Where seeding reads and writes.
+#[derive(Clone, Debug)]
+pub struct SeedPaths {
+    /// The deployment layer (/etc/liken, or its copy in /run/liken).
+    pub layer: PathBuf,
+    /// /usr/share/liken.
+    pub share: PathBuf,
+    /// k3s's data directory.
+    pub k3s_data: PathBuf,
+    /// config.yaml.
+    pub config: PathBuf,
+    /// /var/lib/liken, for a follower's token.
+    pub var_liken: PathBuf,
+}
+
+impl SeedPaths {
+    /// The seeding paths of a boot's paths.
+    pub fn of(paths: &Paths) -> SeedPaths {
+        SeedPaths {
+            layer: paths.etc_liken.clone(),
+            share: paths.share_liken.clone(),
+            k3s_data: paths.k3s_data.clone(),
+            config: paths.k3s_config.clone(),
+            var_liken: paths.var_liken.clone(),
+        }
+    }
+}
+
+/// What seeding did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Files and links written or corrected.
+    pub written: Vec<PathBuf>,
+    /// Files and links already right.
+    pub unchanged: usize,
+    /// init's files removed.
+    pub removed: Vec<PathBuf>,
+    /// What people should know that is not a failure.
+    pub notes: Vec<String>,
+    /// What failed.
+    pub failures: Vec<String>,
+    /// Set when k3s must not start: it would make a cluster of its own
+    /// or fail to join (no token, no identity, no configuration).
+    pub block: Option<String>,
+}
+
+impl Report {
+    fn wrote(&mut self, path: &Path, changed: bool) {
+        if changed {
+            self.written.push(path.to_owned());
+        } else {
+            self.unchanged = self.unchanged.saturating_add(1);
+        }
+    }
+
+    fn fail(&mut self, why: String, blocks: bool) {
+        if blocks && self.block.is_none() {
+            self.block = Some(why.clone());
+        }
+        self.failures.push(why);
+    }
+}
+
+fn create_dir(path: &Path, mode: u32) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+}
+
+/// Writes `bytes` to `path` with `mode` unless it already holds them
+/// with that mode; returns whether anything changed.
+pub fn write_if_changed(path: &Path, bytes: &[u8], mode: u32) -> io::Result<bool> {
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.is_file()
+        && std::fs::read(path)? == bytes
+    {
+        if meta.permissions().mode() & 0o7777 == mode {
+            return Ok(false);
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        return Ok(true);
+    }
+    write_atomic(path, bytes, mode)?;
+    Ok(true)
+}
+
+/// Points `link` at `target`, replacing whatever is there atomically.
+fn link_atomic(link: &Path, target: &Path) -> io::Result<()> {
+    let (dir, tmp) = temp_beside(link)?;
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    if let Err(e) = std::fs::rename(&tmp, link) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(dir)
+}
+
+/// The manifest files below `dir` (which may be absent: `Ok(None)`),
+/// sorted, at most [`MAX_DEPTH`] directories down.
+pub fn find_manifests(dir: &Path) -> io::Result<Option<Vec<Found>>> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    walk(dir, Path::new(""), 0, &mut out)?;
+    crate::order::by_key(&mut out, |f| crate::order::path_key(&f.1));
+    Ok(Some(out))
+}
+
+fn walk(dir: &Path, rel: &Path, depth: u32, out: &mut Vec<Found>) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let rel = rel.join(entry.file_name());
+        // Follows links: the image's own files may be links, and the
+        // image is what liken trusts.
+        let meta = std::fs::metadata(&path)?;
+        if meta.is_dir() {
+            if depth < MAX_DEPTH {
+                walk(&path, &rel, depth.saturating_add(1), out)?;
+            }
+        } else if meta.is_file() && is_manifest(&entry.file_name().to_string_lossy()) {
+            out.push((path, rel));
+        }
+    }
+    Ok(())
+}
+
+fn list_names(dir: &Path) -> io::Result<Vec<(String, Option<PathBuf>)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let target = std::fs::read_link(entry.path()).ok();
+        out.push((name, target));
+    }
+    // As the tuple's own order: the name, then no target before a target.
+    crate::order::by_key(&mut out, |(name, target)| {
+        let mut key = crate::order::text_key(name);
+        if let Some(t) = target {
+            key.push(0);
+            key.extend(crate::order::path_key(t));
+        }
+        key
+    });
+    Ok(out)
+}
+
+/// Copies the layer's identity into `server/tls` when k3s has none.
+/// Returns whether it copied.
+///
+/// Never over an existing `tls` directory: once k3s has run, its CAs
+/// are the cluster's (an adopted cluster's, or ones k3s rotated), every
+/// certificate it issued chains to them, and replacing them from the
+/// layer would cut this machine off from its own cluster. The copy is
+/// made in a temporary directory renamed into place, so a power cut
+/// never leaves half an identity, which k3s would complete with CAs of
+/// its own.
+fn copy_identity(layer_tls: &Path, server: &Path) -> Result<bool, String> {
+    let tls = server.join("tls");
+    if tls.symlink_metadata().is_ok() {
+        return Ok(false);
+    }
+    let missing: Vec<&str> = IDENTITY_FILES
+        .iter()
+        .map(|(rel, _)| *rel)
+        .filter(|rel| !layer_tls.join(rel).is_file())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the layer's identity in {} lacks {}; k3s would mint CAs of its own and this leader \
+             would not be part of the cluster: rebuild the layer with `liken layer` from a \
+             complete identity",
+            layer_tls.display(),
+            missing.join(", ")
+        ));
+    }
+    let tmp = server.join(".tls.liken-tmp");
+    let result = (|| -> io::Result<()> {
+        create_dir(server, 0o700)?;
+        if tmp.symlink_metadata().is_ok() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        create_dir(&tmp.join("etcd"), 0o700)?;
+        for (rel, private) in IDENTITY_FILES {
+            let bytes = std::fs::read(layer_tls.join(rel))?;
+            write_atomic(&tmp.join(rel), &bytes, if private { 0o600 } else { 0o644 })?;
+        }
+        sync_dir(&tmp.join("etcd"))?;
+        sync_dir(&tmp)?;
+        std::fs::rename(&tmp, &tls)?;
+        sync_dir(server)
+    })();
+    result.map(|()| true).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&tmp);
+        format!(
+            "cannot copy the identity into {}: {e}; k3s is not started, so it cannot mint CAs \
+             of its own: free space on the data partition or replace the disk, then reboot",
+            tls.display()
+        )
+    })
+}
+
+/// Seeds k3s for `machine` in `cluster` as `role`.
+pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> Report {
+    let mut r = Report::default();
+    let server = p.k3s_data.join("server");
+    let layer_identity = p.layer.join(LAYER_IDENTITY);
+
+    // The token: without it a leader makes a token of its own and a
+    // follower cannot join, so k3s waits for a layer that has one.
+    let token_path = layer_identity.join("token");
+    let token = match std::fs::read_to_string(&token_path) {
+        Ok(text) => {
+            decide_token(&text).map_err(|e| format!("{} is not a token: {e}", token_path.display()))
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", token_path.display())),
+    };
+    let token = match token {
+        Ok(t) => Some(t),
+        Err(e) => {
+            r.fail(
+                format!("{e}; rebuild the layer with `liken layer` from the cluster's identity"),
+                true,
+            );
+            None
+        }
+    };
+
+    match role {
+        Role::Leader => {
+            let had_tls = server.join("tls").symlink_metadata().is_ok();
+            match copy_identity(&layer_identity.join("tls"), &server) {
+                Ok(true) => {
+                    r.written.push(server.join("tls"));
+                    r.notes
+                        .push("identity copied from the layer (first boot)".into());
+                }
+                Ok(false) => r.unchanged = r.unchanged.saturating_add(1),
+                Err(e) => r.fail(e, true),
+            }
+            if let Some(token) = &token {
+                let path = server.join("token");
+                // Like the CAs, the token of a cluster that exists is
+                // the cluster's: k3s encrypts its bootstrap data with it.
+                let exists = path.symlink_metadata().is_ok();
+                if had_tls && exists {
+                    let same =
+                        std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == token.as_str());
+                    if !same {
+                        r.notes.push(format!(
+                            "{} differs from the layer's token and is kept: it is the running \
+                             cluster's",
+                            path.display()
+                        ));
+                    }
+                    r.unchanged = r.unchanged.saturating_add(1);
+                } else {
+                    let written = create_dir(&server, 0o700).and_then(|()| {
+                        write_if_changed(&path, format!("{token}\n").as_bytes(), 0o600)
+                    });
+                    match written {
+                        Ok(changed) => r.wrote(&path, changed),
+                        Err(e) => r.fail(format!("cannot write {}: {e}", path.display()), true),
+                    }
+                }
+            }
+            seed_manifests(p, cluster, &mut r);
+        }
+        Role::Follower => {
+            if let Some(token) = &token {
+                let path = p.var_liken.join("k3s-token");
+                let written = create_dir(&p.var_liken, 0o755)
+                    .and_then(|()| write_if_changed(&path, format!("{token}\n").as_bytes(), 0o600));
+                match written {
+                    Ok(changed) => r.wrote(&path, changed),
+                    Err(e) => r.fail(format!("cannot write {}: {e}", path.display()), true),
+                }
+            }
+        }
+    }
+
+    seed_images(p, &mut r);
+
+    let config = render_k3s_config(machine, cluster, role);
+    let written = p
+        .config
+        .parent()
+        .map_or(Ok(()), |d| create_dir(d, 0o755))
+        .and_then(|()| write_if_changed(&p.config, config.as_bytes(), 0o600));
+    match written {
+        Ok(changed) => r.wrote(&p.config, changed),
+        Err(e) => r.fail(
+            format!(
+                "cannot write {}: {e}; without it k3s would not join this cluster",
+                p.config.display()
+            ),
+            true,
+        ),
+    }
+    r
+}
+
+fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
+    let share_manifests = p.share.join("manifests");
+    let base = match find_manifests(&share_manifests) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            r.fail(
+                format!(
+                    "the system image has no {}, so the CRDs and the operators are not \
+                     deployed: rebuild the image (build-system.sh installs images/manifests there)",
+                    share_manifests.display()
+                ),
+                false,
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            r.fail(
+                format!("cannot read {}: {e}", share_manifests.display()),
+                false,
+            );
+            Vec::new()
+        }
+    };
+    let mut features = BTreeMap::new();
+    for slug in cluster.spec.features.keys() {
+        let dir = p.share.join("features").join(slug);
+        match find_manifests(&dir) {
+            Ok(found) => {
+                features.insert(slug.clone(), found);
+            }
+            Err(e) => r.fail(format!("cannot read {}: {e}", dir.display()), false),
+        }
+    }
+    let target = p.k3s_data.join("server/manifests");
+    let existing = match list_names(&target) {
+        Ok(names) => names.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        Err(e) => {
+            r.fail(format!("cannot read {}: {e}", target.display()), false);
+            return;
+        }
+    };
+    let plan = decide_manifests(&base, &features, &existing);
+    for slug in &plan.missing_features {
+        console::line(&format!(
+            "k3s-seed: the Cluster declares feature {slug:?}, but this system image has no {}; \
+             the feature is not deployed (check the slug, or run a release that ships it)",
+            p.share.join("features").join(slug).display()
+        ));
+    }
+    for problem in plan.problems {
+        r.fail(problem, false);
+    }
+    if let Err(e) = create_dir(&target, 0o700) {
+        r.fail(format!("cannot create {}: {e}", target.display()), false);
+        return;
+    }
+    for (from, name) in &plan.place {
+        let to = target.join(name);
+        let result = std::fs::read(from).and_then(|bytes| write_if_changed(&to, &bytes, 0o600));
+        match result {
+            Ok(changed) => r.wrote(&to, changed),
+            Err(e) => r.fail(
+                format!("cannot place {} as {}: {e}", from.display(), to.display()),
+                false,
+            ),
+        }
+    }
+    for name in &plan.remove {
+        let path = target.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => r.removed.push(path),
+            Err(e) => r.fail(format!("cannot remove {}: {e}", path.display()), false),
+        }
+    }
+    if !plan.remove.is_empty() {
+        let _ = sync_dir(&target);
+    }
+}
+
+fn seed_images(p: &SeedPaths, r: &mut Report) {
+    let share_images = p.share.join("images");
+    let tarballs: Vec<String> = match std::fs::read_dir(&share_images) {
+        Ok(entries) => {
+            let mut names: Vec<String> = entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tar") && !n.starts_with('.'))
+                .collect();
+            crate::order::by_key(&mut names, |n| crate::order::text_key(n));
+            names
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            r.fail(
+                format!("cannot read {}: {e}", share_images.display()),
+                false,
+            );
+            return;
+        }
+    };
+    let target = p.k3s_data.join("agent/images");
+    let existing = match list_names(&target) {
+        Ok(e) => e,
+        Err(e) => {
+            r.fail(format!("cannot read {}: {e}", target.display()), false);
+            return;
+        }
+    };
+    let plan = decide_images(&tarballs, &share_images, &existing);
+    if tarballs.is_empty() {
+        r.notes.push(format!(
+            "no operator images in {} (the operators are not built yet)",
+            share_images.display()
+        ));
+    }
+    r.unchanged = r.unchanged.saturating_add(plan.unchanged);
+    if !plan.link.is_empty()
+        && let Err(e) = create_dir(&target, 0o755)
+    {
+        r.fail(format!("cannot create {}: {e}", target.display()), false);
+        return;
+    }
+    for (name, to) in &plan.link {
+        let link = target.join(name);
+        match link_atomic(&link, to) {
+            Ok(()) => r.written.push(link),
+            Err(e) => r.fail(
+                format!("cannot link {} to {}: {e}", link.display(), to.display()),
+                false,
+            ),
+        }
+    }
+    for name in &plan.remove {
+        let path = target.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => r.removed.push(path),
+            Err(e) => r.fail(format!("cannot remove {}: {e}", path.display()), false),
+        }
+    }
+}
+
+/// The milestone for a report.
+pub fn describe(r: &Report, role: Role, join: &Join) -> Outcome {
+    let how = match join {
+        Join::InitCluster => "starting the cluster".to_owned(),
+        Join::Server(url) => format!("joining {url}"),
+    };
+    let mut text = format!(
+        "{} {how}: {} written, {} unchanged",
+        role.as_str(),
+        r.written.len(),
+        r.unchanged
+    );
+    if !r.removed.is_empty() {
+        let _ = write!(text, ", {} removed", r.removed.len());
+    }
+    for note in &r.notes {
+        let _ = write!(text, "; {note}");
+    }
+    if r.failures.is_empty() {
+        return Outcome::ok_with(text);
+    }
+    let then = if r.block.is_some() {
+        "k3s is not started"
+    } else {
+        "k3s starts without what failed"
+    };
+    Outcome::Failed(format!("{}; {then} ({text})", r.failures.join("; ")))
+}
+
+/// The k3s-seed step. A failure that would let k3s start outside its
+/// cluster keeps k3s from starting (through `boot.no_service`).
+pub fn step(boot: &mut Boot) -> Outcome {
+    let (Some(machine), Some(cluster)) = (&boot.machine, &boot.cluster) else {
+        return Outcome::Skipped("no valid Machine and Cluster documents".into());
+    };
+    if let Err(why) = crate::staged::data_partition(&boot.paths) {
+        return Outcome::Skipped(format!(
+            "{why}; k3s keeps its state on the data partition, so nothing is seeded"
+        ));
+    }
+    let role = if cluster.is_leader(&machine.metadata.name) {
+        Role::Leader
+    } else {
+        Role::Follower
+    };
+    let report = seed(&SeedPaths::of(&boot.paths), machine, cluster, role);
+    let outcome = describe(&report, role, &decide_join(machine, cluster, role));
+    if let Some(why) = report.block {
+        boot.no_service = Some(format!("seeding k3s failed: {why}"));
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liken_api::MachineSpec;
+    use liken_api::cluster::ClusterSpec;
+    use liken_api::machine::K3sSpec;
+    use std::os::unix::fs::MetadataExt;
+
+    fn cluster(leaders: &[&str]) -> Cluster {
+        Cluster::new(
+            "home",
+            ClusterSpec {
+                endpoint: "https://10.0.0.10:6443".into(),
+                leaders: leaders.iter().map(|s| (*s).to_owned()).collect(),
+                ..ClusterSpec::default()
+            },
+        )
+    }
+
+    fn machine(name: &str) -> Machine {
+        Machine::new(
+            name,
+            MachineSpec {
+                hostname: Some(format!("{name}.lan")),
+                k3s: Some(K3sSpec {
+                    node_labels: [
+                        (
+                            "topology.kubernetes.io/zone".to_owned(),
+                            "hall-a".to_owned(),
+                        ),
+                        ("disk".to_owned(), "ssd".to_owned()),
+                    ]
+                    .into(),
+                    node_taints: vec!["dedicated=db:NoSchedule".into()],
+                }),
+                ..MachineSpec::default()
+            },
+        )
+    }
+
+    #[test]
+    fn the_first_leader_starts_the_cluster() {
+        let c = cluster(&["node-1", "node-2"]);
+        let got = render_k3s_config(&machine("node-1"), &c, Role::Leader);
+        assert_eq!(
+            got,
+            "# k3s configuration for Machine node-1 (leader) of Cluster home,\n\
+             # written by liken-init from the running documents at every boot.\n\
+             # Edit the documents, not this file: changes here are lost.\n\
+             node-name: \"node-1.lan\"\n\
+             data-dir: \"/var/lib/rancher/k3s\"\n\
+             token-file: \"/var/lib/rancher/k3s/server/token\"\n\
+             cluster-init: true\n\
+             tls-san:\n  - \"10.0.0.10\"\n\
+             node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
+             node-taint:\n  - \"dedicated=db:NoSchedule\"\n"
+        );
+    }
+
+    #[test]
+    fn other_leaders_and_followers_join_through_the_endpoint() {
+        let mut c = cluster(&["node-1", "node-2"]);
+        c.spec.endpoint = "https://k8s.example.org:6443/".into();
+        let leader = render_k3s_config(&machine("node-2"), &c, Role::Leader);
+        assert!(
+            leader.contains("\nserver: \"https://k8s.example.org:6443\"\n"),
+            "{leader}"
+        );
+        assert!(
+            leader.contains("tls-san:\n  - \"k8s.example.org\"\n"),
+            "{leader}"
+        );
+        assert!(!leader.contains("cluster-init"), "{leader}");
+        let plain = Machine::new("worker-1", MachineSpec::default());
+        assert_eq!(
+            render_k3s_config(&plain, &c, Role::Follower),
+            "# k3s configuration for Machine worker-1 (follower) of Cluster home,\n\
+             # written by liken-init from the running documents at every boot.\n\
+             # Edit the documents, not this file: changes here are lost.\n\
+             node-name: \"worker-1\"\n\
+             data-dir: \"/var/lib/rancher/k3s\"\n\
+             token-file: \"/var/lib/liken/k3s-token\"\n\
+             server: \"https://k8s.example.org:6443\"\n"
+        );
+    }
+
+    #[test]
+    fn the_config_is_yaml_k3s_can_read() {
+        let mut m = machine("node-1");
+        m.spec
+            .k3s
+            .as_mut()
+            .unwrap()
+            .node_labels
+            .insert("note".into(), "a \"quoted\" # value: é".into());
+        for role in Role::ALL {
+            let text = render_k3s_config(&m, &cluster(&["node-1"]), role);
+            let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(v["node-name"], "node-1.lan");
+            assert_eq!(v["data-dir"], DATA_DIR);
+            let labels = v["node-label"].as_sequence().unwrap();
+            assert!(
+                labels.contains(&"note=a \"quoted\" # value: é".into()),
+                "{labels:?}"
+            );
+            match role {
+                Role::Leader => assert_eq!(v["cluster-init"], true),
+                Role::Follower => assert_eq!(v["server"], "https://10.0.0.10:6443"),
+            }
+        }
+    }
+
+    #[test]
+    fn endpoint_hosts() {
+        assert_eq!(endpoint_host("https://10.0.0.10:6443"), Some("10.0.0.10"));
+        assert_eq!(endpoint_host("https://k8s.lan/"), Some("k8s.lan"));
+        assert_eq!(endpoint_host("https://[fd00::1]:6443"), Some("fd00::1"));
+        assert_eq!(endpoint_host("http://x"), None);
+        assert_eq!(endpoint_host("https://:6443"), None);
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(
+            decide_token("K10abc::server:s3cret\n").unwrap(),
+            "K10abc::server:s3cret"
+        );
+        assert!(decide_token("\n").is_err());
+        assert!(decide_token("a b").is_err());
+    }
+
+    fn found(root: &str, rel: &str) -> Found {
+        (Path::new(root).join(rel), PathBuf::from(rel))
+    }
+
+    #[test]
+    fn manifests_are_named_and_retracted_ones_removed() {
+        let base = vec![
+            found("/m", "crds/machines.liken.sh.yaml"),
+            found("/m", "operators/Machine_Operator.yaml"),
+        ];
+        let features = BTreeMap::from([
+            (
+                "flux".to_owned(),
+                Some(vec![found("/f/flux", "manifests/flux-system.yaml")]),
+            ),
+            ("nope".to_owned(), None),
+        ]);
+        let existing = vec![
+            "liken-crds-machines.liken.sh.yaml".to_owned(),
+            "liken-feature-iscsi-manifests-iscsid.yaml".to_owned(),
+            "liken-feature-iscsi-manifests-iscsid.yaml.skip".to_owned(),
+            "ccm.yaml".to_owned(),
+            "mine.yaml".to_owned(),
+        ];
+        let plan = decide_manifests(&base, &features, &existing);
+        let names: Vec<&str> = plan.place.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "liken-crds-machines.liken.sh.yaml",
+                "liken-operators-machine-operator.yaml",
+                "liken-feature-flux-manifests-flux-system.yaml"
+            ]
+        );
+        assert_eq!(plan.remove, ["liken-feature-iscsi-manifests-iscsid.yaml"]);
+        assert_eq!(plan.missing_features, ["nope"]);
+        assert!(plan.problems.is_empty());
+
+        let clash = vec![found("/m", "a_b.yaml"), found("/m", "a-b.yaml")];
+        let plan = decide_manifests(&clash, &BTreeMap::new(), &[]);
+        assert_eq!(plan.place.len(), 1);
+        assert!(
+            plan.problems[0].contains("liken-a-b.yaml"),
+            "{:?}",
+            plan.problems
+        );
+    }
+
+    #[test]
+    fn image_links() {
+        let share = Path::new("/usr/share/liken/images");
+        let existing = vec![
+            ("ops.tar".to_owned(), Some(share.join("ops.tar"))),
+            ("old.tar".to_owned(), Some(share.join("old.tar"))),
+            ("own.tar".to_owned(), None),
+            (
+                "theirs.tar".to_owned(),
+                Some(PathBuf::from("/elsewhere/theirs.tar")),
+            ),
+        ];
+        let tarballs = vec!["ops.tar".to_owned(), "new.tar".to_owned()];
+        let plan = decide_images(&tarballs, share, &existing);
+        assert_eq!(plan.unchanged, 1);
+        assert_eq!(plan.link, [("new.tar".to_owned(), share.join("new.tar"))]);
+        assert_eq!(plan.remove, ["old.tar"]);
+    }
+
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(name: &str) -> Tree {
+            let d =
+                std::env::temp_dir().join(format!("liken-init-seed-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Tree(d)
+        }
+
+        fn write(&self, rel: &str, bytes: &[u8]) {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, bytes).unwrap();
+        }
+
+        fn read(&self, rel: &str) -> String {
+            std::fs::read_to_string(self.0.join(rel)).unwrap()
+        }
+
+        fn mode(&self, rel: &str) -> u32 {
+            std::fs::metadata(self.0.join(rel)).unwrap().mode() & 0o777
+        }
+
+        fn paths(&self) -> SeedPaths {
+            SeedPaths {
+                layer: self.0.join("layer"),
+                share: self.0.join("share"),
+                k3s_data: self.0.join("var/lib/rancher/k3s"),
+                config: self.0.join("run/rancher/k3s/config.yaml"),
+                var_liken: self.0.join("var/lib/liken"),
+            }
+        }
+
+        /// A layer with a whole identity, and an image with the CRDs, a
+        /// feature and one operator image.
+        fn standard(&self) {
+            for (rel, _) in IDENTITY_FILES {
+                self.write(
+                    &format!("layer/identity/server/tls/{rel}"),
+                    format!("layer {rel}").as_bytes(),
+                );
+            }
+            self.write("layer/identity/server/token", b"K10aa::server:secret\n");
+            self.write(
+                "share/manifests/crds/machines.liken.sh.yaml",
+                b"kind: CustomResourceDefinition\n",
+            );
+            self.write(
+                "share/manifests/crds/clusters.liken.sh.yaml",
+                b"kind: CustomResourceDefinition\n",
+            );
+            self.write(
+                "share/features/flux/manifests/flux-system.yaml",
+                b"kind: Namespace\n",
+            );
+            self.write("share/images/liken-ops.tar", b"tarball");
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const K3S: &str = "var/lib/rancher/k3s";
+
+    #[test]
+    fn a_leaders_first_boot_is_seeded_and_a_second_writes_nothing() {
+        let t = Tree::new("leader");
+        t.standard();
+        let mut c = cluster(&["node-1"]);
+        c.spec.features.insert("flux".into(), None);
+        c.spec.features.insert("absent".into(), None);
+        let m = machine("node-1");
+        let r = seed(&t.paths(), &m, &c, Role::Leader);
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(r.block, None);
+        for (rel, private) in IDENTITY_FILES {
+            let at = format!("{K3S}/server/tls/{rel}");
+            assert_eq!(t.read(&at), format!("layer {rel}"));
+            assert_eq!(t.mode(&at), if private { 0o600 } else { 0o644 }, "{rel}");
+        }
+        assert_eq!(t.mode(&format!("{K3S}/server/tls")), 0o700);
+        assert_eq!(
+            t.read(&format!("{K3S}/server/token")),
+            "K10aa::server:secret\n"
+        );
+        assert_eq!(t.mode(&format!("{K3S}/server/token")), 0o600);
+        let manifests: Vec<String> = list_names(&t.0.join(K3S).join("server/manifests"))
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            manifests,
+            [
+                "liken-crds-clusters.liken.sh.yaml",
+                "liken-crds-machines.liken.sh.yaml",
+                "liken-feature-flux-manifests-flux-system.yaml"
+            ]
+        );
+        let link = std::fs::read_link(t.0.join(K3S).join("agent/images/liken-ops.tar")).unwrap();
+        assert_eq!(link, t.0.join("share/images/liken-ops.tar"));
+        assert_eq!(
+            t.read("run/rancher/k3s/config.yaml"),
+            render_k3s_config(&m, &c, Role::Leader)
+        );
+        assert!(!t.0.join(K3S).join("server/.tls.liken-tmp").exists());
+        let first = r.written.len();
+        // The tls directory, the token, three manifests, a link, config.yaml.
+        assert_eq!(first, 7, "{:?}", r.written);
+
+        let again = seed(&t.paths(), &m, &c, Role::Leader);
+        assert!(again.failures.is_empty(), "{:?}", again.failures);
+        assert!(again.written.is_empty(), "{:?}", again.written);
+        assert!(again.removed.is_empty());
+        assert_eq!(again.unchanged, first);
+
+        // Retracting the feature removes its manifest; nothing else moves.
+        c.spec.features.remove("flux");
+        let r = seed(&t.paths(), &m, &c, Role::Leader);
+        assert_eq!(
+            r.removed,
+            [t.0.join(K3S)
+                .join("server/manifests/liken-feature-flux-manifests-flux-system.yaml")]
+        );
+        assert!(r.written.is_empty(), "{:?}", r.written);
+    }
+
+    #[test]
+    fn an_existing_identity_and_token_are_never_overwritten() {
+        let t = Tree::new("keep");
+        t.standard();
+        t.write(
+            &format!("{K3S}/server/tls/server-ca.crt"),
+            b"the cluster's own CA",
+        );
+        t.write(&format!("{K3S}/server/token"), b"K10bb::server:theirs\n");
+        let r = seed(
+            &t.paths(),
+            &machine("node-1"),
+            &cluster(&["node-1"]),
+            Role::Leader,
+        );
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(
+            t.read(&format!("{K3S}/server/tls/server-ca.crt")),
+            "the cluster's own CA"
+        );
+        assert!(!t.0.join(K3S).join("server/tls/client-ca.key").exists());
+        assert_eq!(
+            t.read(&format!("{K3S}/server/token")),
+            "K10bb::server:theirs\n"
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("differs from the layer's token")),
+            "{:?}",
+            r.notes
+        );
+        assert!(
+            !format!("{r:?}").contains("secret"),
+            "no token in the report"
+        );
+    }
+
+    #[test]
+    fn an_incomplete_identity_keeps_k3s_from_starting() {
+        let t = Tree::new("partial");
+        t.standard();
+        std::fs::remove_file(t.0.join("layer/identity/server/tls/etcd/peer-ca.key")).unwrap();
+        let r = seed(
+            &t.paths(),
+            &machine("node-1"),
+            &cluster(&["node-1"]),
+            Role::Leader,
+        );
+        let why = r.block.as_deref().unwrap();
+        assert!(why.contains("etcd/peer-ca.key"), "{why}");
+        assert!(
+            !t.0.join(K3S).join("server/tls").exists(),
+            "no half identity"
+        );
+        let o = describe(&r, Role::Leader, &Join::InitCluster);
+        assert!(
+            matches!(&o, Outcome::Failed(m) if m.contains("k3s is not started")),
+            "{o:?}"
+        );
+    }
+
+    #[test]
+    fn a_follower_gets_its_token_and_images_but_no_identity_or_manifests() {
+        let t = Tree::new("follower");
+        t.standard();
+        let m = machine("worker-1");
+        let c = cluster(&["node-1"]);
+        let r = seed(&t.paths(), &m, &c, Role::Follower);
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(t.read("var/lib/liken/k3s-token"), "K10aa::server:secret\n");
+        assert_eq!(t.mode("var/lib/liken/k3s-token"), 0o600);
+        assert!(!t.0.join(K3S).join("server").exists());
+        assert!(t.0.join(K3S).join("agent/images/liken-ops.tar").exists());
+        assert!(
+            t.read("run/rancher/k3s/config.yaml")
+                .contains("server: \"https://10.0.0.10:6443\"")
+        );
+        let again = seed(&t.paths(), &m, &c, Role::Follower);
+        assert!(again.written.is_empty(), "{:?}", again.written);
+    }
+
+    #[test]
+    fn no_token_blocks_and_no_images_is_a_note() {
+        let t = Tree::new("bare");
+        t.write("share/manifests/crds/x.yaml", b"x");
+        let r = seed(
+            &t.paths(),
+            &machine("w"),
+            &cluster(&["node-1"]),
+            Role::Follower,
+        );
+        assert!(
+            r.block
+                .as_deref()
+                .unwrap()
+                .contains("identity/server/token"),
+            "{r:?}"
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("operators are not built yet")),
+            "{r:?}"
+        );
+        // The configuration is still written, for a person to read.
+        assert!(t.0.join("run/rancher/k3s/config.yaml").exists());
+    }
+
+    #[test]
+    fn writes_happen_only_on_change() {
+        let t = Tree::new("change");
+        let p = t.0.join("f");
+        assert!(write_if_changed(&p, b"a", 0o600).unwrap());
+        assert!(!write_if_changed(&p, b"a", 0o600).unwrap());
+        let before = std::fs::metadata(&p).unwrap().ino();
+        assert!(write_if_changed(&p, b"a", 0o644).unwrap());
+        assert_eq!(t.mode("f"), 0o644);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().ino(),
+            before,
+            "mode fixed in place"
+        );
+        assert!(write_if_changed(&p, b"b", 0o644).unwrap());
+        assert_eq!(t.read("f"), "b");
+    }
+}
