@@ -23,6 +23,31 @@ if ! file -b "$init" | grep -q "static"; then
   echo "images: $init is not statically linked; build it with the Makefile's STATIC flags" >&2
   exit 1
 fi
+# The size budget (issue 5's target): the stripped static PID 1 stays
+# under 2,000,000 bytes. Checked here so a change that grows init past
+# it fails the build that ships it rather than a benchmark read later.
+# LIKEN_INIT_BUDGET raises the limit for one local build (to keep testing
+# while a size regression is being fixed); images built for people use
+# the default.
+init_budget=2000000
+allowed=${LIKEN_INIT_BUDGET:-$init_budget}
+init_size=$(stat -c %s "$init")
+if [ "$init_size" -ge "$allowed" ]; then
+  cat >&2 <<EOM
+images: $init is $init_size bytes, $((init_size - init_budget)) over liken-init's budget
+of $init_budget bytes (it must stay under it). See what takes the space in a build with
+symbols, away from the shared build tree:
+  CARGO_PROFILE_RELEASE_INIT_STRIP=none RUSTFLAGS="<the Makefile's STATIC_INIT flags>" \\
+    cargo build --profile release-init --target x86_64-unknown-linux-gnu -p liken-init --target-dir /tmp/liken-init-size
+  nm -S --size-sort -C /tmp/liken-init-size/x86_64-unknown-linux-gnu/release-init/liken-init | tail -50
+To build test images anyway while that is fixed: LIKEN_INIT_BUDGET=<bytes> make qemu-images
+(or the same variable before cargo test -p qemu-tests).
+EOM
+  exit 1
+fi
+if [ "$init_size" -ge "$init_budget" ]; then
+  echo "images: WARNING: $init is $init_size bytes, over liken-init's $init_budget-byte budget (allowed by LIKEN_INIT_BUDGET=$allowed for this build)" >&2
+fi
 
 kdir=$("$here/kernel.sh")
 kver=$(cat "$kdir/kernel-release")
@@ -57,8 +82,9 @@ done
 depmod -b "$stage" "$kver"
 
 mkdir -p "$out"
-"$here/cpio.sh" "$stage" "$out/boot.cpio.tmp"
-mv "$out/boot.cpio.tmp" "$out/boot.cpio"
+# A name of this run's own: several builds (test runs) may share OUT_DIR.
+"$here/cpio.sh" "$stage" "$out/.boot.cpio.$$"
+mv "$out/.boot.cpio.$$" "$out/boot.cpio"
 install -m 0755 "$init" "$out/liken-init"
 for f in vmlinuz vmlinux kernel-release package; do
   # Copies rather than links, so the output directory stands alone.

@@ -8,6 +8,7 @@
 #     modules/lib/modules/<kver>  the module tree with depmod's indexes
 #     kernel-release              the release string (6.1.0-57-amd64)
 #     package                     the Debian package and version it came from
+#     copyright                   the package's Debian copyright file
 #
 # Nothing is installed on the build machine: the package is downloaded
 # with `apt-get download` and unpacked with `dpkg-deb -x`. Debian's
@@ -29,7 +30,7 @@ if [ -z "$pkg" ]; then
 fi
 kver=${pkg#linux-image-}
 dir=$cache/$kver
-if [ -f "$dir/kernel-release" ]; then
+if [ -f "$dir/kernel-release" ] && [ -f "$dir/copyright" ]; then
   echo "$dir"
   exit 0
 fi
@@ -44,6 +45,14 @@ echo "images: downloading $pkg" >&2
   exit 1
 }
 deb=$(ls "$tmp"/*.deb)
+if [ -f "$dir/kernel-release" ]; then
+  # A cache from before the copyright file was kept: add it alone,
+  # leaving the tree other builds may be reading in place.
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/$pkg/copyright" > "$tmp/copyright"
+  mv "$tmp/copyright" "$dir/copyright"
+  echo "$dir"
+  exit 0
+fi
 dpkg-deb -x "$deb" "$tmp/root"
 version=$(dpkg-deb -f "$deb" Version)
 
@@ -53,6 +62,8 @@ depmod -b "$tmp/out/modules" "$kver"
 cp "$tmp/root/boot/vmlinuz-$kver" "$tmp/out/vmlinuz"
 "$here/extract-vmlinux.sh" "$tmp/out/vmlinuz" > "$tmp/out/vmlinux"
 echo "$pkg $version" > "$tmp/out/package"
+# The package's license terms, which licenses.md gathers.
+cp "$tmp/root/usr/share/doc/$pkg/copyright" "$tmp/out/copyright"
 # Written last: its presence is what marks the directory complete.
 echo "$kver" > "$tmp/out/kernel-release"
 

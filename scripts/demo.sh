@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# `make demo`: liken's main job as far as it is built today. It writes a
-# two-machine deployment with the workstation CLI, mints its identity,
-# packs the deployment layer, and boots the generic boot image plus that
-# layer under QEMU until liken-init's supervisor is up, printing the
-# machine's console as it goes. Everything happens in a temporary
-# directory; nothing outside it is touched.
+# `make demo`: liken's main job end to end, as far as it is built today.
+# It writes a two-machine deployment with the workstation CLI, mints its
+# identity, packs the deployment layer and prints an admin kubeconfig;
+# then liken-demo (qemu-tests/src/bin/liken-demo.rs) writes a `liken
+# stick` install stick from the newest release `make images` bundled,
+# installs node-1 from it under QEMU with OVMF onto a blank 4 GiB disk
+# (pulling the stick and pressing Enter when install mode asks), and
+# boots the installed disk to liken-init's supervisor, printing the
+# machine's `liken:` console lines as they arrive. The stick, the disk
+# and the deployment live in a temporary directory, removed at the end;
+# the console logs are kept under <cargo target dir>/qemu-logs/.
 #
-# usage: scripts/demo.sh <liken binary> <images dir>
+# usage: scripts/demo.sh <liken binary> <images dir> <liken-demo binary>
 set -euo pipefail
 liken=$1
 images=$2
+demo=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/liken-demo.XXXXXX")
-qemu_pid=
-cleanup() {
-  if [ -n "$qemu_pid" ]; then kill "$qemu_pid" 2>/dev/null || true; wait "$qemu_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'rm -rf "$work"' EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -37,38 +38,6 @@ sha256sum "$work/home.cpio" | sed "s|$work/||"
 step "liken kubeconfig: an admin credential for kubectl"
 "$liken" kubeconfig "$work/home"
 
-step "boot node-1 under QEMU (TCG): generic boot.cpio + the layer"
-cat "$images/boot.cpio" "$work/home.cpio" > "$work/initrd.cpio"
-console=$work/console.log
-qemu-system-x86_64 -machine q35 -accel tcg -m 512 -smp 1 \
-  -nodefaults -no-user-config -display none -no-reboot -net none \
-  -serial "file:$console" \
-  -kernel "$images/vmlinux" -initrd "$work/initrd.cpio" \
-  -append "console=ttyS0 panic=-1 quiet liken.machine=node-1" 2>"$work/qemu.err" &
-qemu_pid=$!
-deadline=$((SECONDS + 120))
-shown=0
-while :; do
-  if [ -f "$console" ]; then
-    lines=$(wc -l < "$console")
-    if [ "$lines" -gt "$shown" ]; then
-      sed -n "$((shown + 1)),${lines}p" "$console" | grep '^liken' || true
-      shown=$lines
-    fi
-    if grep -q '^liken: supervisor: ' "$console"; then break; fi
-  fi
-  if ! kill -0 "$qemu_pid" 2>/dev/null; then
-    echo "demo: QEMU exited before the supervisor started; the console is above" >&2
-    exit 1
-  fi
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "demo: the supervisor did not start within 120 s; the console is above" >&2
-    exit 1
-  fi
-  sleep 0.5
-done
-
-step "done"
-echo "node-1 booted liken-init from the initramfs with its layer and reached the supervisor."
-echo "This image carries no k3s (the build takes it from K3S_BINARY=, and system images,"
-echo "installed disks and k3s seeding are not built yet), so there is nothing to supervise."
+# The stick, the install under QEMU and the installed machine's boot;
+# liken-demo stops QEMU itself, on success or on a missed deadline.
+"$demo" "$liken" "$images" "$work/home" "$work"

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Bundles the built images into a local channel with `liken bundle`:
+#
+#   release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]
+#
+# IMAGES_OUT holds the inputs (vmlinuz, boot.cpio, liken, systemd-boot.efi,
+# grub-boot.img, grub-core.img, licenses.md, and microcode.cpio when one
+# was built); SYSTEM is the system image's file name in it (liken.sqfs,
+# or the tests' system-standin.squashfs). COUNT releases of the same
+# files are bundled under successive versions (default 1): the tests
+# take two, so they have a newer release to write into slot B.
+#
+# The version is LIKEN_VERSION when set (COUNT 1 only). Otherwise it is
+# today's date (UTC) and the next serial the channel has not used, as
+# liken-api's Version wants: yyyy.mm.dd-nnn. Versions are immutable, so
+# nothing is bundled when the channel's newest COUNT releases already
+# hold exactly these files; a change to any input gives new versions.
+set -euo pipefail
+
+out=${1:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
+system=${2:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
+channel=${3:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
+count=${4:-1}
+liken=$out/liken
+
+# Input paths in the order bundle takes them, and the file name each
+# gets in the release (liken-cli/src/releases/layout.rs).
+inputs=("$out/vmlinuz" "$out/$system" "$out/boot.cpio" "$liken" "$out/systemd-boot.efi"
+        "$out/grub-boot.img" "$out/grub-core.img" "$out/licenses.md")
+names=(vmlinuz liken.sqfs boot.cpio liken systemd-boot.efi grub-boot.img grub-core.img licenses.md)
+flags=()
+if [ -f "$out/microcode.cpio" ]; then
+  flags=(-microcode "$out/microcode.cpio")
+  inputs+=("$out/microcode.cpio")
+  names+=(microcode.cpio)
+fi
+for f in "${inputs[@]}"; do
+  [ -f "$f" ] || { echo "images: $f is missing; run make images" >&2; exit 1; }
+done
+
+components=("linux=$(cat "$out/kernel-release")")
+
+# Whether release directory $1 holds exactly these inputs.
+same() {
+  local dir=$1 i
+  [ -f "$dir/release.yaml" ] || return 1
+  for i in "${!inputs[@]}"; do
+    cmp -s "${inputs[$i]}" "$dir/${names[$i]}" || return 1
+  done
+  # No artifact beyond these (a microcode.cpio that is gone since).
+  [ "$(find "$dir" -mindepth 1 ! -name release.yaml | wc -l)" -eq "${#names[@]}" ]
+}
+
+# One build at a time per channel: two would pick the same serial.
+mkdir -p "$channel"
+exec 9> "$channel/.release.lock"
+flock 9
+
+mapfile -t existing < <(find "$channel" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
+  -regex '.*/[0-9]{4}\.[0-9]{2}\.[0-9]{2}-[0-9]{3}' -printf '%f\n' 2>/dev/null | LC_ALL=C sort)
+
+if [ -n "${LIKEN_VERSION:-}" ]; then
+  [ "$count" -eq 1 ] || { echo "images: LIKEN_VERSION names one release; $channel takes $count" >&2; exit 1; }
+  if same "$channel/$LIKEN_VERSION"; then
+    echo "images: $channel/$LIKEN_VERSION is up to date" >&2
+    exit 0
+  fi
+  versions=("$LIKEN_VERSION")
+else
+  n=${#existing[@]}
+  if [ "$n" -ge "$count" ]; then
+    fresh=1
+    for v in "${existing[@]:n-count}"; do same "$channel/$v" || fresh=0; done
+    if [ "$fresh" -eq 1 ]; then
+      echo "images: $channel is up to date (${existing[*]:n-count})" >&2
+      exit 0
+    fi
+  fi
+  today=$(date -u +%Y.%m.%d)
+  serial=0
+  for v in "${existing[@]}"; do
+    [ "${v%-*}" = "$today" ] && serial=$((10#${v#*-}))
+  done
+  versions=()
+  for _ in $(seq "$count"); do
+    serial=$((serial + 1))
+    [ "$serial" -le 999 ] || { echo "images: $channel has used every serial of $today; set LIKEN_VERSION" >&2; exit 1; }
+    versions+=("$(printf '%s-%03d' "$today" "$serial")")
+  done
+fi
+
+# Bundle prints its progress and the catalog entry; the build shows one
+# line per release and keeps bundle's output for a failure.
+previous=
+[ ${#existing[@]} -eq 0 ] || previous=${existing[-1]}
+for v in "${versions[@]}"; do
+  log=$("$liken" bundle "${flags[@]}" "${inputs[@]:0:8}" "$channel" "$v" "${components[@]}" 2>&1) || {
+    echo "$log" >&2
+    echo "images: liken bundle into $channel failed" >&2
+    exit 1
+  }
+  echo "images: released $v into $channel ($(grep -o 'digest: .*' <<< "$log"))" >&2
+  # A build channel gains a release whenever any input changes, and
+  # most files stay the same: share identical ones with the release
+  # before as hard links (renamed into place, so the name never goes
+  # missing), which keeps a day of rebuilds from filling the disk.
+  if [ -n "$previous" ]; then
+    for name in "${names[@]}"; do
+      new=$channel/$v/$name old=$channel/$previous/$name
+      if [ -f "$old" ] && [ ! "$new" -ef "$old" ] && cmp -s "$new" "$old"; then
+        ln "$old" "$new.link" && mv -f "$new.link" "$new"
+      fi
+    done
+  fi
+  previous=$v
+done
+
+# A build channel is scratch, not a published one: keep the newest few
+# releases (the tests use the newest two) and drop the rest, so months
+# of rebuilds cannot fill the disk. channel.yaml names only the latest.
+keep=$((count * 2 > 4 ? count * 2 : 4))
+mapfile -t all < <(find "$channel" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
+  -regex '.*/[0-9]{4}\.[0-9]{2}\.[0-9]{2}-[0-9]{3}' -printf '%f\n' 2>/dev/null | LC_ALL=C sort)
+if [ ${#all[@]} -gt "$keep" ]; then
+  for v in "${all[@]:0:${#all[@]}-keep}"; do
+    rm -rf -- "${channel:?}/$v"
+    echo "images: pruned $v from $channel (build channels keep the newest $keep)" >&2
+  done
+fi
