@@ -432,6 +432,13 @@ fn configure_network(boot: &mut Boot) -> Outcome {
 }
 
 fn publish_record(boot: &mut Boot) -> Outcome {
+    // The ntp step may have set the clock since init started: date the
+    // boot by the clock as it is now, less the time init has run, so a
+    // machine that powered on with a wrong clock does not publish a boot
+    // time (and so a boot id) that a later boot could repeat.
+    if let Some(t) = SystemTime::now().checked_sub(boot.started_at.elapsed()) {
+        boot.started = Time::from_system(t);
+    }
     let mut record = boot_record::decide_record(
         boot.started,
         boot.cmdline.slot,
