@@ -119,6 +119,12 @@ crds:
 # release (else today's date and the channel's next serial).
 IMAGES_OUT ?= $(CARGO_TARGET_DIR)/images
 K3S_BINARY ?=
+# LIKEN_OPS_BINARY=<static binary> makes it the operator image
+# liken.sh/liken-ops:<LIKEN_VERSION, else dev> (IMAGES_OUT/liken-ops.tar,
+# images/oci-image.sh), which the system image carries for k3s to preload.
+# Empty until liken-ops is built (a later issue): then the image has none.
+LIKEN_OPS_BINARY ?=
+LIKEN_OPS_IMAGE := $(if $(LIKEN_OPS_BINARY),$(IMAGES_OUT)/liken-ops.tar)
 .PHONY: images qemu-images
 
 ## images: kernel, boot.cpio, the squashfs system image, bootloaders and licenses, bundled into IMAGES_OUT/channel.
@@ -128,7 +134,8 @@ images:
 	./images/build-boot.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-init/liken-init $(IMAGES_OUT)
 	@cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/liken || { \
 	  cp $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/.liken.$$$$ && mv $(IMAGES_OUT)/.liken.$$$$ $(IMAGES_OUT)/liken; }
-	./images/build-system.sh $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
+	$(if $(LIKEN_OPS_BINARY),./images/oci-image.sh $(LIKEN_OPS_BINARY) liken.sh/liken-ops:$(or $(LIKEN_VERSION),dev) $(LIKEN_OPS_IMAGE))
+	./images/build-system.sh $(addprefix --image ,$(LIKEN_OPS_IMAGE)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
 	./images/build-loaders.sh $(IMAGES_OUT)
 	./images/licenses.sh $(IMAGES_OUT)/licenses.md $(K3S_BINARY)
 	./images/release.sh $(IMAGES_OUT) liken.sqfs $(IMAGES_OUT)/channel

@@ -31,6 +31,10 @@ packages=(
   # mkfs.vfat and mtools (above) under UEFI.
   ovmf              # UEFI firmware for QEMU: OVMF_CODE.fd and a per-test copy of OVMF_VARS.fd
   systemd-boot-efi  # systemd-bootx64.efi, used by the UEFI tests when IMAGES_OUT has no systemd-boot.efi
+  # qemu-tests/tests/oci.rs checks the operator image archives
+  # images/oci-image.sh writes with tools that did not write them.
+  skopeo            # reads an oci-archive: and copies it into a registry
+  docker-registry   # a real registry, started by the test on loopback
 )
 # Real kubectl for the interop tests: Debian's kubernetes-client, unless
 # the machine already has a kubectl (some images ship the Cloud SDK's,
@@ -49,6 +53,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # docker-registry's package enables a registry service on port 5000 of
+  # every interface; the tests start their own on loopback, so that one
+  # is stopped and disabled.
+  if [[ " ${missing[*]} " == *" docker-registry "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now docker-registry.service >/dev/null 2>&1 \
+      || echo "setup: could not stop the docker-registry service; stop it with: systemctl disable --now docker-registry" >&2
+  fi
 fi
 
 # make images downloads Debian's kernel with apt-get download, which

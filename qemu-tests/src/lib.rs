@@ -16,13 +16,21 @@
 //! needs them; if that fails the test fails with make's output. A test
 //! never skips because an image is missing.
 
-use std::io::{BufRead, BufReader, Write};
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use liken_api::{Channel, Version, decode};
+
+pub mod disk;
+pub mod drives;
+pub mod firmware;
+pub mod install;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -52,6 +60,8 @@ pub struct Images {
     pub dir: PathBuf,
     /// The uncompressed kernel.
     pub vmlinux: PathBuf,
+    /// The same kernel as a bzImage, which bootloaders load.
+    pub vmlinuz: PathBuf,
     /// boot.cpio: /init and the boot modules.
     pub boot_cpio: PathBuf,
     /// The static stand-in service.
@@ -62,6 +72,16 @@ pub struct Images {
     pub init: PathBuf,
     /// The workstation CLI, which writes deployment layers.
     pub liken: PathBuf,
+    /// The system image with the stand-in as /usr/bin/k3s.
+    pub system_standin: PathBuf,
+}
+
+impl Images {
+    /// The stand-in channel's release directories, oldest first, the
+    /// last one its channel.yaml's latest.
+    pub fn standin_releases(&self) -> Vec<PathBuf> {
+        channel_releases(&self.dir.join("channel-standin"))
+    }
 }
 
 /// Builds the images once per test process (make caches the kernel and
@@ -92,6 +112,8 @@ pub fn images() -> &'static Images {
         }
         let images = Images {
             vmlinux: dir.join("vmlinux"),
+            vmlinuz: dir.join("vmlinuz"),
+            system_standin: dir.join("system-standin.squashfs"),
             boot_cpio: dir.join("boot.cpio"),
             standin: dir.join("liken-standin-k3s"),
             hello: dir.join("liken-hello-pid1"),
@@ -101,6 +123,8 @@ pub fn images() -> &'static Images {
         };
         for f in [
             &images.vmlinux,
+            &images.vmlinuz,
+            &images.system_standin,
             &images.boot_cpio,
             &images.standin,
             &images.hello,
@@ -170,24 +194,105 @@ pub fn cpio(
     archive
 }
 
-/// Runs the workstation CLI with `args`, failing the test with its
-/// output when it fails.
-pub fn liken(args: &[&str]) -> String {
-    let out = Command::new(&images().liken)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run liken: {e}"));
-    let text = format!(
+/// Runs `cmd` to its end, failing the test with its output unless it
+/// succeeds.
+pub fn check(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("cannot run {cmd:?}: {e}; scripts/setup.sh installs the tools the tests use")
+    });
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        text(&out)
+    );
+    out
+}
+
+/// A program's stdout, then its stderr, as text.
+pub fn text(out: &Output) -> String {
+    format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `program` with `args` (see [`check`]); returns its output.
+pub fn run(program: impl AsRef<OsStr>, args: &[&str]) -> String {
+    text(&check(Command::new(program).args(args)))
+}
+
+/// Runs the workstation CLI with `args`, failing the test with its
+/// output when it fails.
+pub fn liken(args: &[&str]) -> String {
+    run(&images().liken, args)
+}
+
+/// A local channel's release directories (`liken bundle`'s layout),
+/// oldest first; the last is the one channel.yaml names latest, and
+/// nothing newer than it counts.
+pub fn channel_releases(channel: &Path) -> Vec<PathBuf> {
+    let file = channel.join("channel.yaml");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; `make images` bundles the release channels",
+            file.display()
+        )
+    });
+    let latest: Channel =
+        decode::strict(&text, "channel.yaml").unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut versions: Vec<Version> = std::fs::read_dir(channel)
+        .unwrap_or_else(|e| panic!("{}: {e}", channel.display()))
+        .filter_map(|e| Version::parse(e.ok()?.file_name().to_str()?).ok())
+        .filter(|v| *v <= latest.latest)
+        .collect();
+    versions.sort();
+    assert_eq!(
+        versions.last(),
+        Some(&latest.latest),
+        "{} names {} latest, which is not there",
+        file.display(),
+        latest.latest
     );
-    assert!(
-        out.status.success(),
-        "liken {} failed:\n{text}",
-        args.join(" ")
-    );
-    text
+    versions
+        .iter()
+        .map(|v| channel.join(v.to_string()))
+        .collect()
+}
+
+/// The Cluster document of the layers tests pack by hand.
+pub const CLUSTER: &str = "apiVersion: liken.sh/v1alpha1
+kind: Cluster
+metadata:
+  name: test
+spec:
+  endpoint: https://10.0.2.15:6443
+  leaders: [node-1]
+";
+
+/// node-1's Machine document in the layers tests pack by hand.
+pub const MACHINE: &str = "apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata:
+  name: node-1
+spec:
+  hostname: node-1
+";
+
+/// A layer packed by hand rather than by `liken layer` (which refuses a
+/// broken document, as an older or hand-made layer could hold one):
+/// [`CLUSTER`] and `machine` as node-1's Machine document.
+pub fn hand_layer(dir: &Path, machine: &str) -> PathBuf {
+    cpio(
+        dir,
+        "layer",
+        &[
+            ("etc/liken/cluster.yaml", CLUSTER.as_bytes(), 0o644),
+            ("etc/liken/machines/node-1.yaml", machine.as_bytes(), 0o644),
+        ],
+        &[],
+    )
 }
 
 /// A deployment layer made the way a person makes one: `liken new`
@@ -228,10 +333,11 @@ pub fn standin_cpio(dir: &Path) -> PathBuf {
 
 /// Concatenates cpio parts into one initramfs (the kernel unpacks
 /// concatenated archives in order).
-pub fn initrd(dir: &Path, parts: &[&Path]) -> PathBuf {
+pub fn initrd(dir: &Path, parts: &[impl AsRef<Path>]) -> PathBuf {
     let path = dir.join("initrd.cpio");
     let mut out = std::fs::File::create(&path).unwrap_or_else(|e| panic!("create initrd: {e}"));
     for p in parts {
+        let p = p.as_ref();
         let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
         out.write_all(&bytes)
             .unwrap_or_else(|e| panic!("write initrd: {e}"));
@@ -242,6 +348,8 @@ pub fn initrd(dir: &Path, parts: &[&Path]) -> PathBuf {
 /// A running virtual machine and its console.
 pub struct Vm {
     child: Child,
+    /// QEMU's stdin: the serial port's input (`-serial stdio`).
+    serial_in: Option<std::process::ChildStdin>,
     lines: Receiver<String>,
     /// The console log.
     pub log: PathBuf,
@@ -251,6 +359,9 @@ pub struct Vm {
     pub seen: Vec<String>,
     /// Where in `seen` the next `expect` starts looking.
     cursor: usize,
+    /// What the console printed since its last newline: a firmware or
+    /// bootloader menu draws with cursor moves, not lines.
+    drawing: Arc<Mutex<Vec<u8>>>,
 }
 
 /// How a VM is booted.
@@ -267,20 +378,53 @@ impl Vm {
     /// Boots the images' kernel with `boot.initrd`. The guest's reboot
     /// ends QEMU (`-no-reboot`), so a test sees a reboot as QEMU's exit.
     pub fn boot(boot: &Boot<'_>) -> Vm {
-        Vm::boot_with(boot, &[])
+        Vm::boot_with(boot, &[] as &[&str])
     }
 
     /// As [`Vm::boot`], with more QEMU arguments (devices such as a
     /// network card; the machine has none otherwise).
-    pub fn boot_with(boot: &Boot<'_>, qemu_args: &[&str]) -> Vm {
+    pub fn boot_with(boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vm {
         let images = images();
+        let mut args: Vec<OsString> = vec![
+            "-kernel".into(),
+            images.vmlinux.clone().into(),
+            "-initrd".into(),
+            boot.initrd.into(),
+            "-append".into(),
+            format!("console=ttyS0 panic=-1 {}", boot.append).into(),
+        ];
+        args.extend(qemu_args.iter().map(|a| a.as_ref().to_owned()));
+        Vm::launch(boot.name, &args)
+    }
+
+    /// Boots a disk under UEFI: OVMF's code and a per-test copy of its
+    /// variable store on pflash, the disk on virtio. The firmware and
+    /// the bootloader on the disk choose the kernel and its command
+    /// line, as on a machine.
+    pub fn boot_uefi(name: &str, disk: &Path, ovmf: &firmware::Ovmf) -> Vm {
+        let mut args = ovmf.args();
+        args.extend(drives::virtio("disk", disk, None, false));
+        Vm::launch(name, &args)
+    }
+
+    /// Starts QEMU with the common machine and console arguments, then
+    /// `args` (firmware, disks, devices), logging the console to
+    /// `<name>.log`.
+    pub fn launch(name: &str, args: &[OsString]) -> Vm {
+        Vm::start(name, args, None)
+    }
+
+    /// As [`Vm::launch`], also printing every console line that starts
+    /// with `shown` on stdout as it arrives, for a person watching.
+    pub fn launch_showing(name: &str, args: &[OsString], shown: &'static str) -> Vm {
+        Vm::start(name, args, Some(shown))
+    }
+
+    fn start(name: &str, args: &[OsString], shown: Option<&'static str>) -> Vm {
         std::fs::create_dir_all(log_dir()).unwrap_or_else(|e| panic!("mkdir qemu-logs: {e}"));
-        let log = log_dir().join(format!("{}.log", boot.name));
-        let monitor = std::env::temp_dir().join(format!(
-            "liken-qemu-{}-{}.mon",
-            boot.name,
-            std::process::id()
-        ));
+        let log = log_dir().join(format!("{name}.log"));
+        let monitor =
+            std::env::temp_dir().join(format!("liken-qemu-{}-{}.mon", name, std::process::id()));
         let _ = std::fs::remove_file(&monitor);
         let accel = match std::env::var("LIKEN_QEMU_ACCEL").as_deref() {
             Ok("kvm") => "kvm",
@@ -298,20 +442,15 @@ impl Vm {
             .args(["-serial", "stdio"])
             .arg("-monitor")
             .arg(format!("unix:{},server=on,wait=off", monitor.display()))
-            .arg("-kernel")
-            .arg(&images.vmlinux)
-            .arg("-initrd")
-            .arg(boot.initrd)
-            .arg("-append")
-            .arg(format!("console=ttyS0 panic=-1 {}", boot.append))
-            .args(qemu_args)
-            .stdin(Stdio::null())
+            .args(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start qemu-system-x86_64: {e}; scripts/setup.sh installs it")
             });
+        let serial_in = child.stdin.take();
         let (tx, rx) = channel();
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("qemu stdout"));
         let stderr = child.stderr.take().unwrap_or_else(|| panic!("qemu stderr"));
@@ -323,26 +462,58 @@ impl Vm {
                 let _ = err_tx.send(format!("qemu: {}", String::from_utf8_lossy(&line)));
             }
         });
+        let drawing = Arc::new(Mutex::new(Vec::new()));
+        let partial = Arc::clone(&drawing);
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
-                let text = String::from_utf8_lossy(&line)
+            let mut emit = |line: &[u8]| {
+                let text = String::from_utf8_lossy(line)
                     .trim_end_matches('\r')
                     .to_owned();
                 let _ = writeln!(file, "{text}");
                 let _ = file.flush();
-                if tx.send(text).is_err() {
-                    break;
+                if shown.is_some_and(|p| text.starts_with(p)) {
+                    println!("{text}");
                 }
+                tx.send(text).is_ok()
+            };
+            // Read what arrives rather than whole lines, so text drawn
+            // without a newline is visible to `expect_drawn`.
+            let mut stdout = stdout;
+            let mut buf = [0u8; 4096];
+            let mut line = Vec::new();
+            loop {
+                let n = match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for &b in &buf[..n] {
+                    if b == b'\n' {
+                        if !emit(&line) {
+                            return;
+                        }
+                        line.clear();
+                    } else {
+                        line.push(b);
+                    }
+                }
+                if let Ok(mut p) = partial.lock() {
+                    p.clone_from(&line);
+                }
+            }
+            if !line.is_empty() {
+                emit(&line);
             }
         });
         Vm {
             child,
+            serial_in,
             lines: rx,
             log,
             monitor,
             started: Instant::now(),
             seen: Vec::new(),
             cursor: 0,
+            drawing,
         }
     }
 
@@ -384,6 +555,42 @@ impl Vm {
         match self.wait_for(|l| l.contains(needle), within) {
             Some(line) => line,
             None => self.fail(needle, within),
+        }
+    }
+
+    /// Waits up to `within` for `needle` in what the console has drawn
+    /// since its last newline (a bootloader's menu), or in a line to
+    /// come; fails the test naming the log.
+    pub fn expect_drawn(&mut self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let drawn = self
+                .drawing
+                .lock()
+                .map(|d| String::from_utf8_lossy(&d).contains(needle))
+                .unwrap_or(false);
+            if drawn {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.fail(needle, within);
+            }
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.seen.push(line);
+                    if found {
+                        self.cursor = self.seen.len();
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.fail(needle, within),
+            }
         }
     }
 
@@ -434,9 +641,41 @@ impl Vm {
         std::thread::sleep(Duration::from_millis(300));
     }
 
+    /// Types `text` on the serial console (the guest's /dev/console).
+    pub fn send_serial(&mut self, text: &str) {
+        let input = self
+            .serial_in
+            .as_mut()
+            .unwrap_or_else(|| panic!("QEMU's serial input is closed"));
+        input
+            .write_all(text.as_bytes())
+            .and_then(|()| input.flush())
+            .unwrap_or_else(|e| panic!("cannot type on the serial console: {e}"));
+    }
+
     /// Presses Ctrl-Alt-Del on the guest's keyboard.
     pub fn ctrl_alt_del(&self) {
         self.monitor("sendkey ctrl-alt-delete");
+    }
+
+    /// Presses Ctrl-Alt-Del and waits for init's reboot milestone and
+    /// QEMU's clean exit.
+    pub fn reboot(&mut self, within: Duration) {
+        self.ctrl_alt_del();
+        self.expect_exit("liken: reboot: ok", within);
+    }
+
+    /// Waits for init's last milestone before the machine goes
+    /// (`liken: reboot: ok`, `liken: poweroff: ok`), then for QEMU to
+    /// exit, cleanly.
+    pub fn expect_exit(&mut self, last: &str, within: Duration) {
+        self.expect(last, within);
+        let status = self.wait_exit(within);
+        assert!(
+            status.success(),
+            "QEMU ended with {status}; the console is in {}",
+            self.log.display()
+        );
     }
 
     /// Waits for QEMU to exit (the guest rebooted or powered off).

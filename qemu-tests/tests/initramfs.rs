@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use liken_api::decode;
 use liken_api::{BootRecord, Machine};
-use qemu_tests::{Boot, Vm, cli_layer, cpio, images, initrd, scratch, standin_cpio, uptime_in};
+use qemu_tests::{
+    Boot, MACHINE, Vm, cli_layer, hand_layer, images, initrd, scratch, standin_cpio, uptime_in,
+};
 
 /// Deadline for milestones up to the supervisor: a TCG boot takes
 /// 3 to 5 s alone, more when tests share the two cores.
@@ -21,35 +23,20 @@ const BOOT: Duration = Duration::from_secs(90);
 /// Deadline for what follows a milestone already seen.
 const NEXT: Duration = Duration::from_secs(30);
 
-const CLUSTER: &str = "apiVersion: liken.sh/v1alpha1
-kind: Cluster
-metadata:
-  name: test
-spec:
-  endpoint: https://10.0.2.15:6443
-  leaders: [node-1]
-";
-
-const MACHINE: &str = "apiVersion: liken.sh/v1alpha1
-kind: Machine
-metadata:
-  name: node-1
-spec:
-  hostname: node-1
-";
-
-/// A layer packed by hand rather than by `liken layer` (which refuses a
-/// broken document), as an older or hand-made layer could be.
-fn layer(dir: &std::path::Path, machine: &str) -> std::path::PathBuf {
-    cpio(
-        dir,
-        "layer",
-        &[
-            ("etc/liken/cluster.yaml", CLUSTER.as_bytes(), 0o644),
-            ("etc/liken/machines/node-1.yaml", machine.as_bytes(), 0o644),
-        ],
-        &[],
-    )
+/// Boots boot.cpio, a hand-packed layer with `machine` as node-1's
+/// document, and the stand-in, with `append` on the kernel command line.
+fn boot_hand_layer(name: &str, machine: &str, append: &str) -> Vm {
+    let dir = scratch(name);
+    let parts = [
+        images().boot_cpio.clone(),
+        hand_layer(&dir, machine),
+        standin_cpio(&dir),
+    ];
+    Vm::boot(&Boot {
+        name,
+        initrd: &initrd(&dir, &parts),
+        append,
+    })
 }
 
 #[test]
@@ -59,10 +46,9 @@ fn boots_from_the_initramfs_to_the_supervisor_with_the_boot_record() {
     // The layer a person would make, with the real CLI.
     let (deployment, layer) = cli_layer(&dir, "test", "node-1");
     let parts = [images.boot_cpio.clone(), layer, standin_cpio(&dir)];
-    let initrd = initrd(&dir, &parts.iter().map(|p| p.as_path()).collect::<Vec<_>>());
     let mut vm = Vm::boot(&Boot {
         name: "initramfs-boot",
-        initrd: &initrd,
+        initrd: &initrd(&dir, &parts),
         append: "",
     });
     vm.expect("liken: mount: ok", BOOT);
@@ -105,20 +91,8 @@ fn boots_from_the_initramfs_to_the_supervisor_with_the_boot_record() {
 
 #[test]
 fn an_invalid_machine_document_is_reported_and_the_machine_still_reboots() {
-    let images = images();
-    let dir = scratch("invalid-machine");
     let broken = MACHINE.replace("hostname: node-1", "hostnme: node-1");
-    let parts = [
-        images.boot_cpio.clone(),
-        layer(&dir, &broken),
-        standin_cpio(&dir),
-    ];
-    let initrd = initrd(&dir, &parts.iter().map(|p| p.as_path()).collect::<Vec<_>>());
-    let mut vm = Vm::boot(&Boot {
-        name: "invalid-machine",
-        initrd: &initrd,
-        append: "",
-    });
+    let mut vm = boot_hand_layer("invalid-machine", &broken, "");
     let line = vm.expect("liken: machine: ", BOOT);
     assert!(
         line.contains("the Machine document for \"node-1\" is not valid")
@@ -140,25 +114,12 @@ fn an_invalid_machine_document_is_reported_and_the_machine_still_reboots() {
     vm.expect("liken: stop-k3s: ok (k3s was not running)", NEXT);
     vm.expect("liken: sync: ok", NEXT);
     vm.expect("liken: unmount: ok", NEXT);
-    vm.expect("liken: reboot: ok", NEXT);
-    assert!(vm.wait_exit(NEXT).success());
+    vm.expect_exit("liken: reboot: ok", NEXT);
 }
 
 #[test]
 fn a_reboot_asked_over_the_control_socket_stops_k3s_first() {
-    let images = images();
-    let dir = scratch("control-reboot");
-    let parts = [
-        images.boot_cpio.clone(),
-        layer(&dir, MACHINE),
-        standin_cpio(&dir),
-    ];
-    let initrd = initrd(&dir, &parts.iter().map(|p| p.as_path()).collect::<Vec<_>>());
-    let mut vm = Vm::boot(&Boot {
-        name: "control-reboot",
-        initrd: &initrd,
-        append: "liken.standin=reboot",
-    });
+    let mut vm = boot_hand_layer("control-reboot", MACHINE, "liken.standin=reboot");
     vm.expect("liken: supervisor: ok (k3s server pid ", BOOT);
     let status = vm.expect_unordered("liken-standin-k3s: status ", NEXT);
     assert!(
@@ -176,8 +137,7 @@ fn a_reboot_asked_over_the_control_socket_stops_k3s_first() {
         "k3s must stop on SIGTERM: {stopped}"
     );
     vm.expect("liken: unmount: ok", NEXT);
-    vm.expect("liken: reboot: ok", NEXT);
-    assert!(vm.wait_exit(NEXT).success());
+    vm.expect_exit("liken: reboot: ok", NEXT);
     assert!(
         vm.seen
             .iter()
@@ -188,19 +148,7 @@ fn a_reboot_asked_over_the_control_socket_stops_k3s_first() {
 
 #[test]
 fn a_failing_k3s_is_restarted_with_growing_backoff() {
-    let images = images();
-    let dir = scratch("k3s-backoff");
-    let parts = [
-        images.boot_cpio.clone(),
-        layer(&dir, MACHINE),
-        standin_cpio(&dir),
-    ];
-    let initrd = initrd(&dir, &parts.iter().map(|p| p.as_path()).collect::<Vec<_>>());
-    let mut vm = Vm::boot(&Boot {
-        name: "k3s-backoff",
-        initrd: &initrd,
-        append: "liken.standin=exit:3",
-    });
+    let mut vm = boot_hand_layer("k3s-backoff", MACHINE, "liken.standin=exit:3");
     vm.expect("liken: supervisor: ok (k3s server pid ", BOOT);
     let first = vm.expect("liken: k3s: exited with status 3 after", NEXT);
     assert!(first.ends_with("restarting in 1 s"), "{first}");

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use qemu_tests::{Boot, Vm, cpio, images, initrd, scratch};
+use qemu_tests::{Boot, MACHINE, Vm, hand_layer, images, initrd, scratch};
 
 /// Deadline for the first milestone: a TCG boot takes 3 to 5 s alone,
 /// more when tests share the two cores.
@@ -15,42 +15,15 @@ const NEXT: Duration = Duration::from_secs(45);
 
 const MAC: &str = "52:54:00:12:34:56";
 
-const CLUSTER: &str = "apiVersion: liken.sh/v1alpha1
-kind: Cluster
-metadata:
-  name: test
-spec:
-  endpoint: https://10.0.2.15:6443
-  leaders: [node-1]
-";
-
-const MACHINE: &str = "apiVersion: liken.sh/v1alpha1
-kind: Machine
-metadata:
-  name: node-1
-spec:
-  hostname: node-1
-  network:
-    interfaces:
-    - mac: 52:54:00:12:34:56
-      dhcp: true
-";
-
 #[test]
 fn dhcp_on_the_user_network() {
     let images = images();
     let dir = scratch("network-dhcp");
-    let layer = cpio(
-        &dir,
-        "layer",
-        &[
-            ("etc/liken/cluster.yaml", CLUSTER.as_bytes(), 0o644),
-            ("etc/liken/machines/node-1.yaml", MACHINE.as_bytes(), 0o644),
-        ],
-        &[],
-    );
-    let parts = [images.boot_cpio.clone(), layer];
-    let initrd = initrd(&dir, &parts.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+    // The test machine, asking for DHCP on the card by its MAC address.
+    let machine =
+        format!("{MACHINE}  network:\n    interfaces:\n    - mac: {MAC}\n      dhcp: true\n");
+    let parts = [images.boot_cpio.clone(), hand_layer(&dir, &machine)];
+    let initrd = initrd(&dir, &parts);
     let device = format!("virtio-net-pci,netdev=n0,mac={MAC}");
     let mut vm = Vm::boot_with(
         &Boot {

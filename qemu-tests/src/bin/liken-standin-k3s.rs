@@ -15,6 +15,21 @@
 //! - `reboot` or `poweroff`: ask init for its status and then for a
 //!   reboot (or poweroff) over the control socket, as the machine
 //!   operator will, and print both answers.
+//! - `write-release:<dir>`: do what the machine operator does with a
+//!   downloaded release: copy `<dir>` (release.yaml and every artifact
+//!   it names) into `/var/lib/liken/releases/<version>/` unless it is
+//!   already there (`<dir>` may be a device, `/dev/vdb`: a FAT disk
+//!   holding the release at its root, which the stand-in mounts
+//!   read-only first, so a QEMU test can hand a release in on a second
+//!   drive), take the SHA-256 of its release.yaml (the digest the
+//!   operator checks against the catalog), ask init to write it into the
+//!   inactive slot, print the answer (`release written {json}` or
+//!   `write-release answered {json}`), and on success ask for a reboot.
+//!   It writes nothing when the boot record says this release is already
+//!   running, or when this machine's /var holds the marker of an earlier
+//!   successful write of it (`/var/lib/liken-standin/written-<version>`):
+//!   the new slot's entry carries this instruction on, and the release
+//!   must not be written back and forth forever.
 //!
 //! Every line it prints starts with `liken-standin-k3s:` so the console
 //! shows plainly that this is not k3s.
@@ -22,7 +37,15 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use liken_api::control::{Request, Response, SOCKET_PATH, read_frame, write_frame};
+use std::path::{Path, PathBuf};
+
+use liken_api::control::{
+    RELEASES_DIR, Request, Response, SOCKET_PATH, WriteRelease, read_frame, write_frame,
+};
+use liken_api::{BootRecord, Release, decode};
+
+/// Where the stand-in remembers releases it had written.
+const MARKER_DIR: &str = "/var/lib/liken-standin";
 
 fn say(text: &str) {
     println!("liken-standin-k3s: {text}");
@@ -44,6 +67,106 @@ fn ask(request: &Request) -> Result<Response, String> {
     read_frame(&mut s).map_err(|e| e.to_string())
 }
 
+fn say_answer(what: &str, r: &Response) {
+    say(&format!(
+        "{what} {}",
+        serde_json::to_string(r).unwrap_or_default()
+    ));
+}
+
+/// Reads the release document in `from`: the document and its bytes.
+fn read_release(from: &Path) -> Result<(Release, Vec<u8>), String> {
+    let yaml_path = from.join(liken_api::release::RELEASE_FILE);
+    let bytes = std::fs::read(&yaml_path).map_err(|e| format!("{}: {e}", yaml_path.display()))?;
+    let text = String::from_utf8(bytes.clone()).map_err(|e| e.to_string())?;
+    let release: Release =
+        decode::strict(&text, &yaml_path.display().to_string()).map_err(|e| e.to_string())?;
+    Ok((release, bytes))
+}
+
+/// Copies release.yaml and the artifacts it names from `from` into the
+/// releases directory, as a download would leave them; returns the
+/// release directory.
+fn stage_release(from: &Path, release: &Release, bytes: &[u8]) -> Result<PathBuf, String> {
+    let dir = Path::new(RELEASES_DIR).join(release.version.to_string());
+    if from != dir {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for a in &release.artifacts {
+            let (src, dst) = (from.join(a.file.as_str()), dir.join(a.file.as_str()));
+            std::fs::copy(&src, &dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+        }
+        std::fs::write(dir.join(liken_api::release::RELEASE_FILE), bytes)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        say(&format!(
+            "copied release {} into {}",
+            release.version,
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+/// Mounts a release disk read-only and returns where.
+fn mount_source(device: &str) -> Result<PathBuf, String> {
+    let at = PathBuf::from("/run/liken-standin/release");
+    std::fs::create_dir_all(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+    rustix::mount::mount(device, &at, "vfat", rustix::mount::MountFlags::RDONLY, None)
+        .map_err(|e| format!("mount {device} (vfat, read-only): {e}"))?;
+    Ok(at)
+}
+
+fn write_release(from: &str) {
+    let source = if from.starts_with("/dev/") {
+        match mount_source(from) {
+            Ok(at) => at,
+            Err(e) => return say(&format!("cannot read the release disk: {e}")),
+        }
+    } else {
+        PathBuf::from(from)
+    };
+    let (release, yaml) = match read_release(&source) {
+        Ok(r) => r,
+        Err(e) => return say(&format!("cannot read the release in {from}: {e}")),
+    };
+    let version = release.version.to_string();
+    let running = std::fs::read_to_string("/run/liken/boot.json")
+        .ok()
+        .and_then(|t| serde_json::from_str::<BootRecord>(&t).ok())
+        .and_then(|r| r.version);
+    let marker = Path::new(MARKER_DIR).join(format!("written-{version}"));
+    if running.as_ref() == Some(&release.version) || marker.exists() {
+        return say(&format!(
+            "release {version} is already running or was written before; nothing to write"
+        ));
+    }
+    let dir = match stage_release(&source, &release, &yaml) {
+        Ok(dir) => dir,
+        Err(e) => return say(&format!("cannot stage the release from {from}: {e}")),
+    };
+    say(&format!("asking init to write release {version}"));
+    let request = Request::WriteRelease(WriteRelease {
+        directory: dir.display().to_string(),
+        release_sha256: liken_api::hash::sha256(&yaml),
+    });
+    match ask(&request) {
+        Ok(r @ Response::ReleaseWritten(_)) => {
+            say_answer("release written", &r);
+            if let Err(e) =
+                std::fs::create_dir_all(MARKER_DIR).and_then(|()| std::fs::write(&marker, b""))
+            {
+                say(&format!("cannot write {}: {e}", marker.display()));
+            }
+            say("asking for reboot");
+            match ask(&Request::Reboot) {
+                Ok(r) => say_answer("reboot answered", &r),
+                Err(e) => say(&format!("reboot request failed: {e}")),
+            }
+        }
+        Ok(r) => say_answer("write-release answered", &r),
+        Err(e) => say(&format!("write-release request failed: {e}")),
+    }
+}
+
 fn stay_up() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
@@ -63,6 +186,10 @@ fn main() {
             std::thread::sleep(Duration::from_millis(500));
             say(&format!("exiting with status {code}"));
             std::process::exit(code);
+        }
+        Some(("write-release", dir)) => {
+            write_release(dir);
+            stay_up();
         }
         _ if what == "reboot" || what == "poweroff" => {
             match ask(&Request::Status) {

@@ -1,0 +1,237 @@
+//! Installs a machine from a `liken stick` image, as a person would:
+//! the stick on USB, a blank 4 GiB virtio disk (a sparse raw image) beside it, the stick's
+//! menu booting install mode; init verifies the release on the stick,
+//! partitions and writes the disk, and asks for the stick to be pulled
+//! and Enter to be pressed. The test pulls the stick through QEMU's
+//! monitor (`device_del`), presses Enter on the serial console, waits
+//! for the power-off, then boots the installed disk alone and checks
+//! that slot A came up: the root switched to its squashfs, the
+//! supervisor started the service (the stand-in, in place of k3s), and
+//! the boot was blessed after `liken.bless-after`, carried from the
+//! stick's entry into the installed one.
+//!
+//! Under UEFI (OVMF: systemd-boot on both disks) and under BIOS
+//! (SeaBIOS, QEMU's default: GRUB's boot.img and core.img on both).
+//!
+//! The release is the stand-in channel `make qemu-images` bundles
+//! (`$IMAGES_OUT/channel-standin/<version>/`): the older of its two
+//! current versions, as an installed machine would have a newer one to
+//! write into slot B.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use qemu_tests::disk::Disk;
+use qemu_tests::firmware::Firmware;
+use qemu_tests::install::{
+    blank_disk, install_args, installed_args, press_enter_and_power_off, pull_stick_and_power_off,
+    stick,
+};
+use qemu_tests::{Boot, Vm, cli_layer, drives, images, liken, run, scratch};
+
+/// OVMF or SeaBIOS, then systemd-boot or GRUB, then the kernel, under
+/// TCG and with tests sharing the cores.
+const BOOT: Duration = Duration::from_secs(300);
+/// The whole install: the release read twice from an emulated USB stick
+/// (verified, then copied) and slot A read back.
+const INSTALL: Duration = Duration::from_secs(900);
+/// What follows a milestone already seen.
+const NEXT: Duration = Duration::from_secs(90);
+
+/// A test's scratch directory, the release it installs (the older of
+/// the stand-in channel's two current releases) and a `liken new`
+/// deployment.
+fn prepare(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let releases = images().standin_releases();
+    let release = releases
+        .len()
+        .checked_sub(2)
+        .and_then(|at| releases.get(at))
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("the stand-in channel holds fewer than two releases: {releases:?}")
+        });
+    let (deployment, _) = cli_layer(&dir, "test", "node-1");
+    (dir, release, deployment)
+}
+
+/// The installed disk's first boot: slot A's squashfs as the root, the
+/// blank LIKEN-DATA formatted, the stand-in supervised as k3s.
+fn expect_slot_a_first_boot(vm: &mut Vm) {
+    vm.expect("liken: cmdline: ok (machine node-1, slot A)", BOOT);
+    let root = vm.expect("liken: root: ", NEXT);
+    assert!(
+        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5 (formatted this boot)"),
+        "{root}"
+    );
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+}
+
+fn install_and_boot(fw: Firmware, name: &str) {
+    let (dir, release, deployment) = prepare(name);
+    let stick = stick(
+        &images().liken,
+        &dir,
+        &release,
+        &deployment,
+        &["liken.bless-after=5"],
+    );
+    let target = dir.join("target.img");
+    blank_disk(&target);
+
+    let mut vm = Vm::launch(
+        &format!("{name}-install"),
+        &install_args(fw, &dir, &stick, &target),
+    );
+    vm.expect("liken: cmdline: ok (machine node-1, install mode)", BOOT);
+    let from = vm.expect("liken: install: installing from the stick ", INSTALL);
+    assert!(from.contains("/dev/sda1"), "{from}");
+    let target_line = vm.expect("liken: install: target ", NEXT);
+    assert!(target_line.contains("/dev/vda (4.0 GiB)"), "{target_line}");
+    vm.expect("liken: install: release ", INSTALL);
+    vm.expect("liken: install: slot A: ", INSTALL);
+    vm.expect("read back (sha256 ", INSTALL);
+    vm.expect("liken: install: GRUB written", NEXT);
+    vm.expect(
+        "liken: install: done; remove the install media and press Enter to power off",
+        NEXT,
+    );
+    vm.expect("liken: install: ok (release ", NEXT);
+    vm.expect("liken: k3s: skipped (install mode)", NEXT);
+    pull_stick_and_power_off(&mut vm, NEXT);
+    drop(vm);
+
+    // The disk as written: a valid GPT with liken's partitions.
+    run("sgdisk", &["-v", &target.to_string_lossy()]);
+
+    // The installed disk alone.
+    let mut vm = Vm::launch(
+        &format!("{name}-installed"),
+        &installed_args(fw, &dir, &target),
+    );
+    expect_slot_a_first_boot(&mut vm);
+    // The bootloader counted the entry install mode wrote (three tries)
+    // and init blessed it after liken.bless-after, carried from the stick.
+    let bless = vm.expect("liken: bless: ", NEXT);
+    let want = match fw {
+        Firmware::Uefi => {
+            "liken: bless: ok (loader/entries/liken-a+2-1.conf renamed to liken-a.conf: \
+             the supervised service has stayed up 5 s (liken.bless-after))"
+        }
+        Firmware::Bios => {
+            "liken: bless: ok (liken_a_tries removed from grub/grubenv: \
+             the supervised service has stayed up 5 s (liken.bless-after))"
+        }
+    };
+    assert_eq!(bless, want);
+    vm.reboot(NEXT);
+    drop(vm);
+
+    // And the blessing is on the disk, where that firmware's bootloader
+    // keeps its counter.
+    let disk = Disk::read(&target);
+    match fw {
+        Firmware::Uefi => {
+            assert_eq!(disk.esp_list("loader/entries"), ["liken-a.conf"]);
+        }
+        Firmware::Bios => {
+            let env = String::from_utf8(disk.esp_file("grub/grubenv")).unwrap();
+            assert!(
+                env.contains("liken_slot=a\n") && !env.contains("liken_a_tries="),
+                "{env}"
+            );
+        }
+    }
+}
+
+#[test]
+fn installs_from_a_stick_under_uefi_and_boots_slot_a() {
+    install_and_boot(Firmware::Uefi, "install-uefi");
+}
+
+#[test]
+fn installs_from_a_stick_under_bios_and_boots_slot_a() {
+    install_and_boot(Firmware::Bios, "install-bios");
+}
+
+/// A machine with no disk to install onto: the installer says so, writes
+/// nothing, and stays up answering requests (here Ctrl-Alt-Del).
+#[test]
+fn no_disk_to_install_onto_is_refused_and_the_machine_still_reboots() {
+    let name = "install-no-disk";
+    let (dir, release, deployment) = prepare(name);
+    let stick = stick(&images().liken, &dir, &release, &deployment, &[]);
+    let before = std::fs::read(&stick).unwrap();
+    let mut vm = Vm::launch(name, &drives::usb_stick(&stick));
+    vm.expect("liken: cmdline: ok (machine node-1, install mode)", BOOT);
+    let line = vm.expect("liken: install: no disk to install onto", INSTALL);
+    assert!(
+        line.contains("sda is the install media") && line.contains("nothing was written"),
+        "{line}"
+    );
+    vm.expect(
+        "liken: supervisor: ok (nothing to supervise: install mode",
+        NEXT,
+    );
+    vm.reboot(NEXT);
+    drop(vm);
+    assert!(
+        std::fs::read(&stick).unwrap() == before,
+        "the stick was written to"
+    );
+}
+
+/// `liken media`: the netboot initramfs (kernel and initramfs handed to
+/// QEMU directly, as a PXE server would) installs from its own
+/// /liken/release; there is no stick to wait for, only Enter. The disk
+/// then boots slot A under BIOS.
+#[test]
+fn installs_from_netboot_media_and_boots_slot_a() {
+    let name = "install-media";
+    let (dir, release, deployment) = prepare(name);
+    let media = dir.join("install.cpio");
+    liken(&[
+        "media",
+        "-output",
+        &media.to_string_lossy(),
+        &release.to_string_lossy(),
+        &deployment.to_string_lossy(),
+    ]);
+    let target = dir.join("target.img");
+    blank_disk(&target);
+    // The release unpacks into RAM beside the copies install mode keeps.
+    // (QEMU's -kernel takes boot index 0.)
+    let mut qemu = vec!["-m".into(), "1024".into()];
+    qemu.extend(drives::virtio("target", &target, Some(1), false));
+    let mut vm = Vm::boot_with(
+        &Boot {
+            name,
+            initrd: &media,
+            append: "liken.install=1 liken.machine=node-1 liken.bless-after=5",
+        },
+        &qemu,
+    );
+    vm.expect("liken: cmdline: ok (machine node-1, install mode)", BOOT);
+    vm.expect("liken: install: installing from this initramfs", NEXT);
+    vm.expect("liken: install: target /dev/vda (4.0 GiB)", NEXT);
+    vm.expect("read back (sha256 ", INSTALL);
+    vm.expect(
+        "liken: install: done; remove the install media and press Enter to power off",
+        NEXT,
+    );
+    vm.expect(
+        "liken: supervisor: ok (nothing to supervise: install mode",
+        NEXT,
+    );
+    press_enter_and_power_off(&mut vm, NEXT);
+    drop(vm);
+    run("sgdisk", &["-v", &target.to_string_lossy()]);
+
+    let mut vm = Vm::launch(
+        &format!("{name}-installed"),
+        &installed_args(Firmware::Bios, &dir, &target),
+    );
+    expect_slot_a_first_boot(&mut vm);
+    vm.reboot(NEXT);
+}

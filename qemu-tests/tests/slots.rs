@@ -1,0 +1,180 @@
+//! Boots an installed disk under UEFI: OVMF, systemd-boot from the ESP,
+//! the kernel and initrds its loader entry names, then init mounting
+//! slot A's squashfs as the root, formatting and mounting LIKEN-DATA at
+//! /var, starting the supervisor and, once the service (the stand-in in
+//! place of k3s) has stayed up for `liken.bless-after`, blessing the
+//! entry: `liken-a+3.conf`, which systemd-boot renamed to
+//! `liken-a+2-1.conf` before it booted it, becomes `liken-a.conf`.
+//!
+//! The disk is made here with the real tools (sgdisk, mkfs.vfat, mtools;
+//! see qemu_tests::disk) rather than by `liken stick` and install mode,
+//! so this test checks init's side alone. After the machine powers off
+//! the test reads the ESP with mdir and the data partition with blkid,
+//! then boots again to see the blessed entry stay blessed and /var kept.
+
+use std::time::Duration;
+
+use liken_api::{BootAssessment, BootRecord, Slot};
+use qemu_tests::disk::{Installed, SlotFiles, installed_disk};
+use qemu_tests::firmware::Ovmf;
+use qemu_tests::{Vm, scratch};
+
+/// Deadline for the first milestones: OVMF and systemd-boot under TCG
+/// add about 10 s to a kernel boot, more when tests share the cores.
+const BOOT: Duration = Duration::from_secs(180);
+/// Deadline for what follows a milestone already seen.
+const NEXT: Duration = Duration::from_secs(60);
+
+/// The boot record the stand-in read from /run/liken/boot.json and
+/// printed, and the assessment it carries.
+fn record_of(vm: &mut Vm) -> (BootRecord, BootAssessment) {
+    let rec = vm.expect_unordered("liken-standin-k3s: boot record ", NEXT);
+    let record: BootRecord = serde_json::from_str(rec.split("boot record ").nth(1).unwrap())
+        .unwrap_or_else(|e| panic!("{rec}: {e}"));
+    let a = record
+        .assessment
+        .clone()
+        .expect("the record carries the assessment");
+    (record, a)
+}
+
+#[test]
+fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
+    let dir = scratch("slots-uefi");
+    let d = installed_disk(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a+3.conf",
+            version: "2026.12.02-001",
+            extra: &["liken.bless-after=5"],
+            files: &SlotFiles::standin(),
+        }],
+    );
+    let ovmf = Ovmf::fresh(&dir);
+
+    let mut vm = Vm::boot_uefi("slots-uefi", &d.path, &ovmf);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let root = vm.expect("liken: root: ", NEXT);
+    assert!(
+        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5 (formatted this boot)"),
+        "{root}"
+    );
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot A on trial (systemd-boot entry liken-a+3.conf)")
+            && assess.contains("once the service has stayed up 5 s"),
+        "{assess}"
+    );
+    vm.expect("liken: boot-record: ok", NEXT);
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    let (record, a) = record_of(&mut vm);
+    assert_eq!(record.slot, Some(Slot::A));
+    assert!(a.counted && !a.blessed && !a.other_slot_bad, "{a:?}");
+    let bless = vm.expect("liken: bless: ", NEXT);
+    assert_eq!(
+        bless,
+        "liken: bless: ok (loader/entries/liken-a+2-1.conf renamed to liken-a.conf: \
+         the supervised service has stayed up 5 s (liken.bless-after))"
+    );
+    vm.ctrl_alt_del();
+    vm.expect("liken: unmount: ok", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
+    drop(vm);
+
+    assert_eq!(d.esp_list("loader/entries"), ["liken-a.conf"]);
+    let data = d.probe("LIKEN-DATA");
+    assert!(
+        data.contains("TYPE=ext4") && data.contains("LABEL=LIKEN-DATA"),
+        "blkid on LIKEN-DATA: {data}"
+    );
+
+    // The second boot: the same slot, blessed, /var kept.
+    let mut vm = Vm::boot_uefi("slots-uefi-again", &d.path, &ovmf);
+    let root = vm.expect("liken: root: ", BOOT);
+    assert!(
+        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5;"),
+        "the data partition is formatted only once: {root}"
+    );
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot A is blessed (systemd-boot entry liken-a.conf)"),
+        "{assess}"
+    );
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    let (_, a) = record_of(&mut vm);
+    assert!(!a.counted && a.blessed, "{a:?}");
+    vm.reboot(NEXT);
+    assert!(
+        !vm.seen.iter().any(|l| l.starts_with("liken: bless:")),
+        "a blessed boot is not blessed again"
+    );
+}
+
+/// A release on trial that never becomes healthy: its init reboots at
+/// the assessment deadline, systemd-boot spends its last try, and the
+/// next boot falls back to the blessed slot, which reports the fallback.
+#[test]
+fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
+    let dir = scratch("slots-fallback");
+    let standin = SlotFiles::standin();
+    let d = installed_disk(
+        &dir,
+        &[
+            Installed {
+                slot: Slot::A,
+                entry: "liken-a.conf",
+                version: "2026.12.02-001",
+                extra: &["liken.bless-after=5"],
+                files: &standin,
+            },
+            // Newer, so systemd-boot prefers it while it has a try left;
+            // its service never stays up long enough.
+            Installed {
+                slot: Slot::B,
+                entry: "liken-b+1-2.conf",
+                version: "2026.12.02-002",
+                extra: &["liken.bless-after=3600", "liken.bless-deadline=20"],
+                files: &standin,
+            },
+        ],
+    );
+    let ovmf = Ovmf::fresh(&dir);
+
+    let mut vm = Vm::boot_uefi("slots-fallback-b", &d.path, &ovmf);
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot B on trial (systemd-boot entry liken-b+1-2.conf)")
+            && assess.contains("rebooting if not healthy within 20 s"),
+        "{assess}"
+    );
+    let gave_up = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        gave_up.contains("this boot did not become healthy within 20 s"),
+        "{gave_up}"
+    );
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
+    drop(vm);
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b+0-3.conf"],
+        "systemd-boot spent B's last try"
+    );
+
+    let mut vm = Vm::boot_uefi("slots-fallback-a", &d.path, &ovmf);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot A is blessed (systemd-boot entry liken-a.conf)")
+            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
+        "{assess}"
+    );
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    let (record, a) = record_of(&mut vm);
+    assert_eq!(record.slot, Some(Slot::A));
+    assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
+    vm.reboot(NEXT);
+}

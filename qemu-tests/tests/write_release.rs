@@ -1,0 +1,346 @@
+//! Writes a release into slot B through init's control socket, under a
+//! real kernel with real virtio disks, and checks the disk afterwards.
+//!
+//! The machine boots from the initramfs with `liken.slot=a` (as if slot
+//! A had booted) and two disks: `vda` with the installed layout (an ESP
+//! holding slot A's entry and a stale, spent slot B entry, and blank
+//! slots), and `vdb`, a FAT disk holding a release made by `liken
+//! bundle`. The stand-in (`liken.standin=write-release:/dev/vdb`) does
+//! what the machine operator does: copies the release under
+//! /var/lib/liken/releases, asks init to write it, and asks for a reboot
+//! once it is written; QEMU's `-no-reboot` ends the run there. The test
+//! then reads the disk image: slot B's partition must start with the
+//! system image, the ESP must hold slot B's kernel and initrds, the new
+//! `liken-b+3.conf` with slot A's console arguments, no stale entry, and
+//! a grubenv preferring B with three tries.
+//!
+//! The system image in that first test is random bytes, as the writer
+//! does not care what it writes, only that it reads it back. The second
+//! test (the plan's test (c)) boots an installed disk under UEFI into
+//! slot A, writes the stand-in channel's newest release into slot B the
+//! same way, and boots B from the entry init wrote, which then blesses
+//! it. The disk is made as `tests/slots.rs` makes it (sgdisk, mkfs.vfat,
+//! mtools), not by `liken stick`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use liken_api::bootloader;
+use liken_api::{Release, Slot, decode};
+use qemu_tests::disk::{Disk, Installed, SlotFiles, entry, esp_image, installed_disk};
+use qemu_tests::firmware::Ovmf;
+use qemu_tests::{Boot, Vm, cli_layer, drives, images, initrd, liken, run, scratch, standin_cpio};
+
+/// Deadline for the boot up to the stand-in: a TCG boot takes 3 to 5 s
+/// alone, more when tests share the two cores.
+const BOOT: Duration = Duration::from_secs(120);
+/// Deadline for the write and what follows it.
+const WRITE: Duration = Duration::from_secs(120);
+
+const VERSION: &str = "2026.12.02-042";
+
+/// A release channel made with the real CLI from small stand-in inputs,
+/// the real kernel and boot.cpio. Returns the release directory.
+fn bundle(dir: &Path) -> PathBuf {
+    let images = images();
+    let inputs = dir.join("inputs");
+    std::fs::create_dir_all(&inputs).unwrap();
+    // 3 MiB and a bit of bytes no two blocks of which are alike, so a
+    // misplaced or dropped block shows in the comparison.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let system: Vec<u8> = (0..(3 << 20) + 777)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(inputs.join("liken.sqfs"), &system).unwrap();
+    for (name, text) in [
+        ("systemd-boot.efi", "not systemd-boot"),
+        ("grub-boot.img", "not grub"),
+        ("grub-core.img", "not grub either"),
+        ("licenses.md", "# licenses\n"),
+        ("microcode.cpio", "not microcode"),
+    ] {
+        std::fs::write(inputs.join(name), text).unwrap();
+    }
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    let channel = dir.join("channel");
+    liken(&[
+        "bundle",
+        "-microcode",
+        &s(inputs.join("microcode.cpio")),
+        &s(images.dir.join("vmlinuz")),
+        &s(inputs.join("liken.sqfs")),
+        &s(images.boot_cpio.clone()),
+        &s(images.liken.clone()),
+        &s(inputs.join("systemd-boot.efi")),
+        &s(inputs.join("grub-boot.img")),
+        &s(inputs.join("grub-core.img")),
+        &s(inputs.join("licenses.md")),
+        &s(channel.clone()),
+        VERSION,
+    ]);
+    channel.join(VERSION)
+}
+
+/// A FAT disk (no partition table) holding every file of `release` at
+/// its root.
+fn release_disk(path: &Path, release: &Path) {
+    let _ = std::fs::remove_file(path);
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(256 << 20).unwrap();
+    drop(f);
+    let p = path.to_string_lossy().into_owned();
+    run("mkfs.vfat", &["-F", "32", "-n", "RELEASE", &p]);
+    for e in std::fs::read_dir(release).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        run(
+            "mcopy",
+            &["-i", &p, &e.path().to_string_lossy(), &format!("::{name}")],
+        );
+    }
+}
+
+fn slot_a_entry() -> String {
+    entry(
+        Slot::A,
+        "2026.12.01-001",
+        false,
+        &["liken.standin=write-release:/dev/vdb"],
+    )
+}
+
+#[test]
+fn a_release_is_written_into_slot_b_through_the_control_socket() {
+    let images = images();
+    let dir = scratch("write-release");
+    let release_dir = bundle(&dir);
+    let release: Release = decode::strict(
+        &std::fs::read_to_string(release_dir.join("release.yaml")).unwrap(),
+        "release.yaml",
+    )
+    .unwrap();
+
+    // The installed disk: slot A's entry (blessed) and kernel, a spent
+    // slot B entry and kernel from an older release, grubenv preferring A.
+    let files = dir.join("esp-files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("liken-a.conf"), slot_a_entry()).unwrap();
+    std::fs::write(files.join("liken-b+0-3.conf"), "title old b\n").unwrap();
+    std::fs::write(files.join("old-vmlinuz"), "old kernel").unwrap();
+    let mut env = BTreeMap::new();
+    env.insert("liken_slot".to_string(), "a".to_string());
+    env.insert("liken_b_tries".to_string(), "0".to_string());
+    std::fs::write(
+        files.join("grubenv"),
+        bootloader::render_grubenv(&env).unwrap(),
+    )
+    .unwrap();
+    let esp = dir.join("esp.img");
+    esp_image(
+        &esp,
+        &[
+            ("loader/entries/liken-a.conf", &files.join("liken-a.conf")),
+            (
+                "loader/entries/liken-b+0-3.conf",
+                &files.join("liken-b+0-3.conf"),
+            ),
+            ("liken/a/vmlinuz", &images.dir.join("vmlinuz")),
+            ("liken/b/vmlinuz", &files.join("old-vmlinuz")),
+            ("grub/grubenv", &files.join("grubenv")),
+        ],
+    );
+    let disk = Disk::partitioned(&dir.join("disk.img"));
+    disk.write_into("LIKEN-ESP", &esp);
+    let rel = dir.join("release.img");
+    release_disk(&rel, &release_dir);
+
+    let (_, layer) = cli_layer(&dir, "test", "node-1");
+    let parts = [images.boot_cpio.clone(), layer, standin_cpio(&dir)];
+    let mut qemu = drives::virtio("disk", &disk.path, None, false);
+    qemu.extend(drives::virtio("release", &rel, None, true));
+    let mut vm = Vm::boot_with(
+        &Boot {
+            name: "write-release",
+            initrd: &initrd(&dir, &parts),
+            append: "liken.slot=a liken.standin=write-release:/dev/vdb",
+        },
+        &qemu,
+    );
+    vm.expect_unordered(
+        &format!("liken-standin-k3s: asking init to write release {VERSION}"),
+        BOOT,
+    );
+    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
+    assert!(ok.contains("entry liken-b+3.conf"), "{ok}");
+    let answer = vm.expect_unordered("liken-standin-k3s: release written ", WRITE);
+    let json = answer
+        .split_once("release written ")
+        .map(|(_, j)| j.trim())
+        .unwrap();
+    let written: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(written["slot"], "B", "{json}");
+    assert_eq!(written["version"], VERSION, "{json}");
+    assert_eq!(written["entry"], "liken-b+3.conf", "{json}");
+    // Progress reached the end of the slot write.
+    assert!(
+        vm.seen
+            .iter()
+            .any(|l| l.contains("liken: write-release: 100% (")),
+        "no progress line; see {}",
+        vm.log.display()
+    );
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+    let status = vm.wait_exit(WRITE);
+    assert!(status.success(), "QEMU ended with {status}");
+
+    // Slot B holds the system image, byte for byte.
+    let system = std::fs::read(release_dir.join("liken.sqfs")).unwrap();
+    let got = disk.read_part("LIKEN-B", system.len());
+    assert!(got == system, "slot B does not hold the system image");
+    // Slot A's partition was not touched.
+    let head = disk.read_part("LIKEN-A", 1 << 20);
+    assert!(head.iter().all(|b| *b == 0), "slot A was written");
+
+    // The ESP: the new entry only, the files it names, grubenv.
+    assert_eq!(
+        disk.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b+3.conf"]
+    );
+    let written_entry = String::from_utf8(disk.esp_file("loader/entries/liken-b+3.conf")).unwrap();
+    assert_eq!(
+        written_entry,
+        entry(
+            Slot::B,
+            VERSION,
+            true,
+            &["liken.standin=write-release:/dev/vdb"]
+        )
+    );
+    for (name, file) in [
+        ("kernel", "vmlinuz"),
+        ("boot", "boot.cpio"),
+        ("microcode", "microcode.cpio"),
+    ] {
+        let a = release.artifact(name).unwrap();
+        let bytes = disk.esp_file(&format!("liken/b/{file}"));
+        assert_eq!(bytes.len() as u64, a.size, "{file}");
+        assert_eq!(liken_api::hash::sha256(&bytes), a.sha256, "{file}");
+    }
+    assert_eq!(
+        disk.esp_list("liken/b"),
+        ["boot.cpio", "microcode.cpio", "vmlinuz"]
+    );
+    let env = bootloader::parse_grubenv(&disk.esp_file("grub/grubenv")).unwrap();
+    assert_eq!(env["liken_slot"], "b");
+    assert_eq!(env["liken_b_tries"], "3");
+    // The FAT init wrote is consistent.
+    let esp_after = dir.join("esp-after.img");
+    disk.extract("LIKEN-ESP", &esp_after);
+    run("fsck.vfat", &["-n", &esp_after.to_string_lossy()]);
+}
+
+/// UEFI firmware, the installed disk first (booted), the release disk
+/// second.
+fn boot_uefi_with_release(name: &str, disk: &Path, release: &Path, ovmf: &Ovmf) -> Vm {
+    let mut args = ovmf.args();
+    args.extend(drives::virtio("disk", disk, Some(0), false));
+    args.extend(drives::virtio("release", release, None, true));
+    Vm::launch(name, &args)
+}
+
+#[test]
+fn a_release_written_into_slot_b_boots_and_is_blessed() {
+    let dir = scratch("write-release-reboot");
+    let releases = images().standin_releases();
+    let [.., older, newest] = releases.as_slice() else {
+        panic!("the stand-in channel holds fewer than two releases (make qemu-images)");
+    };
+    let old: Release = decode::strict(
+        &std::fs::read_to_string(older.join("release.yaml")).unwrap(),
+        "release.yaml",
+    )
+    .unwrap();
+    let new: Release = decode::strict(
+        &std::fs::read_to_string(newest.join("release.yaml")).unwrap(),
+        "release.yaml",
+    )
+    .unwrap();
+
+    // Slot A installed with the older release, its entry blessed.
+    let d = installed_disk(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a.conf",
+            version: old.version.as_str(),
+            extra: &[
+                "liken.bless-after=5",
+                "liken.standin=write-release:/dev/vdb",
+            ],
+            files: &SlotFiles::release(older),
+        }],
+    );
+    let rel = dir.join("release.img");
+    release_disk(&rel, newest);
+    let ovmf = Ovmf::fresh(&dir);
+
+    // Slot A writes the newer release into B and reboots.
+    let mut vm = boot_uefi_with_release("write-release-a", &d.path, &rel, &ovmf);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    vm.expect("liken: root: ok (slot A from /dev/vda3 is the root", WRITE);
+    vm.expect_unordered(
+        &format!(
+            "liken-standin-k3s: asking init to write release {}",
+            new.version
+        ),
+        WRITE,
+    );
+    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
+    assert!(
+        ok.contains(&format!(
+            "release {} in slot B, entry liken-b+3.conf",
+            new.version
+        )),
+        "{ok}"
+    );
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+    vm.expect_exit("liken: reboot: ok", WRITE);
+    drop(vm);
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b+3.conf"]
+    );
+
+    // systemd-boot prefers B (newer, tries left); init boots its
+    // squashfs, the stand-in finds its marker on /var and writes
+    // nothing, and the boot is blessed.
+    let mut vm = boot_uefi_with_release("write-release-b", &d.path, &rel, &ovmf);
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    vm.expect_unordered(
+        &format!(
+            "liken-standin-k3s: release {} is already running or was written before; nothing to write",
+            new.version
+        ),
+        WRITE,
+    );
+    let bless = vm.expect("liken: bless: ", WRITE);
+    assert!(
+        bless.starts_with(
+            "liken: bless: ok (loader/entries/liken-b+2-1.conf renamed to liken-b.conf"
+        ),
+        "{bless}"
+    );
+    vm.reboot(WRITE);
+    drop(vm);
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b.conf"]
+    );
+}
