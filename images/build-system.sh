@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the squashfs system image a liken slot holds:
 #
-#   build-system.sh OUT.sqfs [K3S]
+#   build-system.sh [--image IMAGE.tar]... OUT.sqfs [K3S]
 #
 # K3S is the k3s binary to install as /usr/bin/k3s; without it the image
 # has no k3s, and the script says so. (The QEMU tests pass their
 # stand-in service here, into an image of its own; images built for
-# people never hold it.)
+# people never hold it.) Each --image is an OCI image archive
+# (oci-image.sh writes the operators' ones) to install in
+# /usr/share/liken/images under its own file name.
 #
 # The tree, root-owned and /usr-merged like Debian 12's:
 #   /bin /sbin /lib /lib64   symlinks to usr/bin, usr/sbin, usr/lib, usr/lib64
@@ -18,6 +20,8 @@
 #   /etc/ssl/certs/ca-certificates.crt  Mozilla's roots from ca-certificates
 #   /usr/share/liken/manifests  images/manifests (the CRDs), which init
 #                            gives k3s to auto-deploy on leaders
+#   /usr/share/liken/images  the --image archives, which init links into
+#                            k3s's airgap images directory (absent without)
 #   /etc/os-release, passwd, group, hosts, nsswitch.conf, mtab
 #   /etc/resolv.conf -> /run/resolv.conf, /etc/rancher -> /run/rancher
 #                            (/etc is read-only; init writes both under /run)
@@ -31,7 +35,12 @@ set -euo pipefail
 umask 022
 
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: build-system.sh OUT.sqfs [K3S]}
+images=()
+while [ $# -gt 0 ] && [ "$1" = --image ]; do
+  images+=("$(realpath -m "${2:?--image needs an OCI image archive}")")
+  shift 2
+done
+out=${1:?usage: build-system.sh [--image IMAGE.tar]... OUT.sqfs [K3S]}
 k3s=${2:-}
 out=$(realpath -m "$out")
 version=${LIKEN_VERSION:-dev}
@@ -48,6 +57,23 @@ if [ -n "$k3s" ]; then
     exit 1
   }
 fi
+
+# init links only *.tar files whose names do not start with a dot, and
+# k3s imports only OCI (or docker save) archives.
+declare -A image_names=()
+for img in "${images[@]}"; do
+  base=$(basename "$img")
+  [[ $base == *.tar && $base != .* ]] || {
+    echo "images: operator image $img must be named <name>.tar (init links only those into k3s's airgap directory)" >&2
+    exit 1
+  }
+  [ -z "${image_names[$base]:-}" ] || { echo "images: two operator images are named $base" >&2; exit 1; }
+  image_names[$base]=1
+  entries=$(tar -tf "$img" 2>/dev/null) && grep -qx oci-layout <<< "$entries" && grep -qx index.json <<< "$entries" || {
+    echo "images: $img is not an OCI image archive (no oci-layout and index.json); write it with images/oci-image.sh" >&2
+    exit 1
+  }
+done
 
 # One build of an image at a time (several test runs may start one).
 mkdir -p "$(dirname "$out")"
@@ -66,6 +92,7 @@ inputs=$(
   echo "os-release-version $version"
   echo "manifests $(cd "$here/manifests" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   if [ -n "$k3s" ]; then echo "k3s $(sha256sum < "$k3s" | cut -d' ' -f1)"; else echo "k3s none"; fi
+  for img in "${images[@]}"; do echo "image $(basename "$img") $(sha256sum < "$img" | cut -d' ' -f1)"; done
   awk '{ print "deb " $1 " " $2 }' <<< "$debs"
 )
 if [ -f "$out" ] && [ -f "$out.inputs" ] && [ "$(cat "$out.inputs")" = "$inputs" ]; then
@@ -160,6 +187,11 @@ ln -s ../proc/self/mounts "$stage/etc/mtab"
 # The manifests init hands k3s on leaders (liken-init's seed step).
 mkdir -p "$stage/usr/share/liken"
 cp -r "$here/manifests" "$stage/usr/share/liken/manifests"
+# The operator images init preloads into k3s (liken-init's seed step).
+if [ ${#images[@]} -gt 0 ]; then
+  mkdir -p "$stage/usr/share/liken/images"
+  for img in "${images[@]}"; do cp "$img" "$stage/usr/share/liken/images/"; done
+fi
 find "$stage/usr/share/liken" -type f -exec chmod 0644 {} +
 
 if [ -n "$k3s" ]; then
@@ -207,7 +239,7 @@ mksquashfs "$stage" "$out.tmp" -noappend -all-root -no-xattrs -mkfs-time 0 -all-
   -comp zstd -quiet -no-progress >/dev/null
 mv "$out.tmp" "$out"
 printf '%s\n' "$inputs" > "$out.inputs"
-echo "images: $out ($(stat -c %s "$out") bytes, kernel $kver modules, $(wc -l <<< "$debs") Debian packages)" >&2
+echo "images: $out ($(stat -c %s "$out") bytes, kernel $kver modules, $(wc -l <<< "$debs") Debian packages, ${#images[@]} operator images)" >&2
 if [ -n "$k3s" ]; then
   echo "images: $(basename "$out") holds k3s from $k3s" >&2
 else
