@@ -146,6 +146,12 @@ pub fn run() -> ! {
     console::line(&format!("init {} starting", liken_api::BUILD_VERSION));
     let mut boot = Boot::new(sys, Paths::real(), tx);
     steps::run(&mut boot, steps::BOOT);
+    // The module tree's parsed indexes (the full image's modules.alias
+    // and modules.dep: megabytes) serve only the boot steps; PID 1 lives
+    // on for the machine's whole uptime, so they go now, and the pages
+    // they held go back to the kernel.
+    boot.modules = None;
+    sys::process::trim_heap();
     let spawner = RealSpawner {
         table,
         log: Some(boot.paths.run_liken.join("k3s.log")),

@@ -18,8 +18,8 @@
 //!   over rtnetlink;
 //! - [`sysctl`] writes a kernel parameter under /proc/sys;
 //! - [`clock`] reads and sets the wall clock (the NTP step);
-//! - [`process`] clears init's signal mask in a child before exec, the
-//!   crate's only unsafe code.
+//! - [`process`] clears init's signal mask in a child before exec,
+//!   chroots a child, and trims the heap: the crate's only unsafe code.
 
 pub mod block;
 pub mod clock;

@@ -7,7 +7,8 @@
 //! politely and its own children would never be reaped. The fix has to
 //! run in the child between fork and exec, which only
 //! `CommandExt::pre_exec` offers, and that is unsafe. This module is
-//! the one place in init that allows unsafe code.
+//! the one place in init that allows unsafe code, which is why it also
+//! holds [`trim_heap`], init's one call into the C library's allocator.
 
 #![allow(unsafe_code)]
 
@@ -16,6 +17,19 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::sys::signal::SigSet;
+
+/// Hands the heap's free pages back to the kernel. glibc keeps freed
+/// memory for reuse; once the boot steps have dropped the module
+/// indexes (megabytes), PID 1 will not reuse most of it for the rest of
+/// the machine's uptime.
+pub fn trim_heap() {
+    // SAFETY: malloc_trim has no preconditions: it walks glibc's own
+    // arenas under their locks, returns unused pages with madvise, and
+    // reports whether it released any; no Rust object is touched.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
 
 /// Makes `command` clear the signal mask in the child before exec.
 pub fn unblock_signals_in_child(command: &mut Command) -> &mut Command {
