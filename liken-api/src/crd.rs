@@ -385,7 +385,6 @@ pub fn all() -> [(&'static str, Value); 2] {
 }
 
 /// A CRD rendered as the YAML committed in the tree.
-#[cfg(feature = "yaml")]
 pub fn render(crd: &Value) -> String {
     let body = serde_yaml::to_string(crd).unwrap_or_default();
     format!(

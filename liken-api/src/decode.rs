@@ -3,10 +3,7 @@
 //!
 //! Both produce the same types. They differ in what they forgive:
 //!
-//! - `strict` reads a hand-written YAML manifest (with the `yaml`
-//!   feature, on by default), and [`strict_json`] the same documents
-//!   once a tool has written them as JSON (the deployment layer and the
-//!   staged documents init reads, so PID 1 carries no YAML parser). Every field must be one
+//! - [`strict`] reads a hand-written YAML manifest. Every field must be one
 //!   liken knows; an unknown one (a typo, `labels`, `ownerReferences`)
 //!   is an error naming the field's full path and the file, because a
 //!   field silently dropped is a setting the person thinks they made. The
@@ -140,7 +137,6 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// Just enough of any document to check what it claims to be.
-#[cfg(feature = "yaml")]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TypeHeader {
@@ -155,10 +151,8 @@ struct TypeHeader {
 /// rather than `serde_yaml::Value`, whose decoder and YAML writer (to
 /// show a non-string) would otherwise be in every binary that reads
 /// YAML, PID 1 included.
-#[cfg(feature = "yaml")]
 struct HeaderText(String);
 
-#[cfg(feature = "yaml")]
 impl<'de> Deserialize<'de> for HeaderText {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<HeaderText, D::Error> {
         use serde::de::{EnumAccess, IgnoredAny, MapAccess, SeqAccess, VariantAccess, Visitor};
@@ -205,7 +199,6 @@ impl<'de> Deserialize<'de> for HeaderText {
     }
 }
 
-#[cfg(feature = "yaml")]
 fn scalar_text(v: Option<HeaderText>) -> String {
     v.map(|t| t.0).unwrap_or_default()
 }
@@ -255,7 +248,6 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 
 /// Reads one hand-written YAML document of kind `T` from `text`, which
 /// came from `origin` (a file path, for messages).
-#[cfg(feature = "yaml")]
 pub fn strict<T>(text: &str, origin: &str) -> Result<T, DecodeError>
 where
     T: DeserializeOwned + Kind + Validate,
@@ -270,7 +262,6 @@ where
 /// header first, so a Cluster handed in as a Machine is reported as the
 /// wrong kind rather than as a dozen unknown fields. Out of line so it
 /// exists once rather than in every kind's decoder.
-#[cfg(feature = "yaml")]
 #[inline(never)]
 fn yaml_header(text: &str, origin: &str, kind: &'static str) -> Result<(), DecodeError> {
     if text.trim().is_empty() {
@@ -288,7 +279,6 @@ fn yaml_header(text: &str, origin: &str, kind: &'static str) -> Result<(), Decod
     )
 }
 
-#[cfg(feature = "yaml")]
 fn yaml_syntax(origin: &str, e: serde_yaml::Error) -> DecodeError {
     DecodeError::Syntax {
         origin: origin.to_owned(),
@@ -333,54 +323,6 @@ where
     Ok(doc)
 }
 
-/// Just enough of a JSON document to check what it claims to be.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonHeader {
-    #[serde(default)]
-    api_version: Option<serde_json::Value>,
-    #[serde(default)]
-    kind: Option<serde_json::Value>,
-}
-
-fn json_text(v: Option<serde_json::Value>) -> String {
-    match v {
-        Some(serde_json::Value::String(s)) => s,
-        Some(serde_json::Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// As strict YAML decoding, for a document written as JSON: the same
-/// header check, unknown-field refusal and semantic checks. `origin`
-/// names the file.
-pub fn strict_json<T>(bytes: &[u8], origin: &str) -> Result<T, DecodeError>
-where
-    T: DeserializeOwned + Kind + Validate,
-{
-    let syntax = |e: serde_json::Error| DecodeError::Syntax {
-        origin: origin.to_owned(),
-        message: e.to_string(),
-    };
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(DecodeError::Syntax {
-            origin: origin.to_owned(),
-            message: format!("the file is empty; it should hold a {}", T::KIND),
-        });
-    }
-    let header: JsonHeader = serde_json::from_slice(bytes).map_err(syntax)?;
-    check_header(
-        origin,
-        T::KIND,
-        json_text(header.api_version),
-        json_text(header.kind),
-    )?;
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let doc = finish(&mut de, origin, syntax)?;
-    de.end().map_err(syntax)?;
-    Ok(doc)
-}
-
 /// Reads one object of kind `T` as the API server returns it (JSON),
 /// tolerating fields liken does not model. `origin` names the request.
 ///
@@ -422,7 +364,6 @@ fn check_wire_kind<T: Kind>(doc: &T, origin: &str) -> Result<(), DecodeError> {
 
 /// Serializes a document as YAML, as the CLI writes manifests and the
 /// tests round-trip them.
-#[cfg(feature = "yaml")]
 pub fn to_yaml<T: serde::Serialize>(doc: &T) -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(doc)
 }
