@@ -38,7 +38,7 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -595,15 +595,7 @@ impl Resolver {
 
 /// One query to one server, waiting up to `wait` for its answer.
 fn ask(server: SocketAddr, name: &Name, wait: Duration) -> Result<Reply, ServerError> {
-    let local: IpAddr = if server.is_ipv4() {
-        Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        Ipv6Addr::UNSPECIFIED.into()
-    };
-    let socket = UdpSocket::bind(SocketAddr::new(local, 0)).map_err(ServerError::Socket)?;
-    // Connected: datagrams from other addresses never reach us, and a
-    // closed port shows as an error at once rather than a timeout.
-    socket.connect(server).map_err(ServerError::Socket)?;
+    let socket = crate::udp::connected(server).map_err(ServerError::Socket)?;
     let id = random_id();
     socket
         .send(&encode_query(id, name))
@@ -612,30 +604,13 @@ fn ask(server: SocketAddr, name: &Name, wait: Duration) -> Result<Reply, ServerE
     let mut ignored: usize = 0;
     let mut buf = [0u8; UDP_LIMIT];
     loop {
-        let left = wait.saturating_sub(started.elapsed());
-        if left.is_zero() {
+        let Some(n) = crate::udp::recv_before(&socket, &mut buf, started, wait)
+            .map_err(ServerError::Socket)?
+        else {
             return Err(ServerError::Timeout {
                 waited: wait,
                 ignored,
             });
-        }
-        socket
-            .set_read_timeout(Some(left))
-            .map_err(ServerError::Socket)?;
-        let n = match socket.recv(&mut buf) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(ServerError::Timeout {
-                    waited: wait,
-                    ignored,
-                });
-            }
-            Err(e) => return Err(ServerError::Socket(e)),
         };
         // A datagram longer than the buffer arrives cut to it; a server
         // that sends one is past UDP's limit and fails as malformed or

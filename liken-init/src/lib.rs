@@ -47,6 +47,8 @@
 //! - [`serve`]: the loop and the shutdown sequence; [`fatal`]: the last
 //!   resort.
 //! - [`sys`]: the kernel, one narrow seam per area.
+//! - [`udp`]: the connected socket and deadline wait that DNS and NTP
+//!   share.
 
 #![deny(unsafe_code)]
 #![deny(
@@ -99,6 +101,7 @@ pub mod steps;
 pub mod supervisor;
 pub mod sys;
 pub mod sysctls;
+pub mod udp;
 
 use std::sync::{Arc, Mutex};
 

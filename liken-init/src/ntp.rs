@@ -30,7 +30,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -351,15 +351,7 @@ impl fmt::Display for QueryError {
 /// Asks one address for the time: one request, and up to `wait` for
 /// its answer.
 pub fn query(address: SocketAddr, clock: &dyn Clock, wait: Duration) -> Result<Sample, QueryError> {
-    let local: IpAddr = if address.is_ipv4() {
-        Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        Ipv6Addr::UNSPECIFIED.into()
-    };
-    let socket = UdpSocket::bind(SocketAddr::new(local, 0)).map_err(QueryError::Socket)?;
-    // Connected, so the kernel drops datagrams from anyone else and an
-    // ICMP port-unreachable surfaces as an error at once.
-    socket.connect(address).map_err(QueryError::Socket)?;
+    let socket = crate::udp::connected(address).map_err(QueryError::Socket)?;
     let t1 = clock.now();
     let t1_nanos = unix_nanos(t1).ok_or(QueryError::ClockBeforeEpoch)?;
     let sent = NtpTime::from_unix_nanos(t1_nanos).ok_or(QueryError::ClockBeforeEpoch)?;
@@ -368,30 +360,13 @@ pub fn query(address: SocketAddr, clock: &dyn Clock, wait: Duration) -> Result<S
     let mut ignored: usize = 0;
     let mut buf = [0u8; 512];
     loop {
-        let left = wait.saturating_sub(started.elapsed());
-        if left.is_zero() {
+        let Some(n) = crate::udp::recv_before(&socket, &mut buf, started, wait)
+            .map_err(QueryError::Socket)?
+        else {
             return Err(QueryError::NoAnswer {
                 waited: wait,
                 ignored,
             });
-        }
-        socket
-            .set_read_timeout(Some(left))
-            .map_err(QueryError::Socket)?;
-        let n = match socket.recv(&mut buf) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(QueryError::NoAnswer {
-                    waited: wait,
-                    ignored,
-                });
-            }
-            Err(e) => return Err(QueryError::Socket(e)),
         };
         let t4 = clock.now();
         let packet = buf.get(..n).unwrap_or(&[]);
@@ -554,6 +529,7 @@ pub fn step(machine: Option<&Machine>, clock: &dyn Clock, resolv_conf: &Path) ->
 mod tests {
     use super::*;
     use crate::sys::clock::FakeClock;
+    use std::net::UdpSocket;
 
     /// What the test responder does with a request.
     #[derive(Clone, Copy)]
