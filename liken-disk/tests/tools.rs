@@ -6,62 +6,25 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::Output;
 
 use liken_disk::fat::{self, Options, Timestamp, Tree};
 use liken_disk::gpt::{self, MbrBootCode, PartitionSpec, Size};
 use liken_disk::grub;
 use liken_disk::guid::{BIOS_BOOT, ESP, Guid, LINUX_DATA};
+use liken_testenv::scratch::{TempDir, bytes, grub_core, grub_dir, ok, tool};
 
 const MIB: u64 = 1 << 20;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "liken-disk-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tool(name: &str) -> Command {
-    let found = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} is missing; run scripts/setup.sh as root"));
-    let mut c = Command::new(found);
-    // mtools refuses geometries it finds odd unless told not to check.
-    c.env("MTOOLS_SKIP_CHECK", "1");
-    c
-}
-
-fn run(mut c: Command) -> (bool, String) {
-    let out = c.output().unwrap();
-    let text = format!(
+/// stdout and stderr together: some tools report on one, some on the
+/// other.
+fn text(out: &Output) -> String {
+    format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    )
 }
 
 fn image(path: &Path, size: u64) -> File {
@@ -76,18 +39,6 @@ fn image(path: &Path, size: u64) -> File {
     f
 }
 
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn spec(name: &str, t: Guid, size: Size) -> PartitionSpec {
     PartitionSpec {
         name: name.into(),
@@ -100,7 +51,7 @@ fn spec(name: &str, t: Guid, size: Size) -> PartitionSpec {
 
 #[test]
 fn the_installed_layout_passes_sgdisk() {
-    let dir = TempDir::new("gpt");
+    let dir = TempDir::new("disk-gpt");
     let path = dir.path().join("disk.img");
     let size = 4096 * MIB;
     let mut f = image(&path, size);
@@ -117,13 +68,12 @@ fn the_installed_layout_passes_sgdisk() {
 
     let mut c = tool("sgdisk");
     c.arg("-v").arg(&path);
-    let (ok, out) = run(c);
-    assert!(ok && out.contains("No problems found"), "{out}");
+    let out = text(&ok(c));
+    assert!(out.contains("No problems found"), "{out}");
 
     let mut c = tool("sgdisk");
     c.arg("-p").arg(&path);
-    let (ok, out) = run(c);
-    assert!(ok, "{out}");
+    let out = text(&ok(c));
     for (i, (name, code)) in [
         ("LIKEN-ESP", "EF00"),
         ("LIKEN-BIOS", "EF02"),
@@ -144,7 +94,7 @@ fn the_installed_layout_passes_sgdisk() {
     }
     let mut c = tool("sgdisk");
     c.arg("-i").arg("3").arg(&path);
-    let (_, out) = run(c);
+    let out = text(&c.output().unwrap());
     assert!(
         out.contains(&format!(
             "Partition unique GUID: {}",
@@ -214,7 +164,7 @@ fn esp_tree(dir: &Path) -> (Tree, Vec<(String, Vec<u8>)>) {
 
 #[test]
 fn a_fat_volume_passes_fsck_and_mtools_reads_every_file() {
-    let dir = TempDir::new("fat");
+    let dir = TempDir::new("disk-fat");
     let (tree, files) = esp_tree(dir.path());
     let path = dir.path().join("esp.img");
     // The volume at an offset, as in a partition; fsck reads a copy.
@@ -249,8 +199,7 @@ fn a_fat_volume_passes_fsck_and_mtools_reads_every_file() {
 
     let mut c = tool("fsck.vfat");
     c.arg("-n").arg("-v").arg(&alone);
-    let (ok, out) = run(c);
-    assert!(ok, "fsck.vfat -n failed:\n{out}");
+    let out = text(&ok(c));
     assert!(!out.contains("differences"), "{out}");
     assert!(
         !out.to_lowercase().contains("free cluster summary wrong"),
@@ -260,13 +209,12 @@ fn a_fat_volume_passes_fsck_and_mtools_reads_every_file() {
     let img = format!("{}@@{offset}", path.display());
     let mut c = tool("mlabel");
     c.args(["-s", "-i", &img, "::"]);
-    let (ok, out) = run(c);
-    assert!(ok && out.contains("LIKEN-ESP"), "{out}");
+    let out = text(&ok(c));
+    assert!(out.contains("LIKEN-ESP"), "{out}");
 
     let mut c = tool("mdir");
     c.args(["-/", "-b", "-i", &img, "::/"]);
-    let (ok, listing) = run(c);
-    assert!(ok, "{listing}");
+    let listing = text(&ok(c));
     let listed: Vec<&str> = listing
         .lines()
         .filter(|l| !l.ends_with('/'))
@@ -285,13 +233,7 @@ fn a_fat_volume_passes_fsck_and_mtools_reads_every_file() {
     for (p, b) in &files {
         let mut c = tool("mtype");
         c.args(["-i", &img, &format!("::/{p}")]);
-        let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "mtype {p}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(&out.stdout, b, "{p} reads back as written");
+        assert_eq!(&ok(c).stdout, b, "{p} reads back as written");
     }
 
     // The same input gives the same bytes.
@@ -303,7 +245,7 @@ fn a_fat_volume_passes_fsck_and_mtools_reads_every_file() {
 
 #[test]
 fn a_volume_too_small_for_its_files_is_refused() {
-    let dir = TempDir::new("fat-small");
+    let dir = TempDir::new("disk-fat-small");
     let (tree, _) = esp_tree(dir.path());
     let opts = Options {
         label: "X".into(),
@@ -319,42 +261,12 @@ fn a_volume_too_small_for_its_files_is_refused() {
     assert!(e.to_string().contains("make the partition larger"), "{e}");
 }
 
-fn grub_dir() -> PathBuf {
-    let d = PathBuf::from("/usr/lib/grub/i386-pc");
-    assert!(
-        d.join("boot.img").exists(),
-        "GRUB's i386-pc images are missing; run scripts/setup.sh as root (grub-pc-bin)"
-    );
-    d
-}
-
 #[test]
 fn grub_is_placed_as_grub_setup_places_it() {
-    let dir = TempDir::new("grub");
+    let dir = TempDir::new("disk-grub");
     let gdir = grub_dir();
     let core = dir.path().join("core.img");
-    let mut c = tool("grub-mkimage");
-    c.arg("-O")
-        .arg("i386-pc")
-        .arg("-d")
-        .arg(&gdir)
-        .arg("-o")
-        .arg(&core)
-        .arg("-p")
-        .arg("(,gpt1)/grub")
-        .args([
-            "biosdisk",
-            "part_gpt",
-            "fat",
-            "normal",
-            "configfile",
-            "linux",
-            "echo",
-            "test",
-            "loadenv",
-        ]);
-    let (ok, out) = run(c);
-    assert!(ok, "grub-mkimage: {out}");
+    grub_core(&core);
     let core_img = std::fs::read(&core).unwrap();
     let boot_img = std::fs::read(gdir.join("boot.img")).unwrap();
 
@@ -405,8 +317,8 @@ fn grub_is_placed_as_grub_setup_places_it() {
     // rewritten.
     let mut c = tool("sgdisk");
     c.arg("-v").arg(&path);
-    let (ok, out) = run(c);
-    assert!(ok && out.contains("No problems found"), "{out}");
+    let out = text(&ok(c));
+    assert!(out.contains("No problems found"), "{out}");
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)

@@ -17,8 +17,12 @@
 //! `testenv/build.sh` prints (it builds once, then reuses its cache).
 //! When neither works the test fails with a message saying to run
 //! `testenv/build.sh`; nothing is skipped.
+//!
+//! Tests that need no control plane use [`scratch`] alone: scratch
+//! directories and the host's tools that check the files they write.
 
 pub mod pki;
+pub mod scratch;
 pub mod spawn;
 
 use std::io::Write;

@@ -11,7 +11,7 @@ fn pad4(n: usize) -> usize {
 
 #[test]
 fn a_netboot_image_is_boot_cpio_the_layer_and_the_release() {
-    let tmp = TempDir::new("media");
+    let tmp = TempDir::new("media-netboot");
     let rel = release(tmp.path(), false);
     let dep = deployment(tmp.path());
     let out = tmp.path().join("install.cpio");

@@ -9,7 +9,7 @@ use crate::support::{TempDir, deployment, layer, liken, ok, release, tool, tree}
 
 #[test]
 fn a_stick_passes_the_tools_and_holds_every_file() {
-    let tmp = TempDir::new("stick");
+    let tmp = TempDir::new("media-stick");
     let rel = release(tmp.path(), true);
     let dep = deployment(tmp.path());
     let img = tmp.path().join("stick.img");
@@ -186,7 +186,7 @@ fn a_stick_passes_the_tools_and_holds_every_file() {
 
 #[test]
 fn a_tampered_release_is_refused_before_any_output_exists() {
-    let tmp = TempDir::new("stick-tampered");
+    let tmp = TempDir::new("media-stick-tampered");
     let rel = release(tmp.path(), false);
     let dep = deployment(tmp.path());
     let out_dir = tmp.path().join("out");

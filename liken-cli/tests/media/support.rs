@@ -1,39 +1,14 @@
-//! A release directory and a deployment for the media tests, and the
-//! tools that read images back.
+//! A release directory and a deployment for the media tests. Scratch
+//! directories and the tools that read images back are liken-testenv's
+//! (`scratch`), shared with liken-disk's tests and re-exported here.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 
 use liken_api::release::{Artifact, RELEASE_FILE, Release};
 use liken_api::{FileName, Version, decode};
-
-/// A scratch directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "liken-media-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use liken_testenv::scratch::{TempDir, ok, tool};
+use liken_testenv::scratch::{bytes, grub_core, grub_dir};
 
 /// Runs the `liken` binary; returns (success, stdout, stderr).
 pub fn liken(args: &[&str]) -> (bool, String, String) {
@@ -49,43 +24,6 @@ pub fn liken(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// A system tool, which scripts/setup.sh installs.
-pub fn tool(name: &str) -> Command {
-    let found = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} is missing; run scripts/setup.sh as root"));
-    let mut c = Command::new(found);
-    c.env("MTOOLS_SKIP_CHECK", "1").stdin(Stdio::null());
-    c
-}
-
-/// Runs a tool, failing the test with its output when it fails.
-pub fn ok(mut c: Command) -> Output {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 pub const VERSION: &str = "2026.12.02-001";
 
 /// A release directory: every artifact a real file (GRUB's from
@@ -95,34 +33,8 @@ pub const VERSION: &str = "2026.12.02-001";
 pub fn release(root: &Path, microcode: bool) -> PathBuf {
     let dir = root.join("channel").join(VERSION);
     std::fs::create_dir_all(&dir).unwrap();
-    let grub = Path::new("/usr/lib/grub/i386-pc");
-    assert!(
-        grub.join("boot.img").exists(),
-        "GRUB's i386-pc images are missing; run scripts/setup.sh as root (grub-pc-bin)"
-    );
-    ok({
-        let mut c = tool("grub-mkimage");
-        c.arg("-O")
-            .arg("i386-pc")
-            .arg("-d")
-            .arg(grub)
-            .arg("-o")
-            .arg(dir.join("grub-core.img"))
-            .arg("-p")
-            .arg("(,gpt1)/grub")
-            .args([
-                "biosdisk",
-                "part_gpt",
-                "fat",
-                "normal",
-                "configfile",
-                "linux",
-                "echo",
-                "test",
-                "loadenv",
-            ]);
-        c
-    });
+    let grub = grub_dir();
+    grub_core(&dir.join("grub-core.img"));
     std::fs::copy(grub.join("boot.img"), dir.join("grub-boot.img")).unwrap();
     let mut files: Vec<(&str, &str)> = vec![
         ("kernel", "vmlinuz"),

@@ -4,7 +4,7 @@ use crate::support::*;
 
 #[test]
 fn bundles_refuse_what_would_break_a_fleet() {
-    let root = TempDir::new("bundle");
+    let root = TempDir::new("releases-bundle");
     let channel = bundle(root.path(), "2026.07.11-002", 4000);
     let doc = std::fs::read_to_string(channel.join("2026.07.11-002/release.yaml")).unwrap();
     assert!(

@@ -28,7 +28,7 @@ fn digest_of(channel: &Path) -> String {
 
 #[test]
 fn round_trip_is_byte_identical() {
-    let root = TempDir::new("fetch-rt");
+    let root = TempDir::new("releases-fetch-rt");
     let channel = bundle(root.path(), V, 300_000);
     let s = Served::start(&channel);
     let dest = root.path().join("mirror");
@@ -68,7 +68,7 @@ fn round_trip_is_byte_identical() {
 
 #[test]
 fn a_flipped_byte_in_any_artifact_fails_and_leaves_nothing() {
-    let root = TempDir::new("fetch-flip");
+    let root = TempDir::new("releases-fetch-flip");
     let channel = bundle(root.path(), V, 50_000);
     let s = Served::start(&channel);
     for (i, file) in FILES.iter().enumerate() {
@@ -108,7 +108,7 @@ fn a_flipped_byte_in_any_artifact_fails_and_leaves_nothing() {
 
 #[test]
 fn a_wrong_digest_writes_nothing() {
-    let root = TempDir::new("fetch-digest");
+    let root = TempDir::new("releases-fetch-digest");
     let channel = bundle(root.path(), V, 10_000);
     let s = Served::start(&channel);
     let dest = root.path().join("dest");
@@ -179,7 +179,7 @@ fn truncating_server(dir: std::path::PathBuf, cut: &'static str) -> String {
 
 #[test]
 fn a_truncated_download_keeps_only_the_partial_and_resumes() {
-    let root = TempDir::new("fetch-trunc");
+    let root = TempDir::new("releases-fetch-trunc");
     let channel = bundle(root.path(), V, 200_000);
     let source = truncating_server(channel.clone(), "liken.sqfs");
     let dest = root.path().join("dest");
@@ -207,7 +207,7 @@ fn a_truncated_download_keeps_only_the_partial_and_resumes() {
 
 #[test]
 fn a_release_listing_more_bytes_than_the_file_fails_cleanly() {
-    let root = TempDir::new("fetch-short");
+    let root = TempDir::new("releases-fetch-short");
     let channel = bundle(root.path(), V, 10_000);
     let doc = channel.join(V).join("release.yaml");
     let text = std::fs::read_to_string(&doc).unwrap();
@@ -233,7 +233,7 @@ fn a_release_listing_more_bytes_than_the_file_fails_cleanly() {
 
 #[test]
 fn a_path_escaping_artifact_name_is_refused() {
-    let root = TempDir::new("fetch-escape");
+    let root = TempDir::new("releases-fetch-escape");
     let channel = root.path().join("channel");
     std::fs::create_dir_all(channel.join(V)).unwrap();
     std::fs::write(root.path().join("escape"), "x").unwrap();
@@ -261,7 +261,7 @@ fn a_path_escaping_artifact_name_is_refused() {
 
 #[test]
 fn a_resume_asks_only_for_the_rest() {
-    let root = TempDir::new("fetch-resume");
+    let root = TempDir::new("releases-fetch-resume");
     let channel = bundle(root.path(), V, 1 << 20);
     let full = std::fs::read(channel.join(V).join("liken.sqfs")).unwrap();
     let dest = root.path().join("dest");
@@ -303,7 +303,7 @@ fn a_resume_asks_only_for_the_rest() {
 
 #[test]
 fn a_terminal_gets_a_progress_bar_and_a_pipe_does_not() {
-    let root = TempDir::new("fetch-tty");
+    let root = TempDir::new("releases-fetch-tty");
     let channel = bundle(root.path(), V, 2 << 20);
     let s = Served::start(&channel);
     let dest = root.path().join("dest");

@@ -25,7 +25,7 @@ fn index(source: &str, out: &std::path::Path, keys: &str) -> (bool, String, Stri
 
 #[test]
 fn renders_pages_and_versions_newest_first() {
-    let root = TempDir::new("index");
+    let root = TempDir::new("releases-index");
     let channel = bundle(root.path(), "2026.07.11-001", 5000);
     bundle(root.path(), "2026.08.02-001", 6000);
     let keys = tree(&channel).join("\n");
@@ -83,7 +83,7 @@ fn renders_pages_and_versions_newest_first() {
 
 #[test]
 fn refuses_broken_channels() {
-    let root = TempDir::new("index-bad");
+    let root = TempDir::new("releases-index-bad");
     let out = root.path().join("out");
     let (ok, _, err) = index("ftp://x", &out, "");
     assert!(!ok && err.contains("-source"), "{err}");

@@ -9,7 +9,7 @@ use crate::support::*;
 const V: &str = "2026.07.11-001";
 
 fn channel() -> (TempDir, std::path::PathBuf, Vec<u8>) {
-    let root = TempDir::new("serve");
+    let root = TempDir::new("releases-serve");
     let channel = bundle(root.path(), V, 100_000);
     let system = std::fs::read(channel.join(V).join("liken.sqfs")).unwrap();
     (root, channel, system)

@@ -1,39 +1,15 @@
-//! Shared pieces: scratch directories, the binary, a bundled channel and
-//! a running `liken serve` whose access log the test can read.
+//! Shared pieces: the binary, a bundled channel and a running `liken
+//! serve` whose access log the test can read. Scratch directories are
+//! liken-testenv's (`scratch`), re-exported here.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A scratch directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "liken-it-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use liken_testenv::scratch::TempDir;
+use liken_testenv::scratch::bytes;
 
 pub fn liken() -> Command {
     Command::new(env!("CARGO_BIN_EXE_liken"))
@@ -51,19 +27,6 @@ pub fn text(out: Output) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// The artifact files of a bundle, in the release directory.
