@@ -411,6 +411,21 @@ fn read_promoted<T>(
     Some(decoded.map(|doc| (doc, bytes)))
 }
 
+/// The promoted document to run instead of the layer's, when there is
+/// one this init can decode. One it cannot is passed over with a console
+/// line, so the layer's runs and a person sees why.
+fn usable_promoted<T>(var_liken: &Path, doc: Document, decode: Decoder<T>) -> Option<(T, Vec<u8>)> {
+    match read_promoted(var_liken, doc, decode)? {
+        Ok(found) => Some(found),
+        Err(e) => {
+            console::line(&format!(
+                "documents: the promoted {doc} cannot be used ({e}); running the layer's"
+            ));
+            None
+        }
+    }
+}
+
 /// The layer's file for a document, decoded from exactly the bytes read.
 fn read_layer<T>(path: &Path, decode: Decoder<T>) -> Result<(T, Vec<u8>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -476,28 +491,16 @@ pub fn settle(
                 Promotion::Failed(e) => failures.push(e),
             }
         }
-        match read_promoted(
+        promoted_machine = usable_promoted(
             &paths.var_liken,
             Document::Machine,
             decode::strict::<Machine>,
-        ) {
-            Some(Ok(m)) => promoted_machine = Some(m),
-            Some(Err(e)) => console::line(&format!(
-                "documents: the promoted machine.yaml cannot be used ({e}); running the layer's"
-            )),
-            None => {}
-        }
-        match read_promoted(
+        );
+        promoted_cluster = usable_promoted(
             &paths.var_liken,
             Document::Cluster,
             decode::strict::<Cluster>,
-        ) {
-            Some(Ok(c)) => promoted_cluster = Some(c),
-            Some(Err(e)) => console::line(&format!(
-                "documents: the promoted cluster.yaml cannot be used ({e}); running the layer's"
-            )),
-            None => {}
-        }
+        );
     }
 
     let etc = &paths.etc_liken;
@@ -657,6 +660,16 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(&p, bytes).unwrap();
             p
+        }
+
+        /// Stages `bytes` as the machine operator does: the document
+        /// under staged/, then its checksum beside it.
+        fn stage(&self, doc: Document, bytes: &[u8]) {
+            self.write(&format!("var/lib/liken/staged/{doc}"), bytes);
+            self.write(
+                &format!("var/lib/liken/staged/{}", doc.checksum_name()),
+                hex(bytes).as_bytes(),
+            );
         }
 
         fn paths(&self) -> Paths {
@@ -922,16 +935,8 @@ mod tests {
         let t = Tree::new("step");
         t.write("layer/cluster.yaml", CLUSTER.as_bytes());
         t.write("layer/machines/web-1.yaml", MACHINE.as_bytes());
-        t.write("var/lib/liken/staged/machine.yaml", MACHINE_V2.as_bytes());
-        t.write(
-            "var/lib/liken/staged/machine.yaml.sha256",
-            hex(MACHINE_V2.as_bytes()).as_bytes(),
-        );
-        t.write("var/lib/liken/staged/cluster.yaml", b"kind: Cluster\n");
-        t.write(
-            "var/lib/liken/staged/cluster.yaml.sha256",
-            hex(b"kind: Cluster\n").as_bytes(),
-        );
+        t.stage(Document::Machine, MACHINE_V2.as_bytes());
+        t.stage(Document::Cluster, b"kind: Cluster\n");
         let (outcome, b) = settle(&t.paths(), None, None, STAMP);
         let Outcome::Ok(Some(text)) = &outcome else {
             panic!("{outcome:?}");
@@ -967,11 +972,7 @@ mod tests {
         let t = Tree::new("nodata");
         t.write("layer/cluster.yaml", CLUSTER.as_bytes());
         t.write("layer/machines/web-1.yaml", MACHINE.as_bytes());
-        t.write("var/lib/liken/staged/machine.yaml", MACHINE_V2.as_bytes());
-        t.write(
-            "var/lib/liken/staged/machine.yaml.sha256",
-            hex(MACHINE_V2.as_bytes()).as_bytes(),
-        );
+        t.stage(Document::Machine, MACHINE_V2.as_bytes());
         let mut paths = t.paths();
         t.write(
             "proc/self/mountinfo",
