@@ -600,16 +600,10 @@ fn ensure_efivarfs(boot: &mut Boot) -> Result<(), String> {
     if decide_mounted(&mounts, &target) {
         return Ok(());
     }
-    if let Some(tree) = &boot.modules {
-        let report = crate::modload::load(
-            tree,
-            &*boot.sys.modules,
-            ["efivarfs"],
-            &mut boot.modules_done,
-        );
-        if let Err(e) = crate::modload::describe(&report, 0.0) {
-            return Err(format!("cannot load efivarfs: {e}"));
-        }
+    if let Some(report) = boot.load_modules(&["efivarfs"])
+        && let Err(e) = crate::modload::describe(&report, 0.0)
+    {
+        return Err(format!("cannot load efivarfs: {e}"));
     }
     let request = crate::sys::mount::MountRequest {
         source: "efivarfs".into(),

@@ -40,6 +40,9 @@ pub enum Event {
     },
     /// A signal asked for an orderly shutdown.
     Signal(PowerAction),
+    /// A step that ran beside the boot ([`crate::image_modules`])
+    /// failed; the loop adds it to the problems the status reports.
+    Problem(liken_api::control::StepProblem),
     /// A control-socket request; the loop answers on `reply`.
     Control {
         /// What was asked.

@@ -16,7 +16,9 @@
 //! - [`console`]: milestone lines.
 //! - [`cmdline`], [`layer`]: the kernel command line; the documents and
 //!   the choice of this computer's Machine.
-//! - [`coldplug`] (pure) and [`modload`]: kernel modules.
+//! - [`coldplug`] (pure) and [`modload`]: kernel modules;
+//!   [`image_modules`]: the worker that loads the system image's
+//!   modules beside the boot steps.
 //! - [`mounts`]: the pseudo filesystems and the reverse unmount.
 //! - [`rootfs`]: the slot's system image as the root, /var on the data
 //!   partition, and the switch from the initramfs.
@@ -81,6 +83,7 @@ pub mod esp;
 pub mod events;
 pub mod fatal;
 pub mod fsutil;
+pub mod image_modules;
 pub mod install;
 pub mod layer;
 pub mod modload;
@@ -154,6 +157,9 @@ pub fn run() -> ! {
     // on for the machine's whole uptime, so they go now, and the pages
     // they held go back to the kernel.
     boot.modules = None;
+    // Dropping the handle lets the image's module worker end once its
+    // coldplug is over; it trims the heap again as it goes.
+    boot.image_modules = None;
     sys::process::trim_heap();
     let spawner = RealSpawner {
         table,

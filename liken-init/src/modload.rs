@@ -8,34 +8,37 @@ use std::path::{Path, PathBuf};
 use crate::coldplug::ModuleIndex;
 use crate::sys::modules::{Loaded, ModuleLoader};
 
-/// Modules for mounting a slot and the data partition (PLATFORM.md
-/// lists them): loaded when a boot finds LIKEN partitions to mount, not
-/// on every boot, because under QEMU's TCG each module costs tens of
-/// milliseconds and an initramfs-only boot (install media, netboot)
-/// mounts none of them. Device drivers (virtio, disks, network cards)
-/// come from coldplug instead.
+/// Filesystem modules a boot that finds LIKEN partitions loads before
+/// switching root: what the root step and `assess` mount (the slot's
+/// squashfs, /var's ext4, the ESP's vfat), and overlay, which k3s's
+/// snapshotter needs from its first second. Not loaded on every boot:
+/// under QEMU's TCG each module costs tens of milliseconds, and an
+/// initramfs-only boot (install media, netboot) mounts none of them.
+/// Device drivers (virtio, disks, network cards) come from coldplug.
 pub const FILESYSTEMS: &[&str] = &[
-    "loop",
     "squashfs",
-    "overlay",
-    "erofs",
-    "dm_verity",
     "crc32c_generic",
     "ext4",
     "vfat",
     "nls_cp437",
     "nls_ascii",
+    "overlay",
 ];
+
+/// The other modules PLATFORM.md has init load, which nothing in the
+/// boot waits on (loop devices, erofs and dm-verity images): the
+/// image-modules worker loads them after its coldplug.
+pub const FILESYSTEMS_LATER: &[&str] = &["loop", "erofs", "dm_verity"];
 
 /// The running kernel's module tree and its indexes.
 pub struct ModuleTree {
-    /// /lib/modules/<release>.
+    /// `/lib/modules/<release>`.
     pub root: PathBuf,
     /// Its parsed indexes.
     pub index: ModuleIndex,
 }
 
-/// Opens /lib/modules/<release> for the release in /proc.
+/// Opens `/lib/modules/<release>` for the release in /proc.
 pub fn open_tree(modules_root: &Path, proc: &Path) -> Result<ModuleTree, String> {
     let release = std::fs::read_to_string(proc.join("sys/kernel/osrelease"))
         .map_err(|e| format!("cannot read the kernel release from /proc ({e})"))?;
@@ -111,7 +114,8 @@ pub struct Report {
 }
 
 impl Report {
-    fn absorb(&mut self, other: Report) {
+    /// Adds another round's results.
+    pub fn absorb(&mut self, other: Report) {
         self.loaded.extend(other.loaded);
         self.failed.extend(other.failed);
         self.missing.extend(other.missing);
@@ -125,13 +129,34 @@ pub fn load<'a>(
     names: impl IntoIterator<Item = &'a str>,
     done: &mut HashSet<String>,
 ) -> Report {
+    load_between(tree, loader, names, done, &mut |_| {})
+}
+
+/// What runs before each module a plan loads, with the set of modules
+/// done: the worker that owns a tree answers other steps' requests
+/// there ([`crate::image_modules`]), so they wait for one module rather
+/// than a whole coldplug.
+pub type Between<'b> = dyn FnMut(&mut HashSet<String>) + 'b;
+
+/// [`load`], calling `between` before each module; a module `between`
+/// loaded is not loaded again.
+pub fn load_between<'a>(
+    tree: &ModuleTree,
+    loader: &dyn ModuleLoader,
+    names: impl IntoIterator<Item = &'a str>,
+    done: &mut HashSet<String>,
+    between: &mut Between<'_>,
+) -> Report {
     let (plan, missing) = tree.index.plan(names, done);
     let mut report = Report {
         missing: missing.into_iter().map(|m| m.0).collect(),
         ..Report::default()
     };
     for name in plan {
-        done.insert(name.clone());
+        between(done);
+        if !done.insert(name.clone()) {
+            continue;
+        }
         let Some(rel) = tree.index.path(&name) else {
             continue;
         };
@@ -149,6 +174,20 @@ pub fn load<'a>(
 pub fn coldplug(tree: &ModuleTree, loader: &dyn ModuleLoader, sys: &Path, base: &[&str]) -> Report {
     let mut done = loaded_modules(sys);
     let mut report = load(tree, loader, base.iter().copied(), &mut done);
+    report.absorb(coldplug_between(tree, loader, sys, &mut done, &mut |_| {}));
+    report
+}
+
+/// The rounds of [`coldplug`] from a known `done`, calling `between`
+/// before each module.
+pub fn coldplug_between(
+    tree: &ModuleTree,
+    loader: &dyn ModuleLoader,
+    sys: &Path,
+    done: &mut HashSet<String>,
+    between: &mut Between<'_>,
+) -> Report {
+    let mut report = Report::default();
     for _round in 0..4 {
         let wanted: BTreeSet<String> = scan_modaliases(sys)
             .iter()
@@ -158,11 +197,12 @@ pub fn coldplug(tree: &ModuleTree, loader: &dyn ModuleLoader, sys: &Path, base: 
         if wanted.is_empty() {
             break;
         }
-        report.absorb(load(
+        report.absorb(load_between(
             tree,
             loader,
             wanted.iter().map(String::as_str),
-            &mut done,
+            done,
+            between,
         ));
     }
     report

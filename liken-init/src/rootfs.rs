@@ -7,8 +7,9 @@
 //! the initramfs's /etc/liken to /run/liken/layer, moves /proc, /sys,
 //! /dev and /run into the new root and switches to it the way
 //! switch_root(8) does. Afterwards it frees the initramfs's files (RAM
-//! the machine would otherwise never get back) and loads the modules
-//! the full module tree has for the devices present.
+//! the machine would otherwise never get back) and starts the worker
+//! that loads what the full module tree has for the devices present
+//! ([`crate::image_modules`]), beside the rest of the boot.
 //!
 //! LIKEN-DATA is blank after an install; the first boot formats it with
 //! the system image's own mke2fs, run chrooted into the mounted image
@@ -35,6 +36,7 @@ use std::time::Duration;
 use liken_api::Slot;
 
 use crate::console::Outcome;
+use crate::image_modules;
 use crate::modload;
 use crate::steps::Boot;
 use crate::sys::block;
@@ -620,16 +622,8 @@ pub fn step(boot: &mut Boot) -> Outcome {
     };
     // The filesystems a slot and the data partition need, loaded now
     // that there is something to mount.
-    let fs_trouble = match &boot.modules {
-        Some(tree) => {
-            let report = modload::load(
-                tree,
-                &*boot.sys.modules,
-                modload::FILESYSTEMS.iter().copied(),
-                &mut boot.modules_done,
-            );
-            modload::describe(&report, 0.0).err()
-        }
+    let fs_trouble = match boot.load_modules(modload::FILESYSTEMS) {
+        Some(report) => modload::describe(&report, 0.0).err(),
         None => Some("there is no module tree to load filesystems from".to_owned()),
     };
     let plan = Switch {
@@ -661,10 +655,10 @@ pub fn step(boot: &mut Boot) -> Outcome {
     } else {
         ""
     };
-    let modules = coldplug_again(boot);
+    let modules = start_image_modules(boot);
     Outcome::ok_with(format!(
-        "slot {slot} from {} is the root, /var on {}{formatted}; {modules}; \
-         {} initramfs entries freed",
+        "slot {slot} from {} is the root, /var on {}{formatted}; {} initramfs entries freed; \
+         {modules}",
         device.display(),
         data.display(),
         done.freed
@@ -675,53 +669,38 @@ pub fn step(boot: &mut Boot) -> Outcome {
 /// root: its /etc/resolv.conf is a link to it (the image is read-only).
 pub const RESOLV_CONF: &str = "/run/resolv.conf";
 
-/// Loads, from the system image's full module tree, the modules this
-/// computer's devices and Machine ask for that the initramfs lacked.
-fn coldplug_again(boot: &mut Boot) -> String {
-    let tree = match modload::open_tree(&boot.paths.modules, &boot.paths.proc) {
-        Ok(t) => t,
-        Err(e) => return format!("but {e}, so only the initramfs's modules are loaded"),
+/// Starts the worker that loads, from the system image's full module
+/// tree, what this computer's devices need beyond the initramfs's
+/// drivers ([`crate::image_modules`]); says how, for the root line.
+fn start_image_modules(boot: &mut Boot) -> String {
+    let job = image_modules::Job {
+        modules: boot.paths.modules.clone(),
+        proc: boot.paths.proc.clone(),
+        sys: boot.paths.sys.clone(),
+        loader: std::sync::Arc::clone(&boot.sys.modules),
+        done: boot.modules_done.clone(),
+        later: modload::FILESYSTEMS_LATER
+            .iter()
+            .map(|m| (*m).to_owned())
+            .collect(),
+        events: boot.events.clone(),
     };
-    let t0 = std::time::Instant::now();
-    let mut report = modload::coldplug(&tree, &*boot.sys.modules, &boot.paths.sys, &[]);
-    boot.modules_done.extend(report.loaded.iter().cloned());
-    boot.modules_done
-        .extend(modload::loaded_modules(&boot.paths.sys));
-    if let Some(machine) = &boot.machine {
-        let more = modload::load(
-            &tree,
-            &*boot.sys.modules,
-            machine.spec.modules.iter().map(String::as_str),
-            &mut boot.modules_done,
-        );
-        report.loaded.extend(more.loaded);
-        report.failed.extend(more.failed);
-        report.missing.extend(more.missing);
+    match image_modules::ImageModules::spawn(job) {
+        image_modules::Started::Worker(worker) => {
+            boot.image_modules = Some(worker);
+            format!(
+                "the image's modules load beside the boot ({} line)",
+                image_modules::MILESTONE
+            )
+        }
+        image_modules::Started::Inline { why, kept } => {
+            if let Some(settled) = kept {
+                boot.modules = Some(settled.tree);
+                boot.modules_done = settled.done;
+            }
+            why
+        }
     }
-    boot.modules = Some(tree);
-    describe_again(&report, t0.elapsed().as_secs_f64())
-}
-
-/// The root line's part about the second coldplug. Modules matched by a
-/// CPU's or a bus's alias often refuse a machine they do not fit
-/// (ENODEV: acpi_cpufreq on a virtual CPU), and modules built on them
-/// then fail too; that is not the image's fault, so they are only
-/// named, not reported as a problem.
-fn describe_again(report: &modload::Report, seconds: f64) -> String {
-    let mut text = format!(
-        "modules from the image: {} loaded in {seconds:.2} s",
-        report.loaded.len()
-    );
-    let mut skipped: Vec<&str> = report.failed.iter().map(|(m, _)| m.as_str()).collect();
-    skipped.extend(report.missing.iter().map(String::as_str));
-    if !skipped.is_empty() {
-        text.push_str(&format!(
-            ", {} not taken by this computer ({})",
-            skipped.len(),
-            skipped.join(", ")
-        ));
-    }
-    text
 }
 
 #[cfg(test)]
@@ -959,23 +938,6 @@ mod tests {
         for d in [t.dir, blank.dir, other.dir, bare.dir] {
             let _ = std::fs::remove_dir_all(d);
         }
-    }
-
-    #[test]
-    fn the_second_coldplug_names_what_did_not_load() {
-        let r = modload::Report {
-            loaded: vec!["a".into(), "b".into()],
-            failed: vec![("acpi_cpufreq".into(), "No such device".into())],
-            missing: vec![],
-        };
-        assert_eq!(
-            describe_again(&r, 0.5),
-            "modules from the image: 2 loaded in 0.50 s, 1 not taken by this computer (acpi_cpufreq)"
-        );
-        assert_eq!(
-            describe_again(&modload::Report::default(), 0.0),
-            "modules from the image: 0 loaded in 0.00 s"
-        );
     }
 
     #[test]

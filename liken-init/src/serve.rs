@@ -99,6 +99,7 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                 }
             }
             Event::Signal(action) => shutdown(&mut boot, &mut sup, &events, action),
+            Event::Problem(problem) => boot.problems.push(problem),
             Event::Control { request, reply } => match request {
                 Request::Status => {
                     let _ = reply.send(Response::Status(status(&boot, &sup)));

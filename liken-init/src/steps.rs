@@ -12,6 +12,10 @@
 //! Coldplug runs before the Machine is chosen (SPEC.md lists it after)
 //! because the choice can depend on a network card's MAC address, and
 //! the card has no /sys/class/net entry until its driver is loaded.
+//! That first coldplug uses the initramfs's few drivers; the root step
+//! starts a second, from the system image's full tree, on a worker
+//! thread ([`crate::image_modules`]) so the steps after it need not wait
+//! for drivers only some of them need ([`Boot::load_modules`]).
 //! The layer's choice lets the root step find the disks; the documents
 //! step, once /var is the data partition, promotes staged documents
 //! and makes the running pair the boot's Machine and Cluster
@@ -122,6 +126,10 @@ pub struct Boot {
     pub modules: Option<ModuleTree>,
     /// Modules loaded or attempted, so no module is tried twice.
     pub modules_done: std::collections::HashSet<String>,
+    /// The worker loading the system image's modules, once the root is
+    /// switched; while it runs it owns the full tree, and module loads
+    /// go through it ([`Boot::load_modules`]).
+    pub image_modules: Option<crate::image_modules::ImageModules>,
     /// The Cluster document, when valid.
     pub cluster: Option<Cluster>,
     /// This computer's Machine document, when chosen and valid.
@@ -151,6 +159,7 @@ impl Boot {
             cmdline: Cmdline::default(),
             modules: None,
             modules_done: Default::default(),
+            image_modules: None,
             cluster: None,
             machine: None,
             record: None,
@@ -159,6 +168,34 @@ impl Boot {
             problems: Vec::new(),
             assessment: None,
         }
+    }
+}
+
+impl Boot {
+    /// Loads `names` and their dependencies: through the image's module
+    /// worker when it runs, else from the tree this boot opened. `None`
+    /// when there is no tree to load from (the modules or image-modules
+    /// line said why).
+    pub fn load_modules(&mut self, names: &[&str]) -> Option<modload::Report> {
+        // Names this boot has loaded need no round trip to the worker.
+        let names: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !self.modules_done.contains(&crate::coldplug::module_name(n)))
+            .collect();
+        if names.is_empty() {
+            return Some(modload::Report::default());
+        }
+        if let Some(worker) = &self.image_modules {
+            return worker.load(&names);
+        }
+        let tree = self.modules.as_ref()?;
+        Some(modload::load(
+            tree,
+            &*self.sys.modules,
+            names.iter().copied(),
+            &mut self.modules_done,
+        ))
     }
 }
 
@@ -326,7 +363,14 @@ fn load_modules(boot: &mut Boot) -> Outcome {
             ));
         }
     };
-    let report = modload::coldplug(&tree, &*boot.sys.modules, &boot.paths.sys, &[]);
+    // Boot assessment reads EFI variables; loading their filesystem
+    // here, from the initramfs, spares it a wait for the image's tree.
+    let base: &[&str] = if crate::sys::efivars::is_efi_boot(&boot.paths.sys) {
+        &["efivarfs"]
+    } else {
+        &[]
+    };
+    let report = modload::coldplug(&tree, &*boot.sys.modules, &boot.paths.sys, base);
     boot.modules_done.extend(report.loaded.iter().cloned());
     boot.modules_done
         .extend(modload::loaded_modules(&boot.paths.sys));
@@ -375,18 +419,14 @@ fn load_machine_modules(boot: &mut Boot) -> Outcome {
     if machine.spec.modules.is_empty() {
         return Outcome::ok_with("none listed");
     }
-    let Some(tree) = &boot.modules else {
+    let names: Vec<String> = machine.spec.modules.clone();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let t0 = Instant::now();
+    let Some(report) = boot.load_modules(&names) else {
         return Outcome::Failed(
-            "the module tree could not be opened (see the modules line)".into(),
+            "the module tree could not be opened (see the modules and image-modules lines)".into(),
         );
     };
-    let t0 = Instant::now();
-    let report = modload::load(
-        tree,
-        &*boot.sys.modules,
-        machine.spec.modules.iter().map(String::as_str),
-        &mut boot.modules_done,
-    );
     match modload::describe(&report, t0.elapsed().as_secs_f64()) {
         Ok(text) => Outcome::ok_with(text),
         Err(text) => Outcome::Failed(text),
@@ -418,7 +458,15 @@ fn configure_network(boot: &mut Boot) -> Outcome {
     };
     let none = liken_api::machine::NetworkSpec::default();
     let spec = machine.spec.network.as_ref().unwrap_or(&none);
-    let found = net::read_interfaces(&boot.paths.sys);
+    let mut found = net::read_interfaces(&boot.paths.sys);
+    // A named interface's driver may be one the image's modules are
+    // still loading: wait for them rather than report it missing.
+    if net::decide_wait_for_drivers(spec, &found)
+        && let Some(worker) = &boot.image_modules
+    {
+        worker.settled();
+        found = net::read_interfaces(&boot.paths.sys);
+    }
     match net::configure(
         spec,
         &found,

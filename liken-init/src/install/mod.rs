@@ -287,16 +287,10 @@ fn run(boot: &mut Boot, paths: &InstallPaths) -> Result<(Installed, Option<Strin
     let Some(machine) = boot.machine.clone() else {
         return Err(InstallError::NoMachine);
     };
-    if let Some(tree) = &boot.modules {
-        let report = modload::load(
-            tree,
-            &*boot.sys.modules,
-            STICK_MODULES.iter().copied(),
-            &mut boot.modules_done,
-        );
-        if let Err(text) = modload::describe(&report, 0.0) {
-            say(&format!("loading the modules for a stick: {text}"));
-        }
+    if let Some(report) = boot.load_modules(STICK_MODULES)
+        && let Err(text) = modload::describe(&report, 0.0)
+    {
+        say(&format!("loading the modules for a stick: {text}"));
     }
     let origin = find_origin(paths, STICK_WAIT).map_err(InstallError::Source)?;
     let (root, stick_disk) = match &origin {

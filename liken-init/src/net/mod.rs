@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-use liken_api::machine::NetworkSpec;
+use liken_api::machine::{InterfaceSpec, NetworkSpec};
 use liken_api::validate::{parse_cidr, parse_mac};
 
 use crate::sys::netlink::{Netlink, Request};
@@ -130,6 +130,37 @@ fn v4_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
     }
 }
 
+/// The interface a spec entry names by `name`, by its parsed `mac`, or
+/// both; none when it names neither.
+fn find_interface<'a>(
+    iface: &InterfaceSpec,
+    mac: Option<[u8; 6]>,
+    found: &'a [Found],
+) -> Option<&'a Found> {
+    if iface.name.is_none() && mac.is_none() {
+        return None;
+    }
+    found.iter().find(|f| {
+        iface.name.as_ref().is_none_or(|n| *n == f.name) && mac.is_none_or(|m| f.mac == Some(m))
+    })
+}
+
+/// Whether to wait for the system image's drivers before configuring:
+/// an interface `spec` names (by a valid name or MAC) is not among
+/// `found`, and its driver may be among the modules still loading
+/// ([`crate::image_modules`]). An entry that can never match (a bad MAC,
+/// neither name nor MAC) is left to [`decide_network`] to report.
+pub fn decide_wait_for_drivers(spec: &NetworkSpec, found: &[Found]) -> bool {
+    spec.interfaces.iter().any(|iface| {
+        let mac = match iface.mac.as_deref().map(parse_mac) {
+            Some(None) => return false,
+            Some(Some(m)) => Some(m),
+            None => None,
+        };
+        (iface.name.is_some() || mac.is_some()) && find_interface(iface, mac, found).is_none()
+    })
+}
+
 /// What to do for `spec` on a machine with interfaces `found`: the
 /// loopback up first, then per spec entry its link up, its static
 /// addresses, its DHCP lease, and its static routes (last, as their
@@ -152,12 +183,7 @@ pub fn decide_network(spec: &NetworkSpec, found: &[Found]) -> Vec<Action> {
             )));
             continue;
         }
-        let want_mac = want_mac.flatten();
-        let hit = found.iter().find(|f| {
-            iface.name.as_ref().is_none_or(|n| *n == f.name)
-                && want_mac.is_none_or(|m| f.mac == Some(m))
-        });
-        let Some(hit) = hit.filter(|_| iface.name.is_some() || want_mac.is_some()) else {
+        let Some(hit) = find_interface(iface, want_mac.flatten(), found) else {
             let have: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
             actions.push(Action::Problem(format!(
                 "interface {wanted} not found (have: {}); check the Machine document or that the driver is in spec.modules",
@@ -413,7 +439,7 @@ pub fn decide_resolv(spec: &NetworkSpec, leased: &[Ipv4Addr]) -> Option<String> 
 mod tests {
     use super::*;
     use crate::sys::netlink::FakeNetlink;
-    use liken_api::machine::{InterfaceSpec, RouteSpec};
+    use liken_api::machine::RouteSpec;
 
     const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 
@@ -743,6 +769,33 @@ mod tests {
             "{err}"
         );
         assert!(err.ends_with("(done: loopback only)"), "{err}");
+    }
+
+    #[test]
+    fn waits_for_drivers_only_for_a_named_interface_not_there_yet() {
+        let all = found();
+        let lo_only = &all[..1];
+        // dhcp_spec names its interface by MAC: missing with lo alone.
+        assert!(decide_wait_for_drivers(&dhcp_spec(), lo_only));
+        assert!(!decide_wait_for_drivers(&dhcp_spec(), &all));
+        let named = |name: Option<&str>, mac: Option<&str>| NetworkSpec {
+            interfaces: vec![InterfaceSpec {
+                name: name.map(str::to_owned),
+                mac: mac.map(str::to_owned),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(decide_wait_for_drivers(&named(Some("eth0"), None), lo_only));
+        assert!(!decide_wait_for_drivers(&named(Some("eth0"), None), &all));
+        // No interfaces, a MAC that is not one, or an entry naming
+        // nothing: no driver can help, so nothing to wait for.
+        assert!(!decide_wait_for_drivers(&NetworkSpec::default(), lo_only));
+        assert!(!decide_wait_for_drivers(
+            &named(None, Some("not-a-mac")),
+            lo_only
+        ));
+        assert!(!decide_wait_for_drivers(&named(None, None), lo_only));
     }
 
     #[test]

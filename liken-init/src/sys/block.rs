@@ -1,7 +1,7 @@
 //! Block devices: finding GPT partitions by their label.
 //!
 //! The kernel exports each partition's GPT name as `PARTNAME=` in
-//! /sys/class/block/<dev>/uevent, so init finds LIKEN-A, LIKEN-B and
+//! `/sys/class/block/<dev>/uevent`, so init finds LIKEN-A, LIKEN-B and
 //! LIKEN-DATA without reading partition tables itself. The seam is the
 //! sysfs root, which tests point at a temporary tree.
 

@@ -36,8 +36,9 @@ pub mod sysctl;
 pub struct Sys {
     /// mount(2).
     pub mount: Box<dyn mount::Mounter + Send>,
-    /// finit_module(2).
-    pub modules: Box<dyn modules::ModuleLoader + Send>,
+    /// finit_module(2); shared, as the image's modules load on a worker
+    /// thread beside the boot steps ([`crate::image_modules`]).
+    pub modules: std::sync::Arc<dyn modules::ModuleLoader + Send + Sync>,
     /// sync(2) and reboot(2).
     pub power: Box<dyn power::Power + Send>,
     /// rtnetlink: links, addresses, routes.
@@ -59,7 +60,7 @@ impl Sys {
         Sys {
             run: std::sync::Arc::new(command::RealRunner { table }),
             mount: Box::new(mount::RealMounter),
-            modules: Box::new(modules::RealLoader),
+            modules: std::sync::Arc::new(modules::RealLoader),
             power: Box::new(power::RealPower),
             netlink: Box::new(netlink::RealNetlink::new()),
             sysctl: Box::new(sysctl::RealSysctl),

@@ -8,7 +8,8 @@
 //! run in the child between fork and exec, which only
 //! `CommandExt::pre_exec` offers, and that is unsafe. This module is
 //! the one place in init that allows unsafe code, which is why it also
-//! holds [`trim_heap`], init's one call into the C library's allocator.
+//! holds [`trim_heap`], init's one call into the C library's allocator,
+//! and [`set_thread_nice`], which nix does not wrap.
 
 #![allow(unsafe_code)]
 
@@ -28,6 +29,27 @@ pub fn trim_heap() {
     // reports whether it released any; no Rust object is touched.
     unsafe {
         nix::libc::malloc_trim(0);
+    }
+}
+
+/// Sets the calling thread's nice value (Linux schedules threads, and
+/// setpriority with a thread id applies to that thread alone). Used for
+/// work that runs beside the boot steps, so that on a machine with one
+/// CPU the steps get it first.
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    let tid = nix::unistd::gettid().as_raw();
+    let Ok(who) = nix::libc::id_t::try_from(tid) else {
+        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+    };
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; it fails cleanly (EACCES, ESRCH) on bad arguments.
+    let rc = unsafe {
+        nix::libc::setpriority(nix::libc::PRIO_PROCESS, who, nix::libc::c_int::from(nice))
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -9,7 +9,8 @@
 //!
 //! - `run` (the default): print the arguments it was started with,
 //!   init's resident memory and the boot record init published, then
-//!   stay up.
+//!   init's resident memory again once its image-modules worker has
+//!   ended (`init settled VmRSS: ...`), then stay up.
 //! - `exit:<code>`: stay up half a second, then exit with `<code>`
 //!   (every run, so init's backoff shows).
 //! - `reboot` or `poweroff`: ask init for its status and then for a
@@ -167,6 +168,38 @@ fn write_release(from: &str) {
     }
 }
 
+/// init's `VmRSS: <n> kB` line from /proc/1/status, spaces collapsed.
+fn init_rss() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/1/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    Some(line.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// Waits until init has no thread named `image-modules` (the worker
+/// liken-init starts after a switch root); false when it outlives
+/// `limit`.
+fn wait_for_worker(limit: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        let running = std::fs::read_dir("/proc/1/task")
+            .map(|tasks| {
+                tasks.filter_map(|t| t.ok()).any(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "image-modules")
+                })
+            })
+            .unwrap_or(false);
+        if !running {
+            return true;
+        }
+        if start.elapsed() > limit {
+            say("init's image-modules worker is still running");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn stay_up() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
@@ -217,18 +250,8 @@ fn main() {
         _ => {
             // init's resident memory now that it supervises, for the
             // benchmark.
-            if let Some(rss) = std::fs::read_to_string("/proc/1/status")
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find(|l| l.starts_with("VmRSS:"))
-                        .map(str::to_owned)
-                })
-            {
-                say(&format!(
-                    "init {}",
-                    rss.split_whitespace().collect::<Vec<_>>().join(" ")
-                ));
+            if let Some(rss) = init_rss() {
+                say(&format!("init {rss}"));
             }
             match std::fs::read_to_string("/run/liken/boot.json") {
                 Ok(text) => say(&format!(
@@ -236,6 +259,14 @@ fn main() {
                     text.split_whitespace().collect::<Vec<_>>().join("")
                 )),
                 Err(e) => say(&format!("no boot record: {e}")),
+            }
+            // And once the boot has settled: after a switch root, init's
+            // image-modules worker may still be loading (and holding the
+            // full module tree) when the service starts.
+            if wait_for_worker(Duration::from_secs(120))
+                && let Some(rss) = init_rss()
+            {
+                say(&format!("init settled {rss}"));
             }
             stay_up();
         }
