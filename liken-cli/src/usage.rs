@@ -94,9 +94,9 @@ pub const MINT: Entry = Entry {
     synopsis: "liken mint <identity-dir>",
     about: "\
 Create a new cluster identity: the certificate authorities, the
-service-account signing key and the join token that every machine of
-one cluster shares, in the file layout k3s reads. It refuses to write
-over an identity that is already there.",
+service-account signing key, the server token that leaders join with and
+the agent token that followers join with, in the file layout k3s reads.
+It refuses to write over an identity that is already there.",
     options: &[],
     hidden: false,
 };
@@ -107,9 +107,10 @@ pub const ADOPT: Entry = Entry {
     synopsis: "liken adopt <harvest-dir> <identity-dir>",
     about: "\
 Arrange identity files copied off an existing k3s server (its
-server/tls directory and server/token, under <harvest-dir>) as an
-identity directory. Any k3s cluster can be adopted, so liken machines
-can join a cluster you already run.",
+server/tls directory, server/token and server/agent-token when it has
+one, under <harvest-dir>) as an identity directory. Without an agent
+token of its own, a new one is minted. Any k3s cluster can be adopted,
+so liken machines can join a cluster you already run.",
     options: &[],
     hidden: false,
 };
@@ -316,7 +317,7 @@ commands read:
   <deployment-dir>/identity/            from `liken mint` or `liken adopt`
   <deployment-dir>/identity/kubeconfig  from `liken kubeconfig`
 
-An identity directory holds the certificate authorities and join token
+An identity directory holds the certificate authorities and the tokens
 that make a cluster one cluster. Some of its files are private keys:
 keep it out of version control.
 

@@ -1,13 +1,16 @@
-//! Reading the PEM files an identity is made of, whoever wrote them.
+//! Reading and writing the PEM files an identity is made of, whoever
+//! wrote them.
 //!
-//! `mint` writes private keys as PKCS#8 (`PRIVATE KEY`), which k3s and
-//! client-go read. A harvest from a k3s server holds SEC1 keys
-//! (`EC PRIVATE KEY`, what Go's x509.MarshalECPrivateKey writes) and
-//! possibly PKCS#1 RSA keys from a hand-made CA. rcgen on ring signs only
+//! k3s writes EC keys as SEC1 (`EC PRIVATE KEY`, Go's
+//! x509.MarshalECPrivateKey), and `mint` writes the same ([`sec1_pem`]):
+//! kube-apiserver reads `--service-account-key-file` with client-go's
+//! keyutil.ParsePublicKeysPEM, which takes an EC private key only as SEC1
+//! (PKCS#8 is tried for RSA keys alone). A harvest may also hold PKCS#8
+//! keys or PKCS#1 RSA keys from a hand-made CA. rcgen on ring signs only
 //! with PKCS#8 keys, so [`signing_key`] rewraps the other two forms in a
 //! PKCS#8 envelope in memory: the inner structure is unchanged, only the
-//! algorithm identifier around it is added. Files are never rewritten;
-//! `adopt` copies them byte for byte.
+//! algorithm identifier around it is added. Harvested files are never
+//! rewritten; `adopt` copies them byte for byte.
 
 use rcgen::{KeyPair, PublicKeyData};
 
@@ -41,6 +44,56 @@ pub fn signing_key(text: &[u8]) -> Result<KeyPair, PemProblem> {
         })??;
     KeyPair::try_from(pkcs8.as_slice())
         .map_err(|e| PemProblem(format!("the private key cannot be used to sign: {e}")))
+}
+
+/// An ECDSA key as a SEC1 PEM block (`EC PRIVATE KEY`) with its curve
+/// named in the `[0] parameters` field, as Go's x509.MarshalECPrivateKey
+/// writes it: Go's ParseECPrivateKey (and so kube-apiserver) refuses a
+/// SEC1 key that does not name its curve, and ring's PKCS#8 leaves the
+/// curve to the outer algorithm identifier, so it is moved inside.
+pub fn sec1_pem(key: &KeyPair) -> Result<String, PemProblem> {
+    let bad = || PemProblem("the key is not an ECDSA PKCS#8 key".into());
+    // PrivateKeyInfo: version, AlgorithmIdentifier, OCTET STRING (SEC1).
+    let (tag, info, _) = read_tlv(key.serialized_der()).ok_or_else(bad)?;
+    let (_, _version, rest) = read_tlv(info)
+        .filter(|t| tag == 0x30 && t.0 == 0x02)
+        .ok_or_else(bad)?;
+    let (tag, alg, rest) = read_tlv(rest).ok_or_else(bad)?;
+    let (oid_tag, alg_oid, curve) = read_tlv(alg).filter(|_| tag == 0x30).ok_or_else(bad)?;
+    if oid_tag != 0x06 || der(0x06, alg_oid) != OID_EC_PUBLIC_KEY {
+        return Err(bad());
+    }
+    let (tag, inner, _) = read_tlv(rest).ok_or_else(bad)?;
+    // ECPrivateKey: version, privateKey, [0] parameters?, [1] publicKey?
+    let (seq, body, _) = read_tlv(inner).filter(|_| tag == 0x04).ok_or_else(bad)?;
+    let (t1, version, rest) = read_tlv(body).filter(|_| seq == 0x30).ok_or_else(bad)?;
+    let (t2, private, mut rest) = read_tlv(rest).ok_or_else(bad)?;
+    if t1 != 0x02 || t2 != 0x04 {
+        return Err(bad());
+    }
+    let mut fields = vec![der(0x02, version), der(0x04, private)];
+    let mut have_parameters = false;
+    while !rest.is_empty() {
+        let (t, value, after) = read_tlv(rest).ok_or_else(bad)?;
+        if t == 0xa0 {
+            have_parameters = true;
+        } else if t == 0xa1 && !have_parameters {
+            fields.push(der(0xa0, curve));
+            have_parameters = true;
+        }
+        fields.push(der(t, value));
+        rest = after;
+    }
+    if !have_parameters {
+        fields.push(der(0xa0, curve));
+    }
+    let sec1 = der(0x30, &fields.concat());
+    // Go's pem.Encode: LF line endings, 64 columns.
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    Ok(pem::encode_config(
+        &pem::Pem::new("EC PRIVATE KEY", sec1),
+        config,
+    ))
 }
 
 /// Whether `key` is the private half of the certificate `cert_der`.
@@ -202,6 +255,22 @@ mod tests {
         let pem = pem::encode(&pem::Pem::new("EC PRIVATE KEY", sec1.to_vec()));
         let back = signing_key(pem.as_bytes()).unwrap();
         assert_eq!(back.public_key_raw(), key.public_key_raw());
+    }
+
+    #[test]
+    fn a_key_written_as_sec1_names_its_curve_and_loads_again() {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let text = sec1_pem(&key).unwrap();
+        assert!(
+            text.starts_with("-----BEGIN EC PRIVATE KEY-----\n"),
+            "{text}"
+        );
+        let block = pem::parse(&text).unwrap();
+        assert_eq!(sec1_curve_oid(block.contents()), Some(Some(OID_P256)));
+        let back = signing_key(text.as_bytes()).unwrap();
+        assert_eq!(back.public_key_raw(), key.public_key_raw());
+        let rsa = "-----BEGIN PRIVATE KEY-----\nMAA=\n-----END PRIVATE KEY-----\n";
+        assert!(signing_key(rsa.as_bytes()).is_err());
     }
 
     #[test]

@@ -1,13 +1,23 @@
 //! `liken mint`: a new cluster identity.
 //!
 //! Five self-signed ECDSA P-256 CAs (what k3s itself makes), a P-256
-//! service-account signing key, and a join token with a 128-bit secret,
-//! all from the system CSPRNG. Everything is made in memory first and
-//! written only once it all exists, so a failure leaves nothing behind.
+//! service-account signing key, a server token and an agent token, each
+//! with a 128-bit secret in hex as k3s makes its own (pkg/util, Random(16)
+//! in pkg/daemons/control/deps/deps.go getServerPass), all from the
+//! system CSPRNG. Everything is made in memory first and written only
+//! once it all exists, so a failure leaves nothing behind.
 //!
-//! The CAs live ten years, as k3s's own do. Their validity starts five
-//! minutes in the past, so a machine whose clock lags the workstation's a
-//! little still accepts them at first boot.
+//! Private keys are SEC1 (`EC PRIVATE KEY`), as k3s writes its own
+//! (dynamiclistener's cert.EncodePrivateKeyPEM, called from
+//! pkg/daemons/control/deps/deps.go): kube-apiserver reads
+//! `--service-account-key-file` with client-go's keyutil.PublicKeysFromFile,
+//! which takes EC keys only in that form, and k3s passes it `service.key`
+//! (pkg/daemons/control/server.go, apiServer).
+//!
+//! The CAs live ten years, as k3s's own do. Their validity starts a day
+//! in the past, so a machine whose clock is hours behind the
+//! workstation's (a dead RTC battery, a timezone set on the hardware
+//! clock) still accepts them at first boot.
 
 use std::path::Path;
 
@@ -17,13 +27,16 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use super::{Ca, IdentityError, IdentityFile, files, join_token, keys, random};
+use super::{
+    AGENT_TOKEN, Ca, IdentityError, IdentityFile, SERVER_CA_CERT, SERVICE_KEY, TLS_DIR, TOKEN,
+    TokenUser, files, format_token, keys, random,
+};
 use crate::{Io, args::Parsed};
 
 /// How long a minted CA is valid.
 pub const CA_LIFETIME: Duration = Duration::days(3650);
 /// How far into the past validity starts (clock skew between machines).
-pub const BACKDATE: Duration = Duration::minutes(5);
+pub const BACKDATE: Duration = Duration::days(1);
 
 /// Runs `liken mint <identity-dir>`.
 pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
@@ -49,22 +62,50 @@ pub fn mint(dir: &Path) -> Result<(), IdentityError> {
 
 /// Every file of a new identity, in [`files`] order.
 pub fn generate(now: OffsetDateTime) -> Result<Vec<(IdentityFile, Vec<u8>)>, IdentityError> {
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    let mut server_ca = Vec::new();
+    let mut made: Vec<(String, Vec<u8>)> = Vec::new();
     for ca in super::CAS {
         let (cert, key) = self_signed_ca(ca, now)?;
-        if ca.stem == "server-ca" {
-            server_ca = cert.clone().into_bytes();
-        }
-        bytes.push(cert.into_bytes());
-        bytes.push(key.into_bytes());
+        made.push((format!("{TLS_DIR}/{}.crt", ca.stem), cert.into_bytes()));
+        made.push((format!("{TLS_DIR}/{}.key", ca.stem), key));
     }
-    bytes.push(new_key("service-account")?.serialize_pem().into_bytes());
-    let mut secret = [0u8; 16];
-    random(&mut secret)?;
-    let token = join_token(&server_ca, &keys::hex(&secret));
-    bytes.push(format!("{token}\n").into_bytes());
-    Ok(files().into_iter().zip(bytes).collect())
+    made.push((SERVICE_KEY.to_owned(), sec1(&new_key("service-account")?)?));
+    let server_ca = lookup(&made, SERVER_CA_CERT).to_vec();
+    for (rel, user) in [(TOKEN, TokenUser::Server), (AGENT_TOKEN, TokenUser::Node)] {
+        let mut secret = [0u8; 16];
+        random(&mut secret)?;
+        let token = format_token(&server_ca, user, &keys::hex(&secret)).map_err(|why| {
+            IdentityError::Encoding {
+                what: rel.to_owned(),
+                why,
+            }
+        })?;
+        made.push((rel.to_owned(), format!("{token}\n").into_bytes()));
+    }
+    Ok(files()
+        .into_iter()
+        .map(|f| {
+            let bytes = lookup(&made, &f.rel).to_vec();
+            (f, bytes)
+        })
+        .collect())
+}
+
+/// The bytes made for `rel` (every file of [`files`] is made above).
+fn lookup<'a>(made: &'a [(String, Vec<u8>)], rel: &str) -> &'a [u8] {
+    made.iter()
+        .find(|(r, _)| r == rel)
+        .map(|(_, b)| b.as_slice())
+        .unwrap_or_default()
+}
+
+/// A key as SEC1 PEM, the form k3s writes.
+fn sec1(key: &KeyPair) -> Result<Vec<u8>, IdentityError> {
+    keys::sec1_pem(key)
+        .map(String::into_bytes)
+        .map_err(|p| IdentityError::Encoding {
+            what: "a private key".into(),
+            why: p.0,
+        })
 }
 
 fn new_key(what: &str) -> Result<KeyPair, IdentityError> {
@@ -85,8 +126,8 @@ pub(crate) fn serial() -> Result<SerialNumber, IdentityError> {
     Ok(SerialNumber::from_slice(&b))
 }
 
-/// One CA: (certificate PEM, private key PEM).
-fn self_signed_ca(ca: Ca, now: OffsetDateTime) -> Result<(String, String), IdentityError> {
+/// One CA: (certificate PEM, private key PEM in SEC1).
+fn self_signed_ca(ca: Ca, now: OffsetDateTime) -> Result<(String, Vec<u8>), IdentityError> {
     let key = new_key(ca.stem)?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -110,7 +151,7 @@ fn self_signed_ca(ca: Ca, now: OffsetDateTime) -> Result<(String, String), Ident
             what: ca.stem.to_owned(),
             source,
         })?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok((cert.pem(), sec1(&key)?))
 }
 
 #[cfg(test)]
@@ -156,26 +197,68 @@ mod tests {
     }
 
     #[test]
-    fn the_token_names_the_server_ca_and_secrets_differ_per_mint() {
+    fn the_tokens_name_the_server_ca_and_secrets_differ() {
+        use super::super::{decide_token, token_secret};
         let now = OffsetDateTime::now_utc();
         let a = generate(now).unwrap();
         let b = generate(now).unwrap();
         let get = |c: &[(IdentityFile, Vec<u8>)], rel: &str| {
             c.iter().find(|(f, _)| f.rel == rel).unwrap().1.clone()
         };
-        let token = String::from_utf8(get(&a, super::super::TOKEN)).unwrap();
-        let ca = get(&a, super::super::SERVER_CA_CERT);
+        let text =
+            |c: &[(IdentityFile, Vec<u8>)], rel: &str| String::from_utf8(get(c, rel)).unwrap();
+        let ca = get(&a, SERVER_CA_CERT);
+        let server = text(&a, TOKEN);
+        let agent = text(&a, AGENT_TOKEN);
+        // k3s's form: K10<sha256 of the one-certificate file>::<user>:<hex>.
+        use sha2::Digest;
+        let hash = keys::hex(&sha2::Sha256::digest(&ca));
+        assert!(
+            server.starts_with(&format!("K10{hash}::server:")),
+            "{server}"
+        );
+        assert!(agent.starts_with(&format!("K10{hash}::node:")), "{agent}");
         assert_eq!(
-            super::super::decide_token(&token, &ca).unwrap(),
-            token.trim()
+            decide_token(&server, &ca, TokenUser::Server).unwrap(),
+            server.trim()
         );
-        let secret = token.trim().rsplit(':').next().unwrap();
-        assert_eq!(secret.len(), 32);
-        assert_ne!(get(&a, super::super::TOKEN), get(&b, super::super::TOKEN));
-        assert_ne!(
-            get(&a, super::super::SERVICE_KEY),
-            get(&b, super::super::SERVICE_KEY)
+        assert_eq!(
+            decide_token(&agent, &ca, TokenUser::Node).unwrap(),
+            agent.trim()
         );
+        for t in [&server, &agent] {
+            let secret = token_secret(t);
+            assert_eq!(secret.len(), 32);
+            assert!(secret.bytes().all(|c| c.is_ascii_hexdigit()), "{secret}");
+        }
+        assert_ne!(token_secret(&server), token_secret(&agent));
+        assert_ne!(get(&a, TOKEN), get(&b, TOKEN));
+        assert_ne!(get(&a, AGENT_TOKEN), get(&b, AGENT_TOKEN));
+        assert_ne!(get(&a, SERVICE_KEY), get(&b, SERVICE_KEY));
+    }
+
+    #[test]
+    fn keys_are_sec1_and_validity_starts_a_day_back() {
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        for (file, bytes) in generate(now).unwrap() {
+            let text = String::from_utf8(bytes).unwrap();
+            match file.kind {
+                super::super::FileKind::Key => {
+                    assert!(
+                        text.starts_with("-----BEGIN EC PRIVATE KEY-----\n"),
+                        "{}: {text}",
+                        file.rel
+                    );
+                }
+                super::super::FileKind::Certificate => {
+                    let der = keys::first_certificate(text.as_bytes()).unwrap();
+                    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+                    let from = cert.validity().not_before.timestamp();
+                    assert_eq!(from, 1_800_000_000 - 86_400, "{}", file.rel);
+                }
+                super::super::FileKind::Token(_) => {}
+            }
+        }
     }
 
     #[test]

@@ -11,21 +11,35 @@
 //! <identity-dir>/server/tls/request-header-ca.crt, request-header-ca.key
 //! <identity-dir>/server/tls/etcd/peer-ca.crt, etcd/peer-ca.key
 //! <identity-dir>/server/tls/etcd/server-ca.crt, etcd/server-ca.key
-//! <identity-dir>/server/tls/service.key    service-account signing key
-//! <identity-dir>/server/token              K10<sha256 of server-ca.crt>::server:<secret>
+//! <identity-dir>/server/tls/service.key    service-account signing key (SEC1)
+//! <identity-dir>/server/token              K10<CA hash>::server:<secret>
+//! <identity-dir>/server/agent-token        K10<CA hash>::node:<secret>
 //! ```
 //!
 //! k3s derives every leaf certificate (serving, kubelet, controller
 //! clients) from these CAs on start, and derives `service.current.key`
-//! from the first key in `service.key` on every start, so neither is part
-//! of the identity. The token's hash lets a joining machine check the
-//! server's CA before it sends the secret.
+//! from the first key in `service.key` on every start
+//! (k3s pkg/daemons/control/deps/deps.go, genServiceAccount), so neither
+//! is part of the identity.
+//!
+//! Two tokens, as k3s keeps them (pkg/server/server.go, printTokens):
+//! `server/token` joins servers and `server/agent-token` joins agents.
+//! The part after `::` is a user and password of k3s's supervisor
+//! (pkg/daemons/control/deps/deps.go, genUsers and readTokens: the users
+//! `server` and `node`); a server started with `agent-token-file` takes
+//! the node password from it (pkg/passwd/passwd.go, EnsureUser, which
+//! strips the `K10<hash>::node:` prefix). A follower therefore holds only
+//! the agent token, which cannot join a server or read the datastore. The
+//! hash in front lets a joining machine check the server's CA before it
+//! sends the secret ([`cahash`]).
 //!
 //! Modules: [`mint`] creates an identity, [`adopt`] arranges one harvested
-//! from a k3s server, [`kubeconfig`] derives an admin credential, and
-//! [`keys`] reads the PEM files all of them share.
+//! from a k3s server, [`kubeconfig`] derives an admin credential,
+//! [`keys`] reads the PEM files all of them share, and [`cahash`] is
+//! k3s's hash of the server CA that tokens carry.
 
 pub mod adopt;
+pub mod cahash;
 pub mod keys;
 pub mod kubeconfig;
 pub mod mint;
@@ -71,8 +85,10 @@ pub const CAS: [Ca; 5] = [
 pub const TLS_DIR: &str = "server/tls";
 /// The service-account signing key.
 pub const SERVICE_KEY: &str = "server/tls/service.key";
-/// The join token.
+/// The server token: joins servers (leaders).
 pub const TOKEN: &str = "server/token";
+/// The agent token: joins agents (followers); k3s's own name for it.
+pub const AGENT_TOKEN: &str = "server/agent-token";
 /// The server CA's certificate, whose hash the token carries.
 pub const SERVER_CA_CERT: &str = "server/tls/server-ca.crt";
 /// The client CA, which signs admin credentials.
@@ -80,36 +96,80 @@ pub const CLIENT_CA_CERT: &str = "server/tls/client-ca.crt";
 /// The client CA's key.
 pub const CLIENT_CA_KEY: &str = "server/tls/client-ca.key";
 
+/// The supervisor user a token's credentials name (k3s
+/// pkg/daemons/control/deps/deps.go, readTokens: `server:` and `node:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenUser {
+    /// The server token's user: may join servers and agents.
+    Server,
+    /// The agent token's user: may join agents only.
+    Node,
+}
+
+impl TokenUser {
+    /// The user name as the token spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenUser::Server => "server",
+            TokenUser::Node => "node",
+        }
+    }
+}
+
+/// What an identity file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A CA certificate (public).
+    Certificate,
+    /// A private key.
+    Key,
+    /// A token for the given user.
+    Token(TokenUser),
+}
+
 /// One file of an identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentityFile {
     /// The path relative to the identity directory.
     pub rel: String,
-    /// Whether it is a secret (written 0600).
+    /// What the file holds.
+    pub kind: FileKind,
+    /// Whether it is a secret (written 0600): keys and tokens.
     pub private: bool,
+}
+
+impl IdentityFile {
+    fn new(rel: String, kind: FileKind) -> IdentityFile {
+        IdentityFile {
+            rel,
+            private: kind != FileKind::Certificate,
+            kind,
+        }
+    }
 }
 
 /// Every file an identity holds, in a fixed order.
 pub fn files() -> Vec<IdentityFile> {
     let mut out = Vec::new();
     for ca in CAS {
-        out.push(IdentityFile {
-            rel: format!("{TLS_DIR}/{}.crt", ca.stem),
-            private: false,
-        });
-        out.push(IdentityFile {
-            rel: format!("{TLS_DIR}/{}.key", ca.stem),
-            private: true,
-        });
+        out.push(IdentityFile::new(
+            format!("{TLS_DIR}/{}.crt", ca.stem),
+            FileKind::Certificate,
+        ));
+        out.push(IdentityFile::new(
+            format!("{TLS_DIR}/{}.key", ca.stem),
+            FileKind::Key,
+        ));
     }
-    out.push(IdentityFile {
-        rel: SERVICE_KEY.to_owned(),
-        private: true,
-    });
-    out.push(IdentityFile {
-        rel: TOKEN.to_owned(),
-        private: true,
-    });
+    out.push(IdentityFile::new(SERVICE_KEY.to_owned(), FileKind::Key));
+    out.push(IdentityFile::new(
+        TOKEN.to_owned(),
+        FileKind::Token(TokenUser::Server),
+    ));
+    out.push(IdentityFile::new(
+        AGENT_TOKEN.to_owned(),
+        FileKind::Token(TokenUser::Node),
+    ));
     out
 }
 
@@ -148,6 +208,14 @@ pub enum IdentityError {
         what: String,
         /// rcgen's reason.
         source: rcgen::Error,
+    },
+    /// A made file could not be encoded (a bug: what mint makes is
+    /// always encodable).
+    Encoding {
+        /// Which file.
+        what: String,
+        /// Why.
+        why: String,
     },
     /// The system's random source failed.
     Random,
@@ -189,6 +257,10 @@ impl fmt::Display for IdentityError {
             IdentityError::Certificate { what, source } => {
                 write!(f, "making the {what} certificate: {source}")
             }
+            IdentityError::Encoding { what, why } => write!(
+                f,
+                "encoding {what}: {why}; nothing was written, please report this"
+            ),
             IdentityError::Random => write!(
                 f,
                 "the system's random number source failed; nothing was written, try again"
@@ -215,44 +287,62 @@ pub(crate) fn random(buf: &mut [u8]) -> Result<(), IdentityError> {
         .map_err(|_| IdentityError::Random)
 }
 
-/// The join token for a server CA certificate file's bytes and a secret:
-/// k3s's secure format, whose hash a joining machine checks against the
-/// CA the server presents.
-pub fn join_token(server_ca_pem: &[u8], secret: &str) -> String {
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(server_ca_pem);
-    format!("K10{}::server:{secret}", keys::hex(&hash))
+/// A token in k3s's secure form for a server CA file's bytes, a user and
+/// a secret: `K10<CA hash>::<user>:<secret>` (k3s
+/// pkg/clientaccess/token.go, FormatTokenBytes). A joining machine checks
+/// the hash against the CA the server presents before it sends the
+/// secret.
+pub fn format_token(server_ca_pem: &[u8], user: TokenUser, secret: &str) -> Result<String, String> {
+    let hash = cahash::hash_ca(server_ca_pem, cahash::now())?;
+    Ok(format!("K10{hash}::{}:{secret}", user.as_str()))
 }
 
-/// Reads a token file and checks it against the server CA: returns the
-/// token (trimmed) in the secure form. A bare secret (older k3s) is
-/// turned into the secure form; a secure token whose hash names another
-/// CA is refused.
-pub fn decide_token(text: &str, server_ca_pem: &[u8]) -> Result<String, String> {
+/// A token file's text checked against the server CA, for the token's
+/// user: returns the token in the secure form. A bare secret (older k3s)
+/// is turned into the secure form; a secure token whose hash names
+/// another CA, or whose credentials are not the expected user's, is
+/// refused.
+pub fn decide_token(text: &str, server_ca_pem: &[u8], user: TokenUser) -> Result<String, String> {
     let token = text.trim();
     if token.is_empty() || token.contains(char::is_whitespace) {
         return Err("the token file must hold one token on one line".into());
     }
     let Some(rest) = token.strip_prefix("K10") else {
-        return Ok(join_token(server_ca_pem, token));
+        return format_token(server_ca_pem, user, token);
     };
     let Some((hash, credentials)) = rest.split_once("::") else {
         return Err("the token starts with K10 but has no ::<user>:<secret> part".into());
     };
-    let expected = &join_token(server_ca_pem, "")[3..67];
+    let expected = cahash::hash_ca(server_ca_pem, cahash::now())?;
     if hash != expected {
         return Err(format!(
             "the token's CA hash is {hash}, but server-ca.crt hashes to {expected}: \
              the token and the CA come from different clusters"
         ));
     }
-    if credentials
-        .split_once(':')
-        .is_none_or(|(_, s)| s.is_empty())
-    {
-        return Err("the token's credentials must read <user>:<secret>".into());
+    match credentials.split_once(':') {
+        Some((u, secret)) if u == user.as_str() && !secret.is_empty() => Ok(token.to_owned()),
+        Some((u, secret)) if !secret.is_empty() => Err(format!(
+            "the token is for the user {u:?}, but this file must hold the {:?} user's token",
+            user.as_str()
+        )),
+        _ => Err(format!(
+            "the token's credentials must read {}:<secret>",
+            user.as_str()
+        )),
     }
-    Ok(token.to_owned())
+}
+
+/// The secret part of a token (what follows `::<user>:`), or the whole
+/// text of a bare token.
+pub fn token_secret(token: &str) -> &str {
+    let token = token.trim();
+    match token.strip_prefix("K10").and_then(|r| r.split_once("::")) {
+        Some((_, credentials)) => credentials
+            .split_once(':')
+            .map_or(credentials, |(_, secret)| secret),
+        None => token,
+    }
 }
 
 /// The identity files already present in `dir`.
@@ -322,7 +412,7 @@ pub(crate) fn report(out: &mut dyn std::io::Write, verb: &str, dir: &Path) -> st
     }
     writeln!(
         out,
-        "The keys and the token are secrets: keep {} out of version control.",
+        "The keys and the tokens are secrets: keep {} out of version control.",
         dir.display()
     )
 }
@@ -334,7 +424,7 @@ mod tests {
     #[test]
     fn the_layout_has_k3s_names_and_private_keys() {
         let f = files();
-        assert_eq!(f.len(), 12);
+        assert_eq!(f.len(), 13);
         for want in [
             "server/tls/server-ca.crt",
             "server/tls/client-ca.key",
@@ -343,6 +433,7 @@ mod tests {
             "server/tls/etcd/server-ca.crt",
             "server/tls/service.key",
             "server/token",
+            "server/agent-token",
         ] {
             assert!(f.iter().any(|x| x.rel == want), "{want}");
         }
@@ -354,25 +445,61 @@ mod tests {
                 x.rel
             );
         }
+        let users: Vec<(&str, TokenUser)> = f
+            .iter()
+            .filter_map(|x| match x.kind {
+                FileKind::Token(u) => Some((x.rel.as_str(), u)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            users,
+            [
+                ("server/token", TokenUser::Server),
+                ("server/agent-token", TokenUser::Node)
+            ]
+        );
+    }
+
+    fn make_ca(name: &str) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.self_signed(&key).unwrap().pem().into_bytes()
     }
 
     #[test]
-    fn tokens_carry_the_ca_hash() {
-        let ca = b"-----BEGIN CERTIFICATE-----\n...\n";
-        let t = join_token(ca, "abc");
+    fn tokens_carry_the_ca_hash_and_their_user() {
+        let ca = make_ca("k3s-server-ca");
+        let t = format_token(&ca, TokenUser::Server, "abc").unwrap();
         assert!(t.starts_with("K10") && t.ends_with("::server:abc"));
         assert_eq!(t.len(), 3 + 64 + "::server:abc".len());
-        assert_eq!(decide_token(&format!("{t}\n"), ca), Ok(t.clone()));
-        assert_eq!(decide_token("secret\n", ca), Ok(join_token(ca, "secret")));
-        let other = join_token(b"another CA", "abc");
-        assert!(
-            decide_token(&other, ca)
-                .unwrap_err()
-                .contains("different clusters")
+        let server = |text: &str| decide_token(text, &ca, TokenUser::Server);
+        assert_eq!(server(&format!("{t}\n")), Ok(t.clone()));
+        assert_eq!(
+            server("secret\n"),
+            format_token(&ca, TokenUser::Server, "secret")
         );
-        assert!(decide_token("", ca).is_err());
-        assert!(decide_token("a b", ca).is_err());
-        let no_secret = format!("{}::server:", &t[..67]);
-        assert!(decide_token(&no_secret, ca).is_err());
+        let other = format_token(&make_ca("another"), TokenUser::Server, "abc").unwrap();
+        assert!(server(&other).unwrap_err().contains("different clusters"));
+        assert!(server("").is_err());
+        assert!(server("a b").is_err());
+        assert!(server(&format!("{}::server:", &t[..67])).is_err());
+
+        // The agent token's user is node; the server token is not one.
+        let a = format_token(&ca, TokenUser::Node, "def").unwrap();
+        assert!(a.ends_with("::node:def"), "{a}");
+        assert_eq!(decide_token(&a, &ca, TokenUser::Node), Ok(a.clone()));
+        let e = decide_token(&t, &ca, TokenUser::Node).unwrap_err();
+        assert!(e.contains("\"server\"") && e.contains("\"node\""), "{e}");
+        assert_eq!(
+            decide_token("def", &ca, TokenUser::Node),
+            Ok(a.clone()),
+            "a bare secret becomes the node user's token"
+        );
+        assert_eq!(token_secret(&a), "def");
+        assert_eq!(token_secret("bare\n"), "bare");
+        assert!(format_token(b"no certificate", TokenUser::Node, "x").is_err());
     }
 }

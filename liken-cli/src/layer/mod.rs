@@ -9,8 +9,15 @@
 //! etc/liken/cluster.yaml
 //! etc/liken/machines/<name>.yaml
 //! etc/liken/identity/server/tls/...   (the identity, see crate::identity)
-//! etc/liken/identity/server/token
+//! etc/liken/identity/server/token          the server token (leaders)
+//! etc/liken/identity/server/agent-token    the agent token (followers)
 //! ```
+//!
+//! This one archive holds every secret of the cluster: it is what the
+//! install media carry so that they can install any machine. What each
+//! machine keeps of it after installing depends on its role (leaders: the
+//! identity and both tokens; followers: the agent token and the server
+//! CA certificate only), which the installer decides.
 //!
 //! Nothing is packed until everything is checked: every manifest strictly,
 //! the Cluster against the Machines (see [`crate::deployment`]), and the
@@ -76,7 +83,17 @@ impl fmt::Display for LayerError {
                     f,
                     "\nmint one (`liken mint <dir>`) or adopt one (`liken adopt <harvest> <dir>`) \
                      into an empty directory and pack that"
-                )
+                )?;
+                if missing.iter().any(|m| m == identity::AGENT_TOKEN) {
+                    write!(
+                        f,
+                        "; an identity made before agent tokens lacks {}: `liken adopt {} \
+                         <new-dir>` copies it and mints one",
+                        identity::AGENT_TOKEN,
+                        dir.display()
+                    )?;
+                }
+                Ok(())
             }
             LayerError::Identity(e) => write!(f, "{e}"),
             LayerError::Archive(e) => write!(f, "{e}"),
@@ -256,6 +273,11 @@ mod tests {
         std::fs::remove_file(d.join("identity/server/tls/etcd/peer-ca.crt")).unwrap();
         let msg = build(d, &d.join("identity")).unwrap_err().to_string();
         assert!(msg.contains("server/token is missing"), "{msg}");
+        assert!(!msg.contains("agent-token"), "{msg}");
+        std::fs::remove_file(d.join("identity/server/agent-token")).unwrap();
+        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        assert!(msg.contains("server/agent-token is missing"), "{msg}");
+        assert!(msg.contains("copies it and mints one"), "{msg}");
         assert!(
             msg.contains("server/tls/etcd/peer-ca.crt is missing"),
             "{msg}"

@@ -1,9 +1,10 @@
 //! The identity read by OpenSSL: every CA verifies as a self-signed
-//! ECDSA P-256 CA whose key is its own, the admin certificate verifies
-//! under the client CA (and not under another), the token carries the
-//! server CA's sha256, and secrets are 0600. An identity that OpenSSL made
-//! the way k3s's Go code does (SEC1 keys) is adopted and signs a working
-//! admin certificate too.
+//! ECDSA P-256 CA whose key is its own, every key is SEC1 as k3s writes
+//! it and loads with `openssl ec`, the admin certificate verifies under
+//! the client CA (and not under another), both tokens carry the server
+//! CA's sha256, and secrets are 0600. An identity that OpenSSL made the
+//! way k3s's Go code does (SEC1 keys) is adopted, gets an agent token of
+//! its own, and signs a working admin certificate too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,6 +72,7 @@ fn openssl_accepts_every_minted_chain() {
         let from_cert = openssl(&["x509", "-in", &crt, "-noout", "-pubkey"]);
         let from_key = openssl(&["pkey", "-in", &key, "-pubout"]);
         assert_eq!(from_cert, from_key, "{stem}.key is the key of {stem}.crt");
+        assert_sec1(Path::new(&key));
         assert_eq!(mode(Path::new(&key)), 0o600, "{key}");
         assert_eq!(mode(Path::new(&crt)), 0o644, "{crt}");
     }
@@ -82,17 +84,22 @@ fn openssl_accepts_every_minted_chain() {
         "-text",
     ]);
     assert!(service.contains("NIST CURVE: P-256"), "{service}");
+    assert_sec1(&id.join("server/tls/service.key"));
     assert_eq!(mode(&id.join("server/tls/service.key")), 0o600);
     assert_eq!(mode(&id.join("server/token")), 0o600);
+    assert_eq!(mode(&id.join("server/agent-token")), 0o600);
     for d in ["", "server", "server/tls", "server/tls/etcd"] {
         assert_eq!(mode(&id.join(d)) & 0o077, 0, "{d} is private");
     }
 
-    // The token's hash is the server CA file's sha256.
+    // Both tokens' hash is the server CA file's sha256 (one certificate:
+    // k3s pkg/clientaccess/token.go hashCA hashes the file's bytes).
     let token = std::fs::read_to_string(id.join("server/token")).unwrap();
+    let agent = std::fs::read_to_string(id.join("server/agent-token")).unwrap();
     let digest = openssl(&["dgst", "-sha256", "-r", &tls(&id, "server-ca", "crt")]);
     let hex = digest.split_whitespace().next().unwrap();
     assert!(token.starts_with(&format!("K10{hex}::server:")), "{token}");
+    assert!(agent.starts_with(&format!("K10{hex}::node:")), "{agent}");
 
     // The admin credential verifies under the client CA only.
     let said = ok(liken([std::ffi::OsStr::new("kubeconfig"), dep.as_os_str()]));
@@ -125,6 +132,26 @@ fn openssl_accepts_every_minted_chain() {
     let again = fails(liken([std::ffi::OsStr::new("mint"), id.as_os_str()]));
     assert!(again.starts_with("liken: "), "{again}");
     assert!(again.contains("already holds an identity"), "{again}");
+}
+
+/// Asserts a key file is SEC1, the form k3s writes and kube-apiserver's
+/// `--service-account-key-file` reader takes (client-go keyutil), and
+/// that OpenSSL's EC tool loads it and derives its public key.
+fn assert_sec1(key: &Path) {
+    let text = std::fs::read_to_string(key).unwrap();
+    assert!(
+        text.starts_with("-----BEGIN EC PRIVATE KEY-----\n"),
+        "{}: {text}",
+        key.display()
+    );
+    let public = ok(Command::new("openssl")
+        .args(["ec", "-in"])
+        .arg(key)
+        .arg("-pubout"));
+    assert!(
+        public.starts_with("-----BEGIN PUBLIC KEY-----\n"),
+        "{public}"
+    );
 }
 
 /// A harvest as a k3s server holds it, made by OpenSSL: SEC1 EC keys.
@@ -204,6 +231,18 @@ fn an_openssl_made_harvest_is_adopted_and_signs_an_admin() {
         id.as_os_str(),
     ]));
     assert!(said.contains("adopted a cluster identity"), "{said}");
+    // The harvest has no agent token (a server started without
+    // --agent-token): adopt mints one and says so.
+    assert!(
+        said.contains("the harvest has no server/agent-token")
+            && said.contains("minted a new agent token"),
+        "{said}"
+    );
+    let agent = std::fs::read_to_string(id.join("server/agent-token")).unwrap();
+    let token = std::fs::read_to_string(id.join("server/token")).unwrap();
+    assert_eq!(agent[..67], token[..67], "the same CA hash");
+    assert!(agent[67..].starts_with("::node:"), "{agent}");
+    assert_eq!(mode(&id.join("server/agent-token")), 0o600);
     for stem in CAS {
         for ext in ["crt", "key"] {
             assert_eq!(

@@ -26,7 +26,8 @@ fn cpio(args: &[&str], input: &[u8], cwd: &std::path::Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-const IDENTITY: [&str; 12] = [
+const IDENTITY: [&str; 13] = [
+    "server/agent-token",
     "server/tls/client-ca.crt",
     "server/tls/client-ca.key",
     "server/tls/etcd/peer-ca.crt",

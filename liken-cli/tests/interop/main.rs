@@ -1,6 +1,6 @@
 //! Interop tests: the `liken` binary against the real tools that read what
 //! it writes (GNU cpio, OpenSSL, kubectl and a kube-apiserver, bash, a
-//! pseudo-terminal).
+//! pseudo-terminal, and Go's crypto/x509 for the token hash).
 
 mod cli;
 mod identity_openssl;
@@ -8,3 +8,4 @@ mod kubectl;
 mod layer_cpio;
 mod new_pty;
 mod support;
+mod token_hash_go;
