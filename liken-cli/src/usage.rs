@@ -222,7 +222,9 @@ checked against its release.yaml first. Each -console becomes a
 console= argument of the installer and of the installed machine; each
 -kernel-arg is added as given. No root, mounts or loop devices are
 needed. An existing output is replaced only with -force. The image
-holds the cluster's private keys.",
+holds every secret of the cluster (CA keys, service-account key, both
+tokens), so that it can install any machine: keep it private and wipe
+the stick afterwards.",
     options: &[
         Opt::value("output", "stick.img"),
         Opt::repeated("console", "ttyS0,115200"),
@@ -243,7 +245,9 @@ layer, and the release itself under /liken/release, for a PXE or iPXE
 server to hand out with the release's vmlinuz and the kernel arguments
 liken.install=1 liken.machine=<name>. Every file of the release is
 checked against its release.yaml first. An existing output is replaced
-only with -force. The image holds the cluster's private keys.",
+only with -force. The image holds every secret of the cluster (CA keys,
+service-account key, both tokens), so that it can install any machine:
+serve it only to the machines being installed.",
     options: &[Opt::value("output", "install.cpio"), Opt::switch("force")],
     hidden: false,
 };

@@ -9,6 +9,13 @@
 //! arguments are checked ([`menu`]). Only then is the output created,
 //! under a temporary name beside its final one ([`output`]).
 //!
+//! Install media carry the whole deployment layer, and so every secret
+//! of the cluster (CA keys, the service-account key, the server and
+//! agent tokens): one medium must be able to install any machine, leader
+//! or follower. Each command says so once, on standard error, before it
+//! writes anything ([`warn_secrets`]); what an installed machine keeps
+//! of it depends on its role, which the installer decides.
+//!
 //! Module map:
 //! - [`release`]: reading and verifying a release directory.
 //! - [`menu`]: the install menu for systemd-boot and GRUB (pure text).
@@ -122,6 +129,7 @@ impl From<menu::ArgError> for MediaError {
 struct Checked {
     release: VerifiedRelease,
     layer: Vec<u8>,
+    cluster: String,
     machines: Vec<String>,
     output: PathBuf,
     force: bool,
@@ -150,10 +158,45 @@ fn check(parsed: &Parsed, style: Style) -> Result<Checked, crate::Error> {
     Ok(Checked {
         release,
         layer,
+        cluster: manifests.cluster.doc.metadata.name.clone(),
         machines,
         output,
         force,
     })
+}
+
+/// The medium a command writes, for [`warn_secrets`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Medium {
+    Stick,
+    Netboot,
+}
+
+/// Says, once, that the medium will hold the cluster's secrets and how
+/// to keep them.
+fn warn_secrets(
+    err: &mut dyn std::io::Write,
+    medium: Medium,
+    output: &Path,
+    cluster: &str,
+) -> std::io::Result<()> {
+    let keep = match medium {
+        Medium::Stick => {
+            "whoever reads the image or the stick can take the cluster over: keep both as \
+             private as the identity, and wipe the stick once the machines are installed"
+        }
+        Medium::Netboot => {
+            "whoever reads the image can take the cluster over: serve it only to the machines \
+             being installed, on a network you trust, and stop serving it afterwards"
+        }
+    };
+    writeln!(
+        err,
+        "liken: warning: {} will hold the secrets of cluster {cluster} (its CA keys, \
+         service-account key, server token and agent token), so that it can install any of its \
+         machines; {keep}",
+        output.display()
+    )
 }
 
 fn label(path: &Path) -> String {
@@ -181,6 +224,7 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         menu: &m,
     };
     let total = stick::build_tree(&inputs)?.content_bytes();
+    warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster)?;
     let mut out = Output::create(&c.output, c.force)?;
     let mut progress = Progress::new(style, label(&c.output), total, 0);
     let summary = match stick::write(out.file(), &inputs, &mut progress) {
@@ -205,11 +249,6 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         "copy it onto a USB stick with: dd if={} of=/dev/sdX bs=4M conv=fsync",
         c.output.display()
     )?;
-    writeln!(
-        io.out,
-        "the image holds the cluster's private keys (the deployment layer): keep it, and the \
-         stick, as private as the identity"
-    )?;
     Ok(())
 }
 
@@ -217,6 +256,7 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
 pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     let style = Style::detect();
     let c = check(&parsed, style)?;
+    warn_secrets(io.err, Medium::Netboot, &c.output, &c.cluster)?;
     let mut out = Output::create(&c.output, c.force)?;
     let total = initramfs::content_bytes(&c.release, &c.layer);
     let mut progress = Progress::new(style, label(&c.output), total, 0);
@@ -249,11 +289,6 @@ pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         "netboot it as the initrd of {} with the kernel arguments: liken.install=1 \
          liken.machine=<name> console=<your console>",
         kernel.display()
-    )?;
-    writeln!(
-        io.out,
-        "the image holds the cluster's private keys (the deployment layer): serve it only to \
-         the machines being installed"
     )?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use crate::support::{TempDir, deployment, layer, liken, release, tool, tree};
+use crate::support::{TempDir, assert_warned_once, deployment, layer, liken, release, tool, tree};
 
 fn pad4(n: usize) -> usize {
     n.next_multiple_of(4)
@@ -26,6 +26,11 @@ fn a_netboot_image_is_boot_cpio_the_layer_and_the_release() {
     assert!(
         stdout.contains("liken.install=1 liken.machine=<name>"),
         "{stdout}"
+    );
+    assert_warned_once(&stdout, &err);
+    assert!(
+        err.contains("serve it only to the machines being installed"),
+        "{err}"
     );
     let image = std::fs::read(&out).unwrap();
 
@@ -91,6 +96,10 @@ fn a_netboot_image_is_boot_cpio_the_layer_and_the_release() {
         dep.to_str().unwrap(),
     ]);
     assert!(!success && err.contains("-force"), "{err}");
+    assert!(
+        !err.contains("warning"),
+        "no warning when nothing is written: {err}"
+    );
     let (success, _, err) = liken(&[
         "media",
         "-force",

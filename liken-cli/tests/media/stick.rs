@@ -5,7 +5,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use liken_disk::{gpt, grub};
 
-use crate::support::{TempDir, deployment, layer, liken, ok, release, tool, tree};
+use crate::support::{
+    TempDir, assert_warned_once, deployment, layer, liken, ok, release, tool, tree,
+};
 
 #[test]
 fn a_stick_passes_the_tools_and_holds_every_file() {
@@ -30,6 +32,11 @@ fn a_stick_passes_the_tools_and_holds_every_file() {
     let (success, out, err) = liken(&args);
     assert!(success, "{err}");
     assert!(out.contains("install entries for node-1, node-2"), "{out}");
+    assert_warned_once(&out, &err);
+    assert!(
+        err.contains("wipe the stick once the machines are installed"),
+        "{err}"
+    );
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&img).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the image holds private keys");

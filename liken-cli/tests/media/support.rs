@@ -78,6 +78,17 @@ pub fn release(root: &Path, microcode: bool) -> PathBuf {
     dir
 }
 
+/// Asserts that a run said once, on stderr and before its output, that
+/// the medium holds cluster `home`'s secrets, and that its output does not
+/// repeat it.
+pub fn assert_warned_once(stdout: &str, stderr: &str) {
+    let warning = "will hold the secrets of cluster home (its CA keys, service-account key, \
+                   server token and agent token)";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(stderr.contains("liken: warning: "), "{stderr}");
+    assert!(!stdout.contains("secret"), "{stdout}");
+}
+
 /// A deployment from `liken new` and `liken mint`: machines node-1 and
 /// node-2.
 pub fn deployment(root: &Path) -> PathBuf {
