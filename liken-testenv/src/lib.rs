@@ -220,7 +220,10 @@ pub fn start(options: Options) -> Result<ControlPlane, Error> {
 /// interop test runs one on a `liken mint` identity). `pki.ca` must have
 /// signed `pki.apiserver` (for 127.0.0.1); `pki.admin` and
 /// `pki.controller_manager` must be signed by `pki.client_ca_pem`, or by
-/// `pki.ca` when that is `None`.
+/// `pki.ca` when that is `None`. With `pki.request_header_ca_pem`, a
+/// client certificate it signed for `system:auth-proxy` may name the user
+/// in `X-Remote-User` (and groups in `X-Remote-Group`), as k3s configures
+/// kube-apiserver (pkg/daemons/control/server.go, apiServer).
 pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error> {
     let began = Instant::now();
     let bin = bin_dir()?;
@@ -240,6 +243,9 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
     ];
     for (name, text) in files {
         write_private(&dir.join(name), text.as_bytes())?;
+    }
+    if let Some(ca) = &pki.request_header_ca_pem {
+        write_private(&dir.join("request-header-ca.crt"), ca.as_bytes())?;
     }
     let agent = admin_agent(&pki)?;
     let mut cp = ControlPlane {
@@ -317,6 +323,18 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
         log_to(&mut cmd, &dir, "apiserver.log")?;
         if options.no_watch_cache {
             cmd.arg("--watch-cache=false");
+        }
+        if cp.pki.request_header_ca_pem.is_some() {
+            // k3s's values (pkg/daemons/control/server.go, apiServer;
+            // the proxy's name is deps.RequestHeaderCN).
+            cmd.arg(format!(
+                "--requestheader-client-ca-file={}",
+                d("request-header-ca.crt")
+            ))
+            .arg("--requestheader-allowed-names=system:auth-proxy")
+            .arg("--requestheader-username-headers=X-Remote-User")
+            .arg("--requestheader-group-headers=X-Remote-Group")
+            .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-");
         }
         let proc = spawn::spawn("kube-apiserver", cmd)
             .map_err(|e| Error(format!("starting kube-apiserver: {e}")))?;

@@ -6,8 +6,10 @@
 //! `system:masters`, and the controller-manager's client certificate. The
 //! service-account key signs TokenRequest tokens. All keys are ECDSA
 //! P-256, which kube-apiserver and rustls both accept. A test may bring
-//! its own [`Pki`] instead (`start_with_pki`), for instance an identity
-//! `liken mint` made.
+//! its own [`Pki`] instead (`start_with_pki`), for instance a whole
+//! identity `liken mint` made, started the way k3s starts kube-apiserver
+//! on it (separate client and request-header CAs, the service key file
+//! itself as the verifying key).
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -35,14 +37,19 @@ pub struct Pki {
     pub admin: Pair,
     /// The controller-manager client (CN=system:kube-controller-manager).
     pub controller_manager: Pair,
-    /// The service-account signing key (private, PKCS#8).
+    /// The service-account signing key (private; PKCS#8 or SEC1).
     pub sa_key_pem: String,
-    /// Its public half.
+    /// What `--service-account-key-file` reads: the public half, or the
+    /// private key file itself, as k3s passes `service.key`.
     pub sa_pub_pem: String,
     /// The CA the apiserver trusts for client certificates when it is not
     /// `ca`: a k3s identity (`liken mint`) keeps separate server and client
     /// CAs. `None` for the minted set, where one CA does both.
     pub client_ca_pem: Option<String>,
+    /// The CA that signs authenticating proxies' client certificates
+    /// (`--requestheader-client-ca-file`), trusted with k3s's proxy name
+    /// and headers; `None` leaves the request-header authenticator off.
+    pub request_header_ca_pem: Option<String>,
 }
 
 fn err(what: &str) -> impl Fn(rcgen::Error) -> String + '_ {
@@ -118,6 +125,7 @@ impl Pki {
             sa_key_pem: sa.serialize_pem(),
             sa_pub_pem: sa.public_key_pem(),
             client_ca_pem: None,
+            request_header_ca_pem: None,
         })
     }
 }
