@@ -14,6 +14,8 @@
 //! - [`version`], [`time`], [`digest`]: validated scalar types.
 //! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
 //! - [`annotations`]: one-shot request names.
+//! - [`coordination`]: the condition types, reasons, grant and heartbeat
+//!   names the machine operators and the cluster operator share.
 //! - [`control`]: init's control-socket requests, responses and framing.
 //! - [`hash`]: the canonical document hash for staged changes.
 //! - [`decode`]: strict (hand-written) and wire (API server) decoders.
@@ -28,6 +30,7 @@ pub mod bootloader;
 pub mod cluster;
 pub mod condition;
 pub mod control;
+pub mod coordination;
 pub mod crd;
 pub mod decode;
 pub mod digest;
