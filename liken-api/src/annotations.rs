@@ -28,3 +28,10 @@ pub const FEATURE: &str = "liken.sh/feature";
 
 /// Length of the short hex form the request annotations carry.
 pub const SHORT_HEX_LEN: usize = 12;
+
+/// A label (not an annotation: the CLI selects by it) on the Deployment,
+/// DaemonSet or StatefulSet of an operator that ships a workstation CLI;
+/// its value is the CLI's domain, so `liken plugins sync` installs
+/// `kubectl-liken-<domain>` from the image beside the operator's
+/// (`<repository>-cli`, same tag).
+pub const PLUGIN_LABEL: &str = "cli.liken.sh/plugin";

@@ -174,6 +174,41 @@ impl Parsed {
     }
 }
 
+/// Splits a passthrough's words after its first positional: the words up
+/// to and including it are liken's (flags and the deployment directory),
+/// the rest go to another program untouched, flags and `--` included. A
+/// flag that reads a value takes the next word with it, so
+/// `-server URL dir get pods -n x` splits after `dir`.
+pub fn split_at_first_positional(
+    entry: &Entry,
+    words: Vec<OsString>,
+) -> (Vec<OsString>, Vec<OsString>) {
+    let mut ours = Vec::new();
+    let mut rest = words.into_iter();
+    while let Some(word) = rest.next() {
+        let text = word.to_str().unwrap_or("");
+        let flag = text.strip_prefix("--").or_else(|| text.strip_prefix('-'));
+        match flag {
+            Some(name) if !text.is_empty() && text != "-" && text != "--" => {
+                let takes_value = !name.contains('=')
+                    && entry
+                        .options
+                        .iter()
+                        .any(|o| o.name == name && o.value.is_some());
+                ours.push(word);
+                if takes_value && let Some(value) = rest.next() {
+                    ours.push(value);
+                }
+            }
+            _ => {
+                ours.push(word);
+                break;
+            }
+        }
+    }
+    (ours, rest.collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +310,21 @@ mod tests {
     fn a_dash_dash_makes_dash_words_positional() {
         let p = parse(&ENTRY, words(&["--", "-server"])).unwrap();
         assert_eq!(p.positionals(), words(&["-server"]).as_slice());
+    }
+    #[test]
+    fn a_passthrough_splits_after_its_first_positional() {
+        let (ours, theirs) = split_at_first_positional(
+            &ENTRY,
+            words(&[
+                "-server", "u", "dir", "get", "pods", "-n", "x", "--", "-server",
+            ]),
+        );
+        assert_eq!(ours, words(&["-server", "u", "dir"]));
+        assert_eq!(theirs, words(&["get", "pods", "-n", "x", "--", "-server"]));
+        let (ours, theirs) = split_at_first_positional(&ENTRY, words(&["--server=u", "-yes", "d"]));
+        assert_eq!(ours, words(&["--server=u", "-yes", "d"]));
+        assert!(theirs.is_empty());
+        let (ours, theirs) = split_at_first_positional(&ENTRY, words(&["-h"]));
+        assert_eq!((ours, theirs), (words(&["-h"]), vec![]));
     }
 }

@@ -10,9 +10,15 @@
 //! link to it), and `liken completion bash` prints a script that gives a
 //! direct `liken` or `kubectl-liken` call the same answers.
 //!
-//! Everything is answered from static tables (the command table in
-//! [`crate::usage`] and the known plugin domains), because completion runs
-//! on every key press and must never wait for a cluster. A request the
+//! Commands, flags and plugin domains are answered from static tables (the
+//! command table in [`crate::usage`] and the known plugin domains). The
+//! machine argument of `approve-reboot` and `request-reboot` is answered
+//! with the Machines of the deployment's cluster, asked with a
+//! [`CLUSTER_TIMEOUT`] of 1.5 s so a dead or distant cluster never stalls
+//! the shell; when it does not answer in time, the names come from the
+//! deployment's machines/ directory. `plugins remove` offers the installed
+//! CLIs. What to look up is decided by a pure function
+//! ([`decide_completion`]); only [`complete_command`] looks. A request the
 //! verb cannot make sense of gets no candidates, never an error message,
 //! because stray output would land on the command line being edited.
 
@@ -37,26 +43,55 @@ pub const PLUGIN_DOMAINS: &[&str] = &["audio", "bluetooth", "display", "library"
 /// word.
 const NOT_OFFERED: &[&str] = &["completion", "help"];
 
-/// The candidates and directive for one request. `words` are the words
-/// after the program name; the last is the one under the cursor (possibly
-/// empty).
-pub fn decide_completion(words: &[String]) -> (Vec<String>, u32) {
+/// What a completion request needs: a fixed answer, or names only the
+/// deployment's cluster (or this workstation) knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// These candidates, with this directive.
+    Words(Vec<String>, u32),
+    /// Machine names starting with `prefix`, from the cluster of the
+    /// deployment at `dir` (through `server` when the line gives
+    /// `-server`), else from the deployment's machines/ directory.
+    Machines {
+        /// The deployment directory typed on the line.
+        dir: String,
+        /// The `-server` value typed on the line.
+        server: Option<String>,
+        /// The word under the cursor.
+        prefix: String,
+    },
+    /// Installed plugin domains starting with `prefix`.
+    InstalledPlugins {
+        /// The word under the cursor.
+        prefix: String,
+    },
+}
+
+/// What one request asks for. `words` are the words after the program
+/// name; the last is the one under the cursor (possibly empty).
+pub fn decide_completion(words: &[String]) -> Completion {
+    let no_files = |c: Vec<String>| Completion::Words(c, DIRECTIVE_NO_FILE_COMP);
     let Some((current, before)) = words.split_last() else {
-        return (first_words(""), DIRECTIVE_NO_FILE_COMP);
+        return no_files(first_words(""));
     };
     let Some((command, after)) = before.split_first() else {
         if current.starts_with('-') {
-            return (Vec::new(), DIRECTIVE_NO_FILE_COMP);
+            return no_files(Vec::new());
         }
-        return (first_words(current), DIRECTIVE_NO_FILE_COMP);
+        return no_files(first_words(current));
     };
     let Some(entry) = usage::find(command).filter(|e| !e.hidden) else {
         // A plugin domain: the plugin knows its own words.
-        return (Vec::new(), DIRECTIVE_DEFAULT);
+        return Completion::Words(Vec::new(), DIRECTIVE_DEFAULT);
     };
     let walked = walk(entry, after);
     if walked.pending_value {
-        return (Vec::new(), DIRECTIVE_NO_FILE_COMP);
+        return no_files(Vec::new());
+    }
+    let n = walked.positionals.len();
+    if walked.after_dash_dash || (n >= 1 && is_passthrough(entry)) {
+        // The tool's own words: its completion, not ours.
+        return Completion::Words(Vec::new(), DIRECTIVE_DEFAULT);
     }
     if current.starts_with('-') {
         let flags = entry
@@ -67,22 +102,46 @@ pub fn decide_completion(words: &[String]) -> (Vec<String>, u32) {
                 f.starts_with(current.as_str()) || format!("-{f}").starts_with(current.as_str())
             })
             .collect();
-        return (flags, DIRECTIVE_NO_FILE_COMP);
+        return no_files(flags);
     }
-    if entry.name == usage::COMPLETION.name {
-        let shells = if walked.positionals == 0 {
-            vec!["bash"]
-        } else {
-            vec![]
+    let name = entry.name;
+    if name == usage::COMPLETION.name {
+        let shells = if n == 0 { vec!["bash"] } else { vec![] };
+        return no_files(filter(&shells, current));
+    }
+    if name == usage::VERSION.name || name == usage::HELP.name {
+        return no_files(Vec::new());
+    }
+    if name == usage::PLUGINS.name {
+        return match walked.positionals.first().map(String::as_str) {
+            None => no_files(filter(&["list", "remove", "sync"], current)),
+            Some("remove") if n == 1 => Completion::InstalledPlugins {
+                prefix: current.clone(),
+            },
+            Some("sync" | "list") if n == 1 => Completion::Words(Vec::new(), DIRECTIVE_DEFAULT),
+            _ => no_files(Vec::new()),
         };
-        return (filter(&shells, current), DIRECTIVE_NO_FILE_COMP);
     }
-    if entry.name == usage::VERSION.name || entry.name == usage::HELP.name {
-        return (Vec::new(), DIRECTIVE_NO_FILE_COMP);
+    if name == usage::APPROVE_REBOOT.name || name == usage::REQUEST_REBOOT.name {
+        return match n {
+            0 => Completion::Words(Vec::new(), DIRECTIVE_DEFAULT),
+            1 if !walked.switches.iter().any(|s| s == "all") => Completion::Machines {
+                dir: walked.positionals[0].clone(),
+                server: walked.server,
+                prefix: current.clone(),
+            },
+            _ => no_files(Vec::new()),
+        };
     }
     // Every other command's positionals are paths: let the shell offer
     // file names.
-    (Vec::new(), DIRECTIVE_DEFAULT)
+    Completion::Words(Vec::new(), DIRECTIVE_DEFAULT)
+}
+
+fn is_passthrough(entry: &Entry) -> bool {
+    [&usage::KUBECTL, &usage::STERN, &usage::FLUX]
+        .iter()
+        .any(|e| e.name == entry.name)
 }
 
 fn first_words(prefix: &str) -> Vec<String> {
@@ -105,46 +164,86 @@ fn filter(items: &[&str], prefix: &str) -> Vec<String> {
         .collect()
 }
 
+#[derive(Default)]
 struct Walked {
-    positionals: usize,
+    positionals: Vec<String>,
+    switches: Vec<String>,
+    server: Option<String>,
     pending_value: bool,
+    after_dash_dash: bool,
 }
 
-/// Reads the typed words after the command: how many positionals, and
-/// whether the last one is a flag still waiting for its value.
+/// Reads the typed words after the command: the positionals, the
+/// switches, the `-server` value, and whether the last word is a flag
+/// still waiting for its value.
 fn walk(entry: &Entry, words: &[String]) -> Walked {
-    let mut positionals = 0;
+    let mut walked = Walked::default();
     let mut i = 0;
-    let mut dash_dash = false;
     while i < words.len() {
         let w = &words[i];
-        if !dash_dash && w == "--" {
-            dash_dash = true;
-        } else if !dash_dash && w.len() > 1 && w.starts_with('-') {
-            let name = w.trim_start_matches('-');
-            let takes_value = !name.contains('=')
-                && entry
-                    .options
-                    .iter()
-                    .any(|o| o.name == name && o.value.is_some());
-            if takes_value {
+        if !walked.after_dash_dash && w == "--" {
+            walked.after_dash_dash = true;
+        } else if !walked.after_dash_dash && w.len() > 1 && w.starts_with('-') {
+            let body = w.trim_start_matches('-');
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_owned())),
+                None => (body, None),
+            };
+            let takes_value = entry
+                .options
+                .iter()
+                .any(|o| o.name == name && o.value.is_some());
+            if takes_value && inline.is_none() {
                 if i + 1 == words.len() {
-                    return Walked {
-                        positionals,
-                        pending_value: true,
-                    };
+                    walked.pending_value = true;
+                    return walked;
                 }
                 i += 1;
+                if name == "server" {
+                    walked.server = Some(words[i].clone());
+                }
+            } else if takes_value {
+                if name == "server" {
+                    walked.server = inline;
+                }
+            } else {
+                walked.switches.push(name.to_owned());
             }
         } else {
-            positionals += 1;
+            walked.positionals.push(w.clone());
         }
         i += 1;
     }
-    Walked {
-        positionals,
-        pending_value: false,
-    }
+    walked
+}
+
+/// How long completion waits for the cluster before it answers from the
+/// deployment's files: short, because a person is waiting on the key.
+pub const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// The names `Completion::Machines` offers: the cluster's Machines when it
+/// answers within [`CLUSTER_TIMEOUT`], else the deployment's
+/// machines/*.yaml file names.
+pub fn machine_names(dir: &std::path::Path, server: Option<&str>) -> Vec<String> {
+    let from_cluster = crate::cluster::machine_names(dir, server, CLUSTER_TIMEOUT);
+    let mut names = from_cluster.unwrap_or_else(|| {
+        std::fs::read_dir(dir.join(crate::deployment::MACHINES_DIR))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_suffix(".yaml"))
+                            .filter(|n| !n.is_empty() && !n.starts_with('.'))
+                            .map(str::to_owned)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    names.sort();
+    names
 }
 
 /// Runs the `__complete` verb: writes the protocol to `out`.
@@ -153,7 +252,33 @@ pub fn complete_command(words: Vec<OsString>, out: &mut dyn Write) -> std::io::R
         .into_iter()
         .map(|w| w.to_string_lossy().into_owned())
         .collect();
-    let (candidates, directive) = decide_completion(&words);
+    let keep = |names: Vec<String>, prefix: &str| -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|n| n.starts_with(prefix))
+            .collect()
+    };
+    let (candidates, directive) = match decide_completion(&words) {
+        Completion::Words(c, d) => (c, d),
+        Completion::Machines {
+            dir,
+            server,
+            prefix,
+        } => (
+            keep(
+                machine_names(std::path::Path::new(&dir), server.as_deref()),
+                &prefix,
+            ),
+            DIRECTIVE_NO_FILE_COMP,
+        ),
+        Completion::InstalledPlugins { prefix } => {
+            let installed = crate::plugin::Search::from_env()
+                .bin_dir
+                .and_then(|b| crate::plugins::installed(&b).ok())
+                .unwrap_or_default();
+            (keep(installed, &prefix), DIRECTIVE_NO_FILE_COMP)
+        }
+    };
     for c in candidates {
         writeln!(out, "{c}")?;
     }
@@ -195,8 +320,15 @@ complete -F _liken_complete liken kubectl-liken
 mod tests {
     use super::*;
 
-    fn ask(words: &[&str]) -> (Vec<String>, u32) {
+    fn decide(words: &[&str]) -> Completion {
         decide_completion(&words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>())
+    }
+
+    fn ask(words: &[&str]) -> (Vec<String>, u32) {
+        match decide(words) {
+            Completion::Words(c, d) => (c, d),
+            other => panic!("{words:?} asks for a lookup: {other:?}"),
+        }
     }
 
     #[test]
@@ -214,7 +346,10 @@ mod tests {
         ] {
             assert!(c.contains(&want.to_owned()), "{want} in {c:?}");
         }
-        for never in ["__complete", "completion", "help", "approve-reboot"] {
+        for want in ["approve-reboot", "request-reboot", "kubectl", "plugins"] {
+            assert!(c.contains(&want.to_owned()), "{want} in {c:?}");
+        }
+        for never in ["__complete", "completion", "help"] {
             assert!(!c.contains(&never.to_owned()), "{never} in {c:?}");
         }
         let mut sorted = c.clone();
@@ -258,5 +393,81 @@ mod tests {
         let mut out = Vec::new();
         complete_command(vec!["ad".into()], &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "adopt\n:4\n");
+    }
+
+    #[test]
+    fn the_machine_argument_is_looked_up_with_the_typed_server() {
+        assert_eq!(ask(&["approve-reboot", ""]), (vec![], 0));
+        assert_eq!(
+            decide(&[
+                "approve-reboot",
+                "-server",
+                "https://127.0.0.1:1",
+                "home",
+                "no"
+            ]),
+            Completion::Machines {
+                dir: "home".into(),
+                server: Some("https://127.0.0.1:1".into()),
+                prefix: "no".into()
+            }
+        );
+        assert_eq!(
+            decide(&["request-reboot", "home", ""]),
+            Completion::Machines {
+                dir: "home".into(),
+                server: None,
+                prefix: "".into()
+            }
+        );
+        assert_eq!(
+            decide(&["approve-reboot", "--server=https://x", "home", ""]),
+            Completion::Machines {
+                dir: "home".into(),
+                server: Some("https://x".into()),
+                prefix: "".into()
+            }
+        );
+        assert_eq!(ask(&["approve-reboot", "-all", "home", ""]), (vec![], 4));
+        assert_eq!(ask(&["request-reboot", "home", "node-1", ""]), (vec![], 4));
+        assert_eq!(ask(&["approve-reboot", "-"]).0, ["-server", "-all", "-yes"]);
+    }
+
+    #[test]
+    fn plugins_and_passthrough_words() {
+        assert_eq!(ask(&["plugins", ""]).0, ["list", "remove", "sync"]);
+        assert_eq!(ask(&["plugins", "s"]).0, ["sync"]);
+        assert_eq!(ask(&["plugins", "sync", ""]), (vec![], 0));
+        assert_eq!(
+            decide(&["plugins", "remove", "au"]),
+            Completion::InstalledPlugins {
+                prefix: "au".into()
+            }
+        );
+        assert_eq!(ask(&["plugins", "remove", "audio", ""]), (vec![], 4));
+        assert_eq!(ask(&["kubectl", "-"]).0, ["-server"]);
+        assert_eq!(ask(&["kubectl", "home", "get", "-"]), (vec![], 0));
+    }
+
+    #[test]
+    fn a_dead_cluster_falls_back_to_the_deployments_files_in_time() {
+        let tmp = crate::testdir::TestDir::new("complete-dead");
+        crate::identity::mint::mint(&tmp.path().join("identity")).unwrap();
+        let machines = tmp.path().join("machines");
+        std::fs::create_dir(&machines).unwrap();
+        for f in ["node-2.yaml", "node-1.yaml", ".hidden.yaml", "notes.txt"] {
+            std::fs::write(machines.join(f), "").unwrap();
+        }
+        // A listener that never accepts: the TLS handshake never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = format!("https://{}", silent.local_addr().unwrap());
+        let started = std::time::Instant::now();
+        let names = machine_names(tmp.path(), Some(&server));
+        assert!(
+            started.elapsed() < CLUSTER_TIMEOUT + std::time::Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(names, ["node-1", "node-2"]);
     }
 }

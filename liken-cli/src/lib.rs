@@ -16,6 +16,7 @@ use std::fmt;
 use std::io::{BufRead, Write};
 
 pub mod args;
+pub mod cluster;
 pub mod completion;
 pub mod deployment;
 pub mod files;
@@ -23,6 +24,7 @@ pub mod identity;
 pub mod layer;
 pub mod media;
 pub mod plugin;
+pub mod plugins;
 pub mod releases;
 pub mod scaffold;
 #[cfg(test)]
@@ -98,6 +100,10 @@ pub enum Error {
     Releases(releases::Error),
     /// `stick` or `media` failed.
     Media(media::MediaError),
+    /// `approve-reboot`, `request-reboot` or a passthrough failed.
+    Cluster(cluster::ClusterError),
+    /// `plugins` failed.
+    Plugins(plugins::PluginsError),
 }
 
 impl fmt::Display for Error {
@@ -142,6 +148,8 @@ impl fmt::Display for Error {
             Error::Kubeconfig(e) => write!(f, "kubeconfig: {e}"),
             Error::Layer(e) => write!(f, "layer: {e}"),
             Error::Media(e) => write!(f, "{e}"),
+            Error::Cluster(e) => write!(f, "{e}"),
+            Error::Plugins(e) => write!(f, "plugins: {e}"),
         }
     }
 }
@@ -187,6 +195,18 @@ impl From<layer::LayerError> for Error {
 impl From<media::MediaError> for Error {
     fn from(e: media::MediaError) -> Error {
         Error::Media(e)
+    }
+}
+
+impl From<cluster::ClusterError> for Error {
+    fn from(e: cluster::ClusterError) -> Error {
+        Error::Cluster(e)
+    }
+}
+
+impl From<plugins::PluginsError> for Error {
+    fn from(e: plugins::PluginsError) -> Error {
+        Error::Plugins(e)
     }
 }
 
@@ -245,6 +265,16 @@ fn dispatch(first: &OsStr, rest: Vec<OsString>, io: &mut Io) -> Result<(), Error
         "mint" => identity::mint::command(args::parse(&usage::MINT, rest)?, io),
         "adopt" => identity::adopt::command(args::parse(&usage::ADOPT, rest)?, io),
         "kubeconfig" => identity::kubeconfig::command(args::parse(&usage::KUBECONFIG, rest)?, io),
+        "approve-reboot" => {
+            cluster::reboot::approve_command(args::parse(&usage::APPROVE_REBOOT, rest)?, io)
+        }
+        "request-reboot" => {
+            cluster::reboot::request_command(args::parse(&usage::REQUEST_REBOOT, rest)?, io)
+        }
+        "kubectl" => cluster::passthrough::command(&usage::KUBECTL, "kubectl", rest, io),
+        "stern" => cluster::passthrough::command(&usage::STERN, "stern", rest, io),
+        "flux" => cluster::passthrough::command(&usage::FLUX, "flux", rest, io),
+        "plugins" => plugins::command(rest, io),
         "layer" => layer::command(args::parse(&usage::LAYER, rest)?, io),
         "fetch" => releases::cli::fetch(&args::parse(&usage::FETCH, rest)?, io),
         "bundle" => releases::cli::bundle(&args::parse(&usage::BUNDLE, rest)?, io),
@@ -355,10 +385,8 @@ pub(crate) mod tests {
             let (r, out) = run_args(&[spelling]);
             r.unwrap();
             assert!(out.contains("liken version"));
-            assert!(
-                !out.contains("liken approve-reboot"),
-                "unbuilt commands stay out of the usage text"
-            );
+            assert!(out.contains("liken approve-reboot"));
+            assert!(out.contains("liken plugins remove <domain>"));
         }
     }
 

@@ -117,7 +117,8 @@ pub fn find(search: &Search, words: &[OsString]) -> Option<Found> {
     None
 }
 
-fn is_executable_file(path: &Path) -> bool {
+/// Whether `path` is a regular file with an execute bit.
+pub(crate) fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 

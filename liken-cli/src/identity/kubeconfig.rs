@@ -124,6 +124,16 @@ pub fn decide_endpoint(
 
 /// Writes `<dir>/identity/kubeconfig`; returns its path.
 pub fn write_kubeconfig(dir: &Path, server: Option<&str>) -> Result<PathBuf, KubeconfigError> {
+    let text = kubeconfig_text(dir, server)?;
+    let path = dir.join(IDENTITY_DIR).join("kubeconfig");
+    crate::files::replace(&path, text.as_bytes(), crate::files::PRIVATE).map_err(io_at(&path))?;
+    Ok(path)
+}
+
+/// The kubeconfig [`write_kubeconfig`] writes, with a fresh admin
+/// credential, without writing it (shell completion reaches the cluster
+/// with it and leaves no file behind).
+pub fn kubeconfig_text(dir: &Path, server: Option<&str>) -> Result<String, KubeconfigError> {
     let cluster = deployment::read_cluster(dir).map_err(KubeconfigError::Deployment)?;
     let (name, endpoint) = decide_endpoint(dir, cluster.as_ref().map(|m| &m.doc), server)?;
     let identity = dir.join(IDENTITY_DIR);
@@ -153,16 +163,13 @@ pub fn write_kubeconfig(dir: &Path, server: Option<&str>) -> Result<PathBuf, Kub
             }
             other => other,
         })?;
-    let text = render(
+    Ok(render(
         &name,
         &endpoint,
         &server_ca,
         cert.as_bytes(),
         key.as_bytes(),
-    );
-    let path = identity.join("kubeconfig");
-    crate::files::replace(&path, text.as_bytes(), crate::files::PRIVATE).map_err(io_at(&path))?;
-    Ok(path)
+    ))
 }
 
 /// A new admin client certificate under the client CA: (cert PEM, key PEM).
