@@ -26,7 +26,7 @@ use rcgen::{
 
 use crate::support::{Scratch, deployment, liken, ok, output};
 
-fn read(identity: &Path, rel: &str) -> String {
+pub(crate) fn read(identity: &Path, rel: &str) -> String {
     std::fs::read_to_string(identity.join(rel)).unwrap()
 }
 
@@ -58,7 +58,7 @@ fn signed_by(
 
 /// The apiserver's serving certificate, which k3s makes from server-ca
 /// (deps.go genServerCerts), for loopback.
-fn serving_cert(identity: &Path) -> Pair {
+pub(crate) fn serving_cert(identity: &Path) -> Pair {
     let names = [
         "localhost",
         "kubernetes",

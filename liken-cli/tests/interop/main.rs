@@ -3,9 +3,12 @@
 //! pseudo-terminal, and Go's crypto/x509 for the token hash).
 
 mod cli;
+mod fleet;
 mod identity_openssl;
 mod kubectl;
 mod layer_cpio;
 mod new_pty;
+mod passthrough;
+mod reboot;
 mod support;
 mod token_hash_go;
