@@ -9,6 +9,7 @@ mod kubectl;
 mod layer_cpio;
 mod new_pty;
 mod passthrough;
+mod plugins;
 mod reboot;
 mod support;
 mod token_hash_go;
