@@ -194,7 +194,8 @@ fn bash_completes_through_the_script() {
             ))
             .env("PATH", path_with(&bin)))
     };
-    assert_eq!(complete("liken ku", 1), "kubeconfig\n");
+    assert_eq!(complete("liken ku", 1), "kubeconfig\nkubectl\n");
+    assert_eq!(complete("liken plugins ''", 2), "list\nremove\nsync\n");
     assert_eq!(complete("kubectl-liken mi", 1), "mint\n");
     assert_eq!(complete("liken kubeconfig -s", 2), "-server\n");
     assert_eq!(complete("liken completion ''", 2), "bash\n");
