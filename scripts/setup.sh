@@ -35,6 +35,7 @@ packages=(
   # images/oci-image.sh writes with tools that did not write them.
   skopeo            # reads an oci-archive: and copies it into a registry
   docker-registry   # a real registry, started by the test on loopback
+  prometheus        # promtool check metrics reads every exposition liken-kube serves (liken-kube/tests/exposition.rs)
 )
 # Real kubectl for the interop tests: Debian's kubernetes-client, unless
 # the machine already has a kubectl (some images ship the Cloud SDK's,
@@ -59,6 +60,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [[ " ${missing[*]} " == *" docker-registry "* ]] && [ -d /run/systemd/system ]; then
     systemctl disable --now docker-registry.service >/dev/null 2>&1 \
       || echo "setup: could not stop the docker-registry service; stop it with: systemctl disable --now docker-registry" >&2
+  fi
+  # The tests use prometheus only for its promtool; the package also
+  # enables a Prometheus server on :9090, which is stopped and disabled.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 \
+      || echo "setup: could not stop the prometheus service; stop it with: systemctl disable --now prometheus" >&2
   fi
 fi
 
