@@ -7,8 +7,10 @@
 //! Only what liken's clusters need is supported: CA data or file, client
 //! certificate and key (data or file), bearer token or token file. A
 //! kubeconfig that relies on an `exec` plugin, an auth provider, basic
-//! auth or `insecure-skip-tls-verify` is refused with a message saying
-//! so, rather than half-working. One file is read (the first path of
+//! auth, `insecure-skip-tls-verify`, `tls-server-name` or `proxy-url` is
+//! refused with a message saying so, rather than half-working (a client
+//! that ignored `tls-server-name` would check the certificate against the
+//! wrong name; one that ignored `proxy-url` would go around the proxy). One file is read (the first path of
 //! `KUBECONFIG`); merging several is not done.
 //!
 //! Secrets never appear in `Debug` output.
@@ -151,6 +153,10 @@ struct ClusterEntry {
     certificate_authority_data: Option<String>,
     #[serde(default)]
     insecure_skip_tls_verify: bool,
+    #[serde(default)]
+    tls_server_name: Option<String>,
+    #[serde(default)]
+    proxy_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -239,6 +245,18 @@ impl Config {
         if cluster.insecure_skip_tls_verify {
             return Err(invalid(
                 "insecure-skip-tls-verify is not supported; give the cluster's certificate-authority-data"
+                    .into(),
+            ));
+        }
+        if cluster.tls_server_name.is_some() {
+            return Err(invalid(
+                "tls-server-name is not supported; give the server an address its certificate names"
+                    .into(),
+            ));
+        }
+        if cluster.proxy_url.is_some() {
+            return Err(invalid(
+                "proxy-url is not supported; reach the server directly (liken's operators run in the cluster)"
                     .into(),
             ));
         }
@@ -527,6 +545,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("insecure-skip-tls-verify"), "{e}");
+        for (field, words) in [
+            (
+                "tls-server-name: kubernetes",
+                "tls-server-name is not supported",
+            ),
+            ("proxy-url: http://proxy:3128", "proxy-url is not supported"),
+        ] {
+            let e = parse(
+                &doc("    token: t").replace(
+                    "certificate-authority-data",
+                    &format!("{field}\n    certificate-authority-data"),
+                ),
+                None,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains(words), "{e}");
+        }
         let e = parse("current-context: ''\n", None).unwrap_err();
         assert!(e.to_string().contains("no current-context"), "{e}");
         let e = parse(": : :", None).unwrap_err();

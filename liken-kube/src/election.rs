@@ -6,7 +6,11 @@
 //! it has gone unchanged, by their own clock, for the lease duration.
 //! Every takeover and renewal is a PUT carrying the resourceVersion just
 //! read, so two candidates racing for an expired Lease cannot both win:
-//! the second write is a Conflict.
+//! the second write is a Conflict. The PUT sends back the whole Lease as
+//! read, fields this build does not model included (labels, annotations,
+//! ownerReferences, spec.strategy, spec.preferredHolder), changing only
+//! the election record, as client-go's LeaseLock.Update does with the
+//! object it got (tools/leaderelection/resourcelock/leaselock.go).
 //!
 //! The timings are client-go's: 15 s lease, 10 s renew deadline, 2 s
 //! retry. They give the guard its margin. The holder may write only until
@@ -22,6 +26,18 @@
 //! On shutdown the holder stops writing first, then releases the Lease
 //! as client-go does (empty holder, leaseDurationSeconds 1), so a
 //! successor starts at once instead of waiting out the term.
+//!
+//! [`Callbacks`] are client-go's `LeaderCallbacks`
+//! (tools/leaderelection/leaderelection.go): started leading, stopped
+//! leading, and a new leader observed (any holder other than the last one
+//! seen, this candidate included). They run on the election thread, so
+//! they must return at once (send on a channel); a callback that blocks
+//! delays renewals. Unlike client-go, stopped-leading is called only after
+//! a term this candidate actually held. [`Elector::register`] exports
+//! client-go's `leader_election_master_status` gauge and a liveness check
+//! after client-go's `HealthzAdaptor`: a candidate that believes it leads
+//! but has not renewed for the lease duration plus a tolerance is stuck
+//! and should be restarted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -32,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::{Client, WriteGuard};
 use crate::error::Error;
+use crate::metrics::Registry;
 use crate::object::{Meta, Object, decode_plain};
 use crate::request::{Api, LEASES};
 
@@ -72,6 +89,10 @@ pub struct LeaseSpec {
     /// How many times the holder changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_transitions: Option<i32>,
+    /// Fields this build does not model (strategy, preferredHolder, and
+    /// whatever newer servers add), sent back as read.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Object for Lease {
@@ -183,6 +204,10 @@ struct LeaderState {
     leading: bool,
     /// Writes are allowed until then.
     valid_until: Option<Instant>,
+    /// When the last successful renewal started.
+    renewed_at: Option<Instant>,
+    /// The holder last seen on the Lease (this candidate included).
+    leader: Option<String>,
 }
 
 struct Shared {
@@ -194,6 +219,88 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, LeaderState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn may_write(&self) -> bool {
+        let s = self.lock();
+        s.leading && s.valid_until.is_some_and(|v| Instant::now() < v)
+    }
+}
+
+/// The liveness verdict: `Err` when this candidate believes it leads but
+/// its last renewal started more than `lease_duration + tolerance` ago
+/// (client-go's `LeaderElector.Check`).
+pub fn decide_liveness(
+    leading: bool,
+    renewed_for: Option<Duration>,
+    lease_duration: Duration,
+    tolerance: Duration,
+) -> Result<(), String> {
+    match renewed_for {
+        Some(d) if leading && d > lease_duration + tolerance => Err(format!(
+            "the leader has not renewed its Lease for {:.0}s (lease {}s, tolerance {}s); the election thread is stuck",
+            d.as_secs_f64(),
+            lease_duration.as_secs(),
+            tolerance.as_secs()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A callback without arguments.
+pub type Callback = Arc<dyn Fn() + Send + Sync>;
+
+/// What the elector calls on the way, on its own thread: each must return
+/// at once (hand the news to a channel), or renewals wait on it.
+#[derive(Clone)]
+pub struct Callbacks {
+    started_leading: Option<Callback>,
+    stopped_leading: Option<Callback>,
+    new_leader: Option<Report>,
+    report: Report,
+}
+
+impl Default for Callbacks {
+    /// No callbacks; reports to standard error.
+    fn default() -> Callbacks {
+        Callbacks {
+            started_leading: None,
+            stopped_leading: None,
+            new_leader: None,
+            report: Arc::new(|line| eprintln!("liken-kube: {line}")),
+        }
+    }
+}
+
+impl Callbacks {
+    /// Called when this candidate takes the Lease and may write.
+    pub fn on_started_leading(mut self, f: impl Fn() + Send + Sync + 'static) -> Callbacks {
+        self.started_leading = Some(Arc::new(f));
+        self
+    }
+
+    /// Called when a term this candidate held ends: lost to another,
+    /// not renewed within the deadline, or released on shutdown. Writes
+    /// are already refused when it runs.
+    pub fn on_stopped_leading(mut self, f: impl Fn() + Send + Sync + 'static) -> Callbacks {
+        self.stopped_leading = Some(Arc::new(f));
+        self
+    }
+
+    /// Called with the holder's identity whenever the Lease is seen held
+    /// by someone other than the last holder seen (the first holder seen
+    /// included, this candidate included). A released Lease (no holder)
+    /// is not reported.
+    pub fn on_new_leader(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Callbacks {
+        self.new_leader = Some(Arc::new(f));
+        self
+    }
+
+    /// Where failures the elector retries, and its transitions, are
+    /// reported as lines (default: standard error).
+    pub fn report(mut self, report: Report) -> Callbacks {
+        self.report = report;
+        self
+    }
 }
 
 /// The write guard of an elector, for [`Client::with_write_guard`].
@@ -202,14 +309,14 @@ pub struct LeaderGuard(Arc<Shared>);
 
 impl WriteGuard for LeaderGuard {
     fn may_write(&self) -> bool {
-        let s = self.0.lock();
-        s.leading && s.valid_until.is_some_and(|v| Instant::now() < v)
+        self.0.may_write()
     }
 }
 
 /// A running candidate.
 pub struct Elector {
     shared: Arc<Shared>,
+    config: ElectionConfig,
     stop: Arc<AtomicBool>,
     abandon: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -225,7 +332,7 @@ impl Elector {
     pub fn start(
         client: Client,
         config: ElectionConfig,
-        report: Report,
+        callbacks: Callbacks,
     ) -> Result<Elector, String> {
         config.timings.check()?;
         let shared = Arc::new(Shared {
@@ -237,12 +344,12 @@ impl Elector {
         let mut run = Run {
             client: client.unguarded(),
             api: Api::namespaced(LEASES, config.namespace.clone()),
-            config,
+            config: config.clone(),
             shared: shared.clone(),
             stop: stop.clone(),
             abandon: abandon.clone(),
             observed: None,
-            report,
+            callbacks,
             rng: crate::random::seed(),
         };
         let thread = std::thread::Builder::new()
@@ -251,10 +358,45 @@ impl Elector {
             .map_err(|e| format!("spawning the election thread: {e}"))?;
         Ok(Elector {
             shared,
+            config,
             stop,
             abandon,
             thread: Some(thread),
         })
+    }
+
+    /// The holder last seen on the Lease (this candidate's identity while
+    /// it leads), if any has been seen.
+    pub fn leader(&self) -> Option<String> {
+        self.shared.lock().leader.clone()
+    }
+
+    /// The liveness verdict now, with `tolerance` beyond the lease
+    /// duration (client-go's `HealthzAdaptor` takes 20 s in most
+    /// components).
+    pub fn check(&self, tolerance: Duration) -> Result<(), String> {
+        liveness(&self.shared, self.config.timings.lease_duration, tolerance)
+    }
+
+    /// Exports `leader_election_master_status{name="<namespace>/<lease>"}`
+    /// (1 while this candidate may write, else 0) and a `leader-election`
+    /// health check for [`crate::metrics::serve`]'s `/healthz`, failing
+    /// as [`Elector::check`] does. Both outlive the elector: after a
+    /// shutdown the gauge reads 0 and the check passes.
+    pub fn register(&self, registry: &Registry, tolerance: Duration) {
+        let lease = format!("{}/{}", self.config.namespace, self.config.name);
+        let shared = self.shared.clone();
+        registry.gauge_from(
+            "leader_election_master_status",
+            "1 while this process holds the leader Lease and may write, else 0.",
+            &[("name", &lease)],
+            move || if shared.may_write() { 1.0 } else { 0.0 },
+        );
+        let shared = self.shared.clone();
+        let lease_duration = self.config.timings.lease_duration;
+        registry.health_check("leader-election", move || {
+            liveness(&shared, lease_duration, tolerance)
+        });
     }
 
     /// The guard to hand to [`Client::with_write_guard`].
@@ -308,6 +450,16 @@ impl Elector {
     }
 }
 
+fn liveness(shared: &Shared, lease_duration: Duration, tolerance: Duration) -> Result<(), String> {
+    let s = shared.lock();
+    decide_liveness(
+        s.leading,
+        s.renewed_at.map(|t| t.elapsed()),
+        lease_duration,
+        tolerance,
+    )
+}
+
 impl Drop for Elector {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -326,7 +478,7 @@ struct Run {
     abandon: Arc<AtomicBool>,
     /// The last record seen and when it was first seen.
     observed: Option<(LeaseSpec, Instant)>,
-    report: Report,
+    callbacks: Callbacks,
     rng: u64,
 }
 
@@ -349,19 +501,25 @@ impl Run {
                 return;
             }
             let leading = self.shared.lock().leading;
+            self.report_new_leader();
             match attempt {
                 Attempt::Held => {
                     let mut s = self.shared.lock();
                     s.valid_until = Some(started + self.config.timings.renew_deadline);
-                    if !s.leading {
-                        s.leading = true;
-                        drop(s);
-                        (self.report)(&format!(
+                    s.renewed_at = Some(started);
+                    let became = !s.leading;
+                    s.leading = true;
+                    drop(s);
+                    self.shared.changed.notify_all();
+                    if became {
+                        (self.callbacks.report)(&format!(
                             "{} became leader on Lease {}/{}",
                             self.config.identity, self.config.namespace, self.config.name
                         ));
+                        if let Some(f) = &self.callbacks.started_leading {
+                            f();
+                        }
                     }
-                    self.shared.changed.notify_all();
                 }
                 Attempt::HeldByOther => {
                     if leading {
@@ -379,7 +537,7 @@ impl Run {
                             self.step_down(&format!("could not renew within the deadline: {e}"));
                         }
                     } else if !e.is_conflict() && !matches!(e, Error::AlreadyExists { .. }) {
-                        (self.report)(&format!(
+                        (self.callbacks.report)(&format!(
                             "{}: leader election on {}/{}: {e}",
                             self.config.identity, self.config.namespace, self.config.name
                         ));
@@ -418,10 +576,33 @@ impl Run {
         s.valid_until = None;
         drop(s);
         self.shared.changed.notify_all();
-        (self.report)(&format!(
+        (self.callbacks.report)(&format!(
             "{} stopped leading on Lease {}/{}: {why}",
             self.config.identity, self.config.namespace, self.config.name
         ));
+        if let Some(f) = &self.callbacks.stopped_leading {
+            f();
+        }
+    }
+
+    /// Calls on_new_leader when the holder last observed differs from
+    /// the one last reported.
+    fn report_new_leader(&self) {
+        let holder = self
+            .observed
+            .as_ref()
+            .and_then(|(spec, _)| spec.holder_identity.clone())
+            .filter(|h| !h.is_empty());
+        let Some(holder) = holder else { return };
+        let mut s = self.shared.lock();
+        if s.leader.as_deref() == Some(holder.as_str()) {
+            return;
+        }
+        s.leader = Some(holder.clone());
+        drop(s);
+        if let Some(f) = &self.callbacks.new_leader {
+            f(&holder);
+        }
     }
 
     fn request_timeout(&self) -> Duration {
@@ -480,6 +661,7 @@ impl Run {
                         acquire_time: Some(stamp.clone()),
                         renew_time: Some(stamp),
                         lease_transitions: Some(0),
+                        other: serde_json::Map::new(),
                     },
                 };
                 self.write(
@@ -538,6 +720,9 @@ impl Run {
         if !was_leading {
             return;
         }
+        if let Some(f) = &self.callbacks.stopped_leading {
+            f();
+        }
         let timeout = self.request_timeout();
         let Ok(get) = self.api.get(&self.config.name) else {
             return;
@@ -552,22 +737,21 @@ impl Run {
             return;
         }
         let stamp = crate::microtime::now();
-        lease.spec = LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(stamp.clone()),
-            renew_time: Some(stamp),
-            lease_transitions: lease.spec.lease_transitions,
-        };
+        // The rest of the Lease (labels, owners, newer spec fields) is
+        // sent back as read.
+        lease.spec.holder_identity = None;
+        lease.spec.lease_duration_seconds = Some(1);
+        lease.spec.acquire_time = Some(stamp.clone());
+        lease.spec.renew_time = Some(stamp);
         match self.write(self.api.replace(
             &self.config.name,
             serde_json::to_vec(&lease).unwrap_or_default(),
         )) {
-            Ok(_) => (self.report)(&format!(
+            Ok(_) => (self.callbacks.report)(&format!(
                 "{} released Lease {}/{}",
                 self.config.identity, self.config.namespace, self.config.name
             )),
-            Err(e) => (self.report)(&format!(
+            Err(e) => (self.callbacks.report)(&format!(
                 "{} could not release Lease {}/{}: {e}",
                 self.config.identity, self.config.namespace, self.config.name
             )),
@@ -631,6 +815,7 @@ mod tests {
             state: Mutex::new(LeaderState {
                 leading: true,
                 valid_until: Some(Instant::now() + Duration::from_millis(30)),
+                ..LeaderState::default()
             }),
             changed: Condvar::new(),
         });
@@ -638,6 +823,45 @@ mod tests {
         assert!(g.may_write());
         std::thread::sleep(Duration::from_millis(40));
         assert!(!g.may_write(), "no renewal, no writes");
+    }
+
+    #[test]
+    fn liveness_fails_only_for_a_stuck_leader() {
+        let s = Duration::from_secs;
+        let cases = [
+            (false, None, true),
+            (false, Some(s(100)), true),
+            (true, None, true),
+            (true, Some(s(2)), true),
+            (true, Some(s(35)), true),
+            (true, Some(s(36)), false),
+        ];
+        for (leading, renewed_for, ok) in cases {
+            assert_eq!(
+                decide_liveness(leading, renewed_for, s(15), s(20)).is_ok(),
+                ok,
+                "leading {leading}, renewed {renewed_for:?} ago"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lease_keeps_what_this_build_does_not_model() {
+        let read = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "op", "namespace": "ns", "resourceVersion": "5",
+                         "uid": "u", "labels": {"app": "liken"},
+                         "annotations": {"a": "b"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                              "name": "owner", "uid": "o"}]},
+            "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15,
+                     "strategy": "OldestEmulationVersion", "preferredHolder": "pod-b"}
+        });
+        let mut lease: Lease = serde_json::from_value(read.clone()).unwrap();
+        lease.spec.holder_identity = Some("pod-c".into());
+        let mut want = read;
+        want["spec"]["holderIdentity"] = "pod-c".into();
+        assert_eq!(serde_json::to_value(&lease).unwrap(), want);
     }
 
     #[test]
@@ -656,6 +880,7 @@ mod tests {
                 acquire_time: None,
                 renew_time: Some("2026-01-01T00:00:00.000000Z".into()),
                 lease_transitions: Some(2),
+                other: serde_json::Map::new(),
             },
         };
         assert_eq!(

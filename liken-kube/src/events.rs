@@ -11,8 +11,30 @@
 //! counted, never waited for: Events are for people, and a slow API
 //! server must not stall reconciliation. On shutdown the recorder gets a
 //! fixed time to post what is queued; what is left is counted as
-//! abandoned. Repeats are not merged into an Event series.
+//! abandoned.
+//!
+//! Repeats become a series, as client-go's events broadcaster makes them
+//! (tools/events/event_broadcaster.go): an Event with the same action,
+//! reason, reporting controller and regarding object as one posted less
+//! than six minutes before is not posted again; the first one's
+//! `series.count` and `series.lastObservedTime` are patched instead (on
+//! every repeat here, where client-go patches the second and then every
+//! half hour). The note is not part of the key, so a series keeps its
+//! first note. Each object has a token bucket, after client-go's spam
+//! filter (tools/record/events_cache.go): 25 Events at once, then one
+//! every five minutes; the rest are dropped and counted.
+//!
+//! The fields are checked against the apiserver's own limits
+//! (pkg/apis/core/validation/events.go) before anything is queued: the
+//! reporting controller is a qualified name, the instance, action and
+//! reason at most 128 characters and not empty, the note cut at 1024
+//! bytes, and the Event's name (`<object>.<hex>`) cut to a DNS subdomain.
+//!
+//! Events are posted whether or not this process leads: the recorder
+//! writes through an unguarded copy of its client, so a standby can say
+//! why it is waiting.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -23,7 +45,6 @@ use serde::Serialize;
 
 use crate::client::Client;
 use crate::request::{Api, EVENTS};
-
 /// What an Event is about.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -75,6 +96,14 @@ pub enum EventType {
     Warning,
 }
 
+impl Record {
+    /// Whether the apiserver would take this Event's action and reason.
+    pub fn check(&self) -> Result<(), String> {
+        check_field("reason", &self.reason)?;
+        check_field("action", &self.action)
+    }
+}
+
 /// One Event to post.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -113,6 +142,66 @@ impl RecorderConfig {
             request_timeout: Duration::from_secs(5),
         }
     }
+
+    /// Whether the apiserver would take Events from this controller and
+    /// instance.
+    pub fn check(&self) -> Result<(), String> {
+        if !is_qualified_name(&self.controller) {
+            return Err(format!(
+                "the reporting controller {:?} is not a qualified name (`liken.sh/cluster-operator`: \
+                 an optional DNS prefix and a name of at most 63 letters, digits, '-', '_' and '.')",
+                self.controller
+            ));
+        }
+        check_field("reporting instance", &self.instance)
+    }
+}
+
+/// The apiserver's limit on an Event's action, reason and reporting
+/// instance (`ReasonLengthLimit` and its siblings).
+pub const FIELD_LIMIT: usize = 128;
+/// The apiserver's limit on an Event's note, bytes.
+pub const NOTE_LIMIT: usize = 1024;
+
+fn check_field(what: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("the Event's {what} is empty"));
+    }
+    if value.len() > FIELD_LIMIT {
+        return Err(format!(
+            "the Event's {what} {value:?} is longer than the apiserver's {FIELD_LIMIT} characters"
+        ));
+    }
+    Ok(())
+}
+
+/// apimachinery's `IsQualifiedName`: `[prefix/]name`, the prefix a DNS
+/// subdomain, the name 1 to 63 alphanumerics, `-`, `_`, `.`, starting and
+/// ending alphanumeric.
+pub fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    name_ok && prefix.is_none_or(is_dns_subdomain)
+}
+
+/// A DNS-1123 subdomain: at most 253 lower-case alphanumerics, `-` and
+/// `.`, starting and ending alphanumeric.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
 }
 
 #[derive(Serialize)]
@@ -147,6 +236,35 @@ pub fn event_namespace(r: &ObjectReference) -> &str {
     }
 }
 
+/// The Event's name: the object's name and `unique` in hex, as client-go
+/// names them, with the object's name made a DNS subdomain (lower case,
+/// other characters as `-`) and cut so the whole is at most 253.
+pub fn event_name(object: &str, unique: u64) -> String {
+    let suffix = format!(".{unique:016x}");
+    let mut base: String = object
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253 - suffix.len())
+        .collect();
+    // Start and end alphanumeric (the suffix ends in a hex digit).
+    while base.ends_with(['-', '.']) {
+        base.pop();
+    }
+    let base = base.trim_start_matches(['-', '.']);
+    if base.is_empty() {
+        format!("event{suffix}")
+    } else {
+        format!("{base}{suffix}")
+    }
+}
+
 /// The Event's JSON body; `unique` makes the name unique (client-go uses
 /// the time in nanoseconds as hex).
 pub fn event_body(config: &RecorderConfig, record: &Record, unique: u64, now: String) -> Vec<u8> {
@@ -154,7 +272,7 @@ pub fn event_body(config: &RecorderConfig, record: &Record, unique: u64, now: St
         api_version: "events.k8s.io/v1",
         kind: "Event",
         metadata: EventMeta {
-            name: format!("{}.{unique:016x}", record.regarding.name),
+            name: event_name(&record.regarding.name, unique),
             namespace: event_namespace(&record.regarding),
         },
         event_time: now,
@@ -162,12 +280,16 @@ pub fn event_body(config: &RecorderConfig, record: &Record, unique: u64, now: St
         reporting_instance: &config.instance,
         action: &record.action,
         reason: &record.reason,
-        // The API caps a note at 1 kB.
-        note: truncate(&record.note, 1024),
+        note: truncate(&record.note, NOTE_LIMIT),
         kind_of: record.kind,
         regarding: &record.regarding,
     };
     serde_json::to_vec(&body).expect("an Event serializes")
+}
+
+/// The merge patch that moves a series on.
+pub fn series_patch(count: u32, last_observed: String) -> serde_json::Value {
+    serde_json::json!({"series": {"count": count, "lastObservedTime": last_observed}})
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -181,15 +303,172 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A series ends when it has not repeated for this long (client-go's
+/// `finishTime`); the next repeat starts a new Event.
+pub const SERIES_FINISH: Duration = Duration::from_secs(6 * 60);
+/// Events an object may have at once (client-go's `defaultSpamBurst`).
+pub const SPAM_BURST: u32 = 25;
+/// One more Event per object per this long (client-go's `defaultSpamQPS`,
+/// 1/300).
+pub const SPAM_REFILL: Duration = Duration::from_secs(300);
+
+/// What identifies a series: client-go's `getKey` (action, reason,
+/// reporting controller, regarding; no related object here). The
+/// controller is the recorder's own, so it is left out.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    action: String,
+    reason: String,
+    regarding: String,
+}
+
+/// A regarding object, for its token bucket.
+fn object_key(r: &ObjectReference) -> String {
+    format!(
+        "{}/{}/{}/{}/{}",
+        r.api_version, r.kind, r.namespace, r.name, r.uid
+    )
+}
+
+#[derive(Clone, Debug)]
+struct SeriesState {
+    namespace: String,
+    name: String,
+    count: u32,
+    last_observed: Instant,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn refilled(&self, now: Instant) -> f64 {
+        let gained =
+            now.saturating_duration_since(self.at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        (self.tokens + gained).min(f64::from(SPAM_BURST))
+    }
+}
+
+/// What to do with one recorded Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Post a new Event.
+    Create,
+    /// Patch the series of the Event `namespace/name` to `count`.
+    Patch {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        name: String,
+        /// The series' new count.
+        count: u32,
+    },
+    /// Over the object's token bucket: drop it.
+    Throttled,
+}
+
+/// The series cache and the token buckets, owned by the posting thread;
+/// the clock is passed in so tests need not wait five minutes.
+#[derive(Default)]
+pub struct Correlator {
+    series: HashMap<SeriesKey, SeriesState>,
+    buckets: HashMap<String, Bucket>,
+}
+
+impl Correlator {
+    fn series_key(r: &Record) -> SeriesKey {
+        SeriesKey {
+            action: r.action.clone(),
+            reason: r.reason.clone(),
+            regarding: object_key(&r.regarding),
+        }
+    }
+
+    /// Decides what `record` becomes at `now`, taking a token and moving
+    /// its series on.
+    pub fn decide(&mut self, record: &Record, now: Instant) -> Verdict {
+        let bucket = self
+            .buckets
+            .entry(object_key(&record.regarding))
+            .or_insert(Bucket {
+                tokens: f64::from(SPAM_BURST),
+                at: now,
+            });
+        let tokens = bucket.refilled(now);
+        if tokens < 1.0 {
+            return Verdict::Throttled;
+        }
+        *bucket = Bucket {
+            tokens: tokens - 1.0,
+            at: now,
+        };
+        match self.series.get_mut(&Correlator::series_key(record)) {
+            Some(s) if now.saturating_duration_since(s.last_observed) < SERIES_FINISH => {
+                s.count += 1;
+                s.last_observed = now;
+                Verdict::Patch {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                    count: s.count,
+                }
+            }
+            _ => Verdict::Create,
+        }
+    }
+
+    /// Notes that `record` was posted as `namespace/name`: repeats patch it.
+    pub fn created(&mut self, record: &Record, namespace: &str, name: &str, now: Instant) {
+        self.series.insert(
+            Correlator::series_key(record),
+            SeriesState {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                count: 1,
+                last_observed: now,
+            },
+        );
+    }
+
+    /// Forgets `record`'s series (its Event is gone): the next repeat
+    /// posts a new one.
+    pub fn forget(&mut self, record: &Record) {
+        self.series.remove(&Correlator::series_key(record));
+    }
+
+    /// Drops finished series and full buckets, which are the same as
+    /// none.
+    pub fn prune(&mut self, now: Instant) {
+        self.series
+            .retain(|_, s| now.saturating_duration_since(s.last_observed) < SERIES_FINISH);
+        self.buckets
+            .retain(|_, b| b.refilled(now) < f64::from(SPAM_BURST));
+    }
+
+    /// Series and buckets held (for tests).
+    pub fn held(&self) -> (usize, usize) {
+        (self.series.len(), self.buckets.len())
+    }
+}
+
 /// Counts of what happened to recorded Events.
 #[derive(Debug, Default)]
 pub struct RecorderStats {
-    /// Posted successfully.
+    /// Posted as new Events.
     pub posted: AtomicU64,
+    /// Repeats patched into a series.
+    pub patched: AtomicU64,
     /// Refused by the server or failed in transport.
     pub failed: AtomicU64,
     /// Dropped because the queue was full.
     pub dropped: AtomicU64,
+    /// Dropped by the object's token bucket.
+    pub throttled: AtomicU64,
+    /// Refused before queueing: a reason or action the apiserver would
+    /// refuse.
+    pub invalid: AtomicU64,
 }
 
 /// What shutdown achieved.
@@ -197,10 +476,16 @@ pub struct RecorderStats {
 pub struct FlushReport {
     /// Events posted over the recorder's life.
     pub posted: u64,
+    /// Repeats patched into a series.
+    pub patched: u64,
     /// Events that failed to post.
     pub failed: u64,
     /// Events dropped on a full queue.
     pub dropped: u64,
+    /// Events dropped by a token bucket.
+    pub throttled: u64,
+    /// Events refused before queueing.
+    pub invalid: u64,
     /// Events still queued when the flush time ran out.
     pub abandoned: u64,
 }
@@ -217,8 +502,12 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the posting thread.
-    pub fn start(client: Client, config: RecorderConfig) -> Recorder {
+    /// Starts the posting thread. Fails when the apiserver would refuse
+    /// every Event of `config` (see [`RecorderConfig::check`]).
+    pub fn start(client: Client, config: RecorderConfig) -> Result<Recorder, String> {
+        config.check()?;
+        // A standby posts Events too: they are not the leader's writes.
+        let client = client.unguarded();
         let (tx, rx) = bounded::<Record>(config.capacity.max(1));
         let (done_tx, done) = bounded::<u64>(1);
         let stats = Arc::new(RecorderStats::default());
@@ -227,18 +516,28 @@ impl Recorder {
         let thread = std::thread::Builder::new()
             .name("liken-kube-events".into())
             .spawn(move || post_loop(client, config, rx, thread_stats, done_tx))
-            .expect("spawning the Events thread");
-        Recorder {
+            .map_err(|e| format!("spawning the Events thread: {e}"))?;
+        Ok(Recorder {
             tx: Some(tx),
             queue,
             stats,
             done,
             thread: Some(thread),
-        }
+        })
     }
 
-    /// Queues an Event; never blocks. Returns false if it was dropped.
+    /// Queues an Event; never blocks. Returns false if it was refused
+    /// (a reason or action the apiserver would refuse, reported on
+    /// standard error) or dropped on a full queue.
     pub fn record(&self, record: Record) -> bool {
+        if let Err(e) = record.check() {
+            self.stats.invalid.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "liken-kube: not recording an Event on {} {}: {e}",
+                record.regarding.kind, record.regarding.name
+            );
+            return false;
+        }
         let Some(tx) = &self.tx else { return false };
         match tx.try_send(record) {
             Ok(()) => true,
@@ -289,10 +588,14 @@ impl Recorder {
             // process.
             Err(_) => self.queue.len() as u64,
         };
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         FlushReport {
-            posted: self.stats.posted.load(Ordering::Relaxed),
-            failed: self.stats.failed.load(Ordering::Relaxed),
-            dropped: self.stats.dropped.load(Ordering::Relaxed),
+            posted: load(&self.stats.posted),
+            patched: load(&self.stats.patched),
+            failed: load(&self.stats.failed),
+            dropped: load(&self.stats.dropped),
+            throttled: load(&self.stats.throttled),
+            invalid: load(&self.stats.invalid),
             abandoned,
         }
     }
@@ -306,29 +609,70 @@ fn post_loop(
     done: Sender<u64>,
 ) {
     let mut rng = crate::random::seed();
+    let mut correlator = Correlator::default();
+    let mut pruned = Instant::now();
     loop {
-        let record = match rx.recv_timeout(Duration::from_secs(3600)) {
+        let record = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(r) => r,
-            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Timeout) => {
+                correlator.prune(Instant::now());
+                continue;
+            }
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        let unique = crate::random::next(&mut rng);
-        let body = event_body(&config, &record, unique, crate::microtime::now());
-        let api = Api::namespaced(EVENTS, event_namespace(&record.regarding));
-        let result = api
-            .create(body)
-            .and_then(|req| client.send(&req.timeout(config.request_timeout)));
-        match result {
-            Ok(_) => {
-                stats.posted.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        if now.saturating_duration_since(pruned) > Duration::from_secs(60) {
+            correlator.prune(now);
+            pruned = now;
+        }
+        let namespace = event_namespace(&record.regarding).to_owned();
+        let api = Api::namespaced(EVENTS, namespace.clone());
+        let result = match correlator.decide(&record, now) {
+            Verdict::Throttled => {
+                stats.throttled.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
-            Err(e) => {
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "liken-kube: posting Event {} on {} {}: {e}",
-                    record.reason, record.regarding.kind, record.regarding.name
-                );
+            Verdict::Patch { name, count, .. } => {
+                let patch = series_patch(count, crate::microtime::now());
+                match api
+                    .merge_patch(&name, patch.to_string().into_bytes())
+                    .and_then(|req| client.send(&req.timeout(config.request_timeout)))
+                {
+                    Ok(_) => {
+                        stats.patched.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // The Event expired or was deleted: start afresh
+                        // with the next repeat.
+                        correlator.forget(&record);
+                        Err(e)
+                    }
+                }
             }
+            Verdict::Create => {
+                let unique = crate::random::next(&mut rng);
+                let body = event_body(&config, &record, unique, crate::microtime::now());
+                let name = event_name(&record.regarding.name, unique);
+                match api
+                    .create(body)
+                    .and_then(|req| client.send(&req.timeout(config.request_timeout)))
+                {
+                    Ok(_) => {
+                        stats.posted.fetch_add(1, Ordering::Relaxed);
+                        correlator.created(&record, &namespace, &name, now);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let Err(e) = result {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "liken-kube: posting Event {} on {} {}: {e}",
+                record.reason, record.regarding.kind, record.regarding.name
+            );
         }
     }
     let _ = done.send(rx.len() as u64);
@@ -400,9 +744,9 @@ mod tests {
             origin: "test".into(),
         };
         let client = Client::new(&config).unwrap();
-        let mut rc = RecorderConfig::new("c", "i");
+        let mut rc = RecorderConfig::new("liken.sh/c", "i");
         rc.capacity = 1;
-        let r = Recorder::start(client, rc);
+        let r = Recorder::start(client, rc).unwrap();
         let started = Instant::now();
         let mut accepted = 0;
         for i in 0..50 {
@@ -419,5 +763,99 @@ mod tests {
         assert_eq!(report.dropped, 50 - accepted);
         assert_eq!(report.posted, 0);
         assert!(started.elapsed() < Duration::from_secs(6));
+    }
+
+    #[test]
+    fn names_and_fields_meet_the_apiservers_limits() {
+        assert_eq!(event_name("node-1", 0xabc), "node-1.0000000000000abc");
+        assert_eq!(
+            event_name("system:controller:Foo", 1),
+            "system-controller-foo.0000000000000001"
+        );
+        let long = format!("{}.{}", "a".repeat(200), "b".repeat(52));
+        let n = event_name(&long, 2);
+        assert_eq!(n.len(), 253);
+        assert!(is_dns_subdomain(&n), "{n}");
+        assert!(is_dns_subdomain(&event_name("--", 3)));
+        assert!(is_qualified_name("liken.sh/cluster-operator"));
+        assert!(is_qualified_name("cluster-operator"));
+        for bad in [
+            "",
+            "Liken.sh/op",
+            "liken.sh/",
+            "liken.sh/-op",
+            "a b",
+            &"x".repeat(64),
+        ] {
+            assert!(!is_qualified_name(bad), "{bad:?}");
+        }
+        assert!(RecorderConfig::new("liken.sh/op", "pod").check().is_ok());
+        assert!(RecorderConfig::new("liken op", "pod").check().is_err());
+        assert!(RecorderConfig::new("liken.sh/op", "").check().is_err());
+        assert!(
+            RecorderConfig::new("liken.sh/op", "p".repeat(129))
+                .check()
+                .is_err()
+        );
+        let mut r = record("m");
+        assert!(r.check().is_ok());
+        r.reason = "R".repeat(129);
+        assert!(r.check().unwrap_err().contains("128"));
+        r.reason = "Reason".into();
+        r.action = String::new();
+        assert!(r.check().unwrap_err().contains("action is empty"));
+    }
+
+    #[test]
+    fn repeats_become_a_series_that_ends_after_six_quiet_minutes() {
+        let mut c = Correlator::default();
+        let t = Instant::now();
+        let r = record("node-1");
+        assert_eq!(c.decide(&r, t), Verdict::Create);
+        c.created(&r, "default", "node-1.1", t);
+        for n in 2..=4 {
+            assert_eq!(
+                c.decide(&r, t + Duration::from_secs(n)),
+                Verdict::Patch {
+                    namespace: "default".into(),
+                    name: "node-1.1".into(),
+                    count: n as u32
+                }
+            );
+        }
+        // Another reason on the same object is another series.
+        let mut other = r.clone();
+        other.reason = "MachineFound".into();
+        assert_eq!(c.decide(&other, t), Verdict::Create);
+        // Six quiet minutes end the series.
+        let later = t + Duration::from_secs(4) + SERIES_FINISH;
+        assert_eq!(c.decide(&r, later), Verdict::Create);
+        // A series whose Event is gone starts over.
+        c.created(&r, "default", "node-1.2", later);
+        c.forget(&r);
+        assert_eq!(c.decide(&r, later), Verdict::Create);
+    }
+
+    #[test]
+    fn each_object_has_a_burst_of_25_then_one_per_five_minutes() {
+        let mut c = Correlator::default();
+        let t = Instant::now();
+        let a = record("a");
+        let passed = (0..30)
+            .filter(|_| c.decide(&a, t) != Verdict::Throttled)
+            .count();
+        assert_eq!(passed, SPAM_BURST as usize);
+        // Another object has its own bucket.
+        assert_ne!(c.decide(&record("b"), t), Verdict::Throttled);
+        // One more after five minutes, then none.
+        assert_eq!(
+            c.decide(&a, t + Duration::from_secs(299)),
+            Verdict::Throttled
+        );
+        assert_ne!(c.decide(&a, t + SPAM_REFILL), Verdict::Throttled);
+        assert_eq!(c.decide(&a, t + SPAM_REFILL), Verdict::Throttled);
+        // Full buckets and finished series are pruned.
+        c.prune(t + SPAM_REFILL * 30);
+        assert_eq!(c.held(), (0, 0));
     }
 }

@@ -2,16 +2,21 @@
 //! listener.
 //!
 //! A [`Registry`] holds metric families; each family has series keyed by
-//! label values. Counters, gauges and histograms are atomics the code
-//! updates directly; a family may instead be read at scrape time from a
-//! closure (`*_fn`), which is how process metrics (from `/proc/self`) and
-//! watch restarts (from [`crate::WatchStats`]) are exported without a
-//! second copy of the number.
+//! label values, sorted by label name so the same labels in any order are
+//! one series. Counters, gauges and histograms are atomics the code
+//! updates directly. A series may instead be read at scrape time from a
+//! closure (`counter_from`, `gauge_from`), which is how watch restarts
+//! (from [`crate::WatchStats`]) and the leader gauge are exported without
+//! a second copy of the number; two closures on one series are summed, so
+//! two watchers of one resource give one series, never a duplicate. A
+//! whole family may be read from one closure (`*_fn`), as the process
+//! metrics from `/proc/self` are.
 //!
 //! [`standard`] registers what every liken operator exports: process
 //! metrics, the reconcile duration histogram, the reconcile error
-//! counter. [`serve`] answers `GET /metrics` on one thread, one short
-//! connection at a time; scrapes are rare and small.
+//! counter. [`serve`] answers `GET /metrics` and `GET /healthz` (the
+//! [`Registry::health_check`]s, for a liveness probe) on one thread, one
+//! short connection at a time; scrapes are rare and small.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -118,10 +123,18 @@ pub const DEFAULT_BUCKETS: &[f64] = &[
 
 type ReadFn = Box<dyn Fn() -> Vec<(Vec<(String, String)>, f64)> + Send + Sync>;
 
+/// A value read at scrape time.
+type ReadOne = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+/// A liveness check: `Err` says what is wrong.
+type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 enum Source {
     Counter(Counter),
     Gauge(Gauge),
     Histogram(Histogram),
+    /// Closures read at scrape time and summed.
+    Read(Vec<ReadOne>),
 }
 
 enum Series {
@@ -136,25 +149,41 @@ struct Family {
     series: Series,
 }
 
-/// The watchers whose counters are exported, by resource.
-type Watches = Arc<Mutex<Vec<(String, Arc<crate::watch::WatchStats>)>>>;
-
-/// The metrics one process exports.
+/// The metrics one process exports, and its liveness checks.
 #[derive(Clone, Default)]
 pub struct Registry {
     families: Arc<Mutex<Vec<Family>>>,
-    watches: Watches,
+    checks: Arc<Mutex<Vec<(String, Check)>>>,
 }
 
+/// The series key and its text: labels sorted by name, so the order a
+/// caller lists them in never makes a second series.
 fn label_text(labels: &[(&str, &str)]) -> String {
     if labels.is_empty() {
         return String::new();
     }
-    let parts: Vec<String> = labels
+    let mut sorted = labels.to_vec();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let parts: Vec<String> = sorted
         .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+        .map(|(k, v)| {
+            assert!(valid_label(k), "{k:?} is not a Prometheus label name");
+            format!("{k}=\"{}\"", escape_label(v))
+        })
         .collect();
     format!("{{{}}}", parts.join(","))
+}
+
+/// HELP text escapes backslash and newline (the text format, 0.0.4).
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+fn valid_label(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with("__")
 }
 
 fn escape_label(v: &str) -> String {
@@ -209,7 +238,97 @@ impl Registry {
             Source::Counter(c) => Source::Counter(c.clone()),
             Source::Gauge(g) => Source::Gauge(g.clone()),
             Source::Histogram(h) => Source::Histogram(h.clone()),
+            Source::Read(_) => panic!("{name}{labels:?} is read from a closure"),
         }
+    }
+
+    fn add_read(
+        &self,
+        name: &str,
+        help: &str,
+        kind: &'static str,
+        labels: &[(&str, &str)],
+        read: ReadOne,
+    ) {
+        assert!(valid_name(name), "{name:?} is not a Prometheus metric name");
+        let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        let idx = match families.iter().position(|f| f.name == name) {
+            Some(i) => {
+                assert_eq!(families[i].kind, kind, "{name} registered as two types");
+                i
+            }
+            None => {
+                families.push(Family {
+                    name: name.to_owned(),
+                    help: help.to_owned(),
+                    kind,
+                    series: Series::Fixed(BTreeMap::new()),
+                });
+                families.len() - 1
+            }
+        };
+        let Series::Fixed(map) = &mut families[idx].series else {
+            panic!("{name} is read from a function; it has no fixed series");
+        };
+        match map
+            .entry(label_text(labels))
+            .or_insert_with(|| Source::Read(Vec::new()))
+        {
+            Source::Read(reads) => reads.push(read),
+            _ => panic!("{name}{labels:?} is updated directly, not read"),
+        }
+    }
+
+    /// A counter series read at scrape time from `read`. Registering a
+    /// second closure on the same name and labels adds the two, so two
+    /// sources of one count (two watchers of one resource) stay one
+    /// series.
+    pub fn counter_from(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> f64 + Send + Sync + 'static,
+    ) {
+        self.add_read(name, help, "counter", labels, Arc::new(read));
+    }
+
+    /// A gauge series read at scrape time; closures on one series add.
+    pub fn gauge_from(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> f64 + Send + Sync + 'static,
+    ) {
+        self.add_read(name, help, "gauge", labels, Arc::new(read));
+    }
+
+    /// A liveness check `GET /healthz` runs: `Err` makes the answer 500
+    /// with the message (the elector's, through
+    /// [`crate::election::Elector::register`]).
+    pub fn health_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_owned(), Arc::new(check)));
+    }
+
+    /// Runs every health check: the failures, each as `name: message`.
+    pub fn check_health(&self) -> Vec<String> {
+        let checks: Vec<(String, Check)> = self
+            .checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        checks
+            .iter()
+            .filter_map(|(name, check)| check().err().map(|e| format!("{name}: {e}")))
+            .collect()
     }
 
     /// A counter (registering it on first use); `labels` pick the series.
@@ -284,47 +403,12 @@ impl Registry {
         self.register_fn(name, help, "counter", Box::new(read));
     }
 
-    /// Exports a watcher's restart and list counts, labelled with the
-    /// resource (`liken_watch_restarts_total{resource="machines"}`).
-    pub fn watch_stats(&self, resource: &str, stats: Arc<crate::watch::WatchStats>) {
-        let first = {
-            let mut w = self.watches.lock().unwrap_or_else(|p| p.into_inner());
-            w.push((resource.to_owned(), stats));
-            w.len() == 1
-        };
-        if !first {
-            return;
-        }
-        type Pick = fn(&crate::watch::WatchStats) -> u64;
-        let families: [(&str, &str, Pick); 2] = [
-            (
-                "liken_watch_restarts_total",
-                "Watch streams that failed (410 Gone included) and were reopened.",
-                |s| s.restarts(),
-            ),
-            (
-                "liken_watch_lists_total",
-                "Full LISTs of a watched resource: the first and every relist.",
-                |s| s.lists(),
-            ),
-        ];
-        for (name, help, pick) in families {
-            let watches = self.watches.clone();
-            self.counter_fn(name, help, move || {
-                let w = watches.lock().unwrap_or_else(|p| p.into_inner());
-                w.iter()
-                    .map(|(r, s)| (vec![("resource".to_owned(), r.clone())], pick(s) as f64))
-                    .collect()
-            });
-        }
-    }
-
     /// The text exposition of every family.
     pub fn render(&self) -> String {
         let families = self.families.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = String::new();
         for f in families.iter() {
-            let _ = writeln!(out, "# HELP {} {}", f.name, f.help.replace('\n', " "));
+            let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(&f.help));
             let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
             match &f.series {
                 Series::Fixed(map) => {
@@ -368,6 +452,10 @@ fn render_source(out: &mut String, name: &str, labels: &str, source: &Source) {
         }
         Source::Gauge(g) => {
             let _ = writeln!(out, "{name}{labels} {}", number(g.get()));
+        }
+        Source::Read(reads) => {
+            let sum: f64 = reads.iter().map(|r| r()).sum();
+            let _ = writeln!(out, "{name}{labels} {}", number(sum));
         }
         Source::Histogram(h) => {
             // `le` joins the series' own labels.
@@ -601,10 +689,22 @@ pub fn decide_response(head: &str, registry: &Registry) -> (&'static str, &'stat
             "text/plain; version=0.0.4; charset=utf-8",
             registry.render(),
         ),
+        ("GET", "/healthz") => {
+            let failures = registry.check_health();
+            if failures.is_empty() {
+                ("200 OK", "text/plain", "ok\n".into())
+            } else {
+                (
+                    "500 Internal Server Error",
+                    "text/plain",
+                    failures.join("\n") + "\n",
+                )
+            }
+        }
         ("GET", _) => (
             "404 Not Found",
             "text/plain",
-            "metrics are at /metrics\n".into(),
+            "metrics are at /metrics, liveness at /healthz\n".into(),
         ),
         _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
     }
@@ -700,8 +800,8 @@ mod tests {
         std.reconcile_duration.observe(0.2);
         let stats = Arc::new(crate::watch::WatchStats::default());
         stats.restarts.fetch_add(2, Ordering::Relaxed);
-        r.watch_stats("machines", stats.clone());
-        r.watch_stats("clusters", Arc::default());
+        stats.register(&r, "machines");
+        Arc::new(crate::watch::WatchStats::default()).register(&r, "clusters");
         r.gauge("liken_fleet_machines", "Machines.", &[]).set(3.0);
         let server = serve("127.0.0.1:0", r).unwrap();
         let get = |path: &str| {
@@ -726,5 +826,69 @@ mod tests {
         assert!(out.contains("\nliken_fleet_machines 3\n"));
         assert!(get("/other").starts_with("HTTP/1.1 404"));
         server.stop();
+    }
+
+    #[test]
+    fn series_are_one_whatever_the_label_order() {
+        let r = Registry::new();
+        r.counter("liken_x_total", "X.", &[("b", "2"), ("a", "1")])
+            .inc();
+        r.counter("liken_x_total", "X.", &[("a", "1"), ("b", "2")])
+            .inc();
+        assert_eq!(
+            r.render(),
+            "# HELP liken_x_total X.\n# TYPE liken_x_total counter\nliken_x_total{a=\"1\",b=\"2\"} 2\n"
+        );
+    }
+
+    #[test]
+    fn help_escapes_backslash_and_newline() {
+        let r = Registry::new();
+        r.gauge("liken_y", "a \\ b\nc", &[]).set(1.0);
+        assert!(
+            r.render().starts_with("# HELP liken_y a \\\\ b\\nc\n"),
+            "{}",
+            r.render()
+        );
+    }
+
+    #[test]
+    fn read_series_add_up_instead_of_repeating() {
+        let r = Registry::new();
+        let a = Arc::new(crate::watch::WatchStats::default());
+        let b = Arc::new(crate::watch::WatchStats::default());
+        a.lists.fetch_add(1, Ordering::Relaxed);
+        b.lists.fetch_add(2, Ordering::Relaxed);
+        a.register(&r, "machines");
+        b.register(&r, "machines");
+        let out = r.render();
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("liken_watch_lists_total"))
+            .collect();
+        assert_eq!(lines, ["liken_watch_lists_total{resource=\"machines\"} 3"]);
+    }
+
+    #[test]
+    fn healthz_runs_the_checks() {
+        let r = Registry::new();
+        let (status, _, body) = decide_response("GET /healthz HTTP/1.1\r\n", &r);
+        assert_eq!((status, body.as_str()), ("200 OK", "ok\n"));
+        let bad = Arc::new(AtomicBool::new(false));
+        let flag = bad.clone();
+        r.health_check("elector", move || {
+            if flag.load(Ordering::SeqCst) {
+                Err("stuck".into())
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(decide_response("GET /healthz HTTP/1.1\r\n", &r).0, "200 OK");
+        bad.store(true, Ordering::SeqCst);
+        let (status, _, body) = decide_response("GET /healthz HTTP/1.1\r\n", &r);
+        assert_eq!(
+            (status, body.as_str()),
+            ("500 Internal Server Error", "elector: stuck\n")
+        );
     }
 }

@@ -10,6 +10,15 @@
 //! Names and label selectors are percent-encoded here, so a name with a
 //! `/` cannot address another path and a selector like `a in (b,c)`
 //! arrives intact.
+//!
+//! Four kinds of write body: JSON for create and replace, a JSON merge
+//! patch (RFC 7386), a JSON patch (RFC 6902, [`PatchOp`], whose `test`
+//! operations make a patch conditional on what the object holds), and a
+//! server-side apply configuration (`application/apply-patch+yaml`, JSON
+//! being YAML), which names its field manager and may `force` ownership
+//! of fields another manager holds. The client adds its own
+//! `fieldManager` to every other create, replace and patch
+//! ([`crate::Client::identify`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -96,6 +105,33 @@ pub const CONFIG_MAPS: Resource = Resource {
     namespaced: true,
 };
 
+/// Core Pods.
+pub const PODS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "pods",
+    kind: "Pod",
+    namespaced: true,
+};
+
+/// Core Nodes.
+pub const NODES: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "nodes",
+    kind: "Node",
+    namespaced: false,
+};
+
+/// policy/v1 PodDisruptionBudgets.
+pub const POD_DISRUPTION_BUDGETS: Resource = Resource {
+    group: "policy",
+    version: "v1",
+    plural: "poddisruptionbudgets",
+    kind: "PodDisruptionBudget",
+    namespaced: true,
+};
+
 /// Core Namespaces.
 pub const NAMESPACES: Resource = Resource {
     group: "",
@@ -147,6 +183,10 @@ impl fmt::Display for Method {
 
 /// The content type of a JSON merge patch (RFC 7386).
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
+/// The content type of a JSON patch (RFC 6902).
+pub const JSON_PATCH: &str = "application/json-patch+json";
+/// The content type of a server-side apply configuration.
+pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 /// The content type of every other body.
 pub const JSON: &str = "application/json";
 
@@ -208,6 +248,69 @@ impl Request {
         self.timeout = Some(timeout);
         self
     }
+
+    /// Whether the request takes a `fieldManager`: creates, replaces and
+    /// patches do; reads and DELETE (whose options have none) do not.
+    pub fn takes_field_manager(&self) -> bool {
+        matches!(self.method, Method::Post | Method::Put | Method::Patch)
+    }
+
+    /// The same request naming `manager` as its field manager, unless it
+    /// names one already (an apply names its own) or takes none.
+    pub fn with_field_manager(mut self, manager: &str) -> Request {
+        if self.takes_field_manager() && !self.query.iter().any(|(k, _)| *k == "fieldManager") {
+            self.query.push(("fieldManager", manager.to_owned()));
+        }
+        self
+    }
+}
+
+/// One operation of a JSON patch (RFC 6902). Paths are JSON pointers
+/// ([`json_pointer`] builds one from segments). A failing `Test` makes
+/// the server refuse the whole patch, which is how a patch is made
+/// conditional on a field's value (a finalizer at an index, a
+/// resourceVersion).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum PatchOp {
+    /// Adds `value` at `path` (`/-` appends to an array).
+    Add {
+        /// Where.
+        path: String,
+        /// What.
+        value: serde_json::Value,
+    },
+    /// Removes what is at `path`.
+    Remove {
+        /// Where.
+        path: String,
+    },
+    /// Replaces what is at `path`, which must exist.
+    Replace {
+        /// Where.
+        path: String,
+        /// The new value.
+        value: serde_json::Value,
+    },
+    /// Refuses the whole patch unless `path` holds `value`.
+    Test {
+        /// Where.
+        path: String,
+        /// The value it must hold.
+        value: serde_json::Value,
+    },
+}
+
+/// A JSON pointer (RFC 6901) from path segments: `~` and `/` inside a
+/// segment are escaped, so `["metadata", "labels", "liken.sh/role"]`
+/// addresses that one label.
+pub fn json_pointer(segments: &[&str]) -> String {
+    let mut out = String::new();
+    for s in segments {
+        out.push('/');
+        out.push_str(&s.replace('~', "~0").replace('/', "~1"));
+    }
+    out
 }
 
 /// How a LIST is narrowed and paged.
@@ -227,10 +330,20 @@ pub struct ListParams {
 }
 
 impl ListParams {
-    /// Only objects matching `selector`.
+    /// Only objects matching the label selector `selector`.
     pub fn labels(selector: impl Into<String>) -> ListParams {
         ListParams {
             label_selector: Some(selector.into()),
+            ..ListParams::default()
+        }
+    }
+
+    /// Only objects matching the field selector `selector`
+    /// (`metadata.name=node-1`; `spec.nodeName=node-1` on Pods). Custom
+    /// resources answer `metadata.name` and `metadata.namespace` only.
+    pub fn fields(selector: impl Into<String>) -> ListParams {
+        ListParams {
+            field_selector: Some(selector.into()),
             ..ListParams::default()
         }
     }
@@ -252,16 +365,23 @@ pub struct WatchParams {
     /// How long the server keeps the stream open before ending it
     /// cleanly; the watcher then reopens from the last resourceVersion.
     pub timeout_seconds: u32,
+    /// The longest one read of the stream may wait. Not sent: the
+    /// client's own limit, so a half-open connection is noticed.
+    pub read_timeout: Duration,
 }
 
 impl Default for WatchParams {
     fn default() -> WatchParams {
         // Under five minutes, as kube-rs does: long enough to be cheap,
-        // short enough that a silently dead connection is noticed.
+        // short enough that a silently dead connection is noticed. The
+        // apiserver's watch cache sends a bookmark about once a minute
+        // (bookmarkFrequency in staging/src/k8s.io/apiserver/pkg/storage/
+        // cacher/cacher.go), so 150 s without a byte is a dead stream.
         WatchParams {
             label_selector: None,
             field_selector: None,
             timeout_seconds: 290,
+            read_timeout: Duration::from_secs(150),
         }
     }
 }
@@ -294,6 +414,20 @@ pub struct DeleteParams {
     pub propagation: Option<Propagation>,
     /// Delete only if the object still has this resourceVersion.
     pub precondition_resource_version: Option<String>,
+}
+
+impl DeleteParams {
+    /// The `DeleteOptions` object these stand for.
+    pub fn options(&self) -> serde_json::Value {
+        let mut options = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        if let Some(p) = self.propagation {
+            options["propagationPolicy"] = p.as_str().into();
+        }
+        if let Some(rv) = &self.precondition_resource_version {
+            options["preconditions"] = serde_json::json!({ "resourceVersion": rv });
+        }
+        options
+    }
 }
 
 /// Request builder for one resource, in one namespace for namespaced kinds.
@@ -422,16 +556,95 @@ impl Api {
         )
     }
 
+    /// PATCH with a JSON patch (`ops` serialized as a JSON array).
+    pub fn json_patch(&self, name: &str, ops: Vec<u8>) -> Result<Request, Error> {
+        Ok(Request::new(Method::Patch, self.item(name)?).with_body(ops, JSON_PATCH))
+    }
+
+    /// PATCH the status subresource with a JSON patch.
+    pub fn json_patch_status(&self, name: &str, ops: Vec<u8>) -> Result<Request, Error> {
+        Ok(
+            Request::new(Method::Patch, format!("{}/status", self.item(name)?))
+                .with_body(ops, JSON_PATCH),
+        )
+    }
+
+    /// Server-side apply: PATCH with the apply configuration `body` as
+    /// `field_manager`; `force` takes fields other managers own instead of
+    /// failing with a Conflict.
+    pub fn apply(
+        &self,
+        name: &str,
+        body: Vec<u8>,
+        field_manager: &str,
+        force: bool,
+    ) -> Result<Request, Error> {
+        Api::apply_to(self.item(name)?, body, field_manager, force)
+    }
+
+    /// Server-side apply on the status subresource.
+    pub fn apply_status(
+        &self,
+        name: &str,
+        body: Vec<u8>,
+        field_manager: &str,
+        force: bool,
+    ) -> Result<Request, Error> {
+        Api::apply_to(
+            format!("{}/status", self.item(name)?),
+            body,
+            field_manager,
+            force,
+        )
+    }
+
+    fn apply_to(
+        path: String,
+        body: Vec<u8>,
+        field_manager: &str,
+        force: bool,
+    ) -> Result<Request, Error> {
+        if field_manager.is_empty() {
+            return Err(Error::InvalidRequest {
+                message: "server-side apply needs a field manager".into(),
+            });
+        }
+        let mut r = Request::new(Method::Patch, path).with_body(body, APPLY_PATCH);
+        r.query.push(("fieldManager", field_manager.to_owned()));
+        if force {
+            r.query.push(("force", "true".to_owned()));
+        }
+        Ok(r)
+    }
+
+    /// POST a policy/v1 Eviction of the pod `name` (the `eviction`
+    /// subresource of [`PODS`]): the API server deletes the pod only if
+    /// every PodDisruptionBudget covering it allows, else answers 429
+    /// ([`Error::DisruptionBudget`]). `params` become the Eviction's
+    /// deleteOptions.
+    pub fn evict(&self, name: &str, params: &DeleteParams) -> Result<Request, Error> {
+        if self.resource != PODS {
+            return Err(Error::InvalidRequest {
+                message: format!(
+                    "only pods have an eviction subresource, not {}",
+                    self.resource.plural
+                ),
+            });
+        }
+        let path = format!("{}/eviction", self.item(name)?);
+        let eviction = serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": self.namespace.as_deref().unwrap_or_default()},
+            "deleteOptions": params.options(),
+        });
+        let body = serde_json::to_vec(&eviction).expect("a JSON value serializes");
+        Ok(Request::new(Method::Post, path).with_body(body, JSON))
+    }
+
     /// DELETE one object, with DeleteOptions in the body.
     pub fn delete(&self, name: &str, params: &DeleteParams) -> Result<Request, Error> {
-        let mut options = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
-        if let Some(p) = params.propagation {
-            options["propagationPolicy"] = p.as_str().into();
-        }
-        if let Some(rv) = &params.precondition_resource_version {
-            options["preconditions"] = serde_json::json!({ "resourceVersion": rv });
-        }
-        let body = serde_json::to_vec(&options).expect("a JSON value serializes");
+        let body = serde_json::to_vec(&params.options()).expect("a JSON value serializes");
         Ok(Request::new(Method::Delete, self.item(name)?).with_body(body, JSON))
     }
 
@@ -604,6 +817,7 @@ mod tests {
                 label_selector: Some("app=a".into()),
                 field_selector: None,
                 timeout_seconds: 5,
+                read_timeout: Duration::from_secs(1),
             },
             "7",
         );
@@ -625,5 +839,136 @@ mod tests {
         for m in [Method::Post, Method::Put, Method::Patch, Method::Delete] {
             assert!(m.is_write());
         }
+    }
+
+    #[test]
+    fn field_selectors_on_lists_and_watches() {
+        let r = Api::namespaced(PODS, "a").list(&ListParams::fields("spec.nodeName=node-1"));
+        assert_eq!(
+            r.uri(),
+            "/api/v1/namespaces/a/pods?fieldSelector=spec.nodeName%3Dnode-1"
+        );
+        let r = machines().watch(
+            &WatchParams {
+                field_selector: Some("metadata.name=node-1".into()),
+                ..WatchParams::default()
+            },
+            "3",
+        );
+        assert!(
+            r.uri().ends_with("&fieldSelector=metadata.name%3Dnode-1"),
+            "{}",
+            r.uri()
+        );
+    }
+
+    #[test]
+    fn apply_names_its_manager_and_force() {
+        let r = machines()
+            .apply("n", b"{}".to_vec(), "liken-machine-operator", true)
+            .unwrap();
+        assert_eq!(r.method, Method::Patch);
+        assert_eq!(r.content_type, Some("application/apply-patch+yaml"));
+        assert_eq!(
+            r.uri(),
+            "/apis/liken.sh/v1alpha1/machines/n?fieldManager=liken-machine-operator&force=true"
+        );
+        let r = machines()
+            .apply_status("n", b"{}".to_vec(), "op", false)
+            .unwrap();
+        assert_eq!(
+            r.uri(),
+            "/apis/liken.sh/v1alpha1/machines/n/status?fieldManager=op"
+        );
+        // The client's own manager does not replace the one an apply names.
+        assert_eq!(
+            r.clone().with_field_manager("other").uri(),
+            "/apis/liken.sh/v1alpha1/machines/n/status?fieldManager=op"
+        );
+        assert!(machines().apply("n", b"{}".to_vec(), "", false).is_err());
+    }
+
+    #[test]
+    fn writes_but_not_reads_or_deletes_take_a_field_manager() {
+        let fm = |r: Request| r.with_field_manager("liken-cli").uri();
+        assert_eq!(
+            fm(machines().create(b"{}".to_vec()).unwrap()),
+            "/apis/liken.sh/v1alpha1/machines?fieldManager=liken-cli"
+        );
+        assert_eq!(
+            fm(machines().merge_patch("n", b"{}".to_vec()).unwrap()),
+            "/apis/liken.sh/v1alpha1/machines/n?fieldManager=liken-cli"
+        );
+        assert_eq!(
+            fm(machines().get("n").unwrap()),
+            "/apis/liken.sh/v1alpha1/machines/n"
+        );
+        assert_eq!(
+            fm(machines().delete("n", &DeleteParams::default()).unwrap()),
+            "/apis/liken.sh/v1alpha1/machines/n"
+        );
+    }
+
+    #[test]
+    fn json_patches_with_test_operations() {
+        let ops = [
+            PatchOp::Test {
+                path: json_pointer(&["metadata", "resourceVersion"]),
+                value: "7".into(),
+            },
+            PatchOp::Add {
+                path: json_pointer(&["metadata", "labels", "liken.sh/role"]),
+                value: "leader".into(),
+            },
+            PatchOp::Remove {
+                path: "/metadata/finalizers/0".into(),
+            },
+            PatchOp::Replace {
+                path: "/spec/x~y".into(),
+                value: 1.into(),
+            },
+        ];
+        let body = serde_json::to_value(ops).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "add", "path": "/metadata/labels/liken.sh~1role", "value": "leader"},
+                {"op": "remove", "path": "/metadata/finalizers/0"},
+                {"op": "replace", "path": "/spec/x~y", "value": 1},
+            ])
+        );
+        assert_eq!(json_pointer(&["a~b"]), "/a~0b");
+        let r = machines().json_patch("n", b"[]".to_vec()).unwrap();
+        assert_eq!(r.content_type, Some("application/json-patch+json"));
+        let r = machines().json_patch_status("n", b"[]".to_vec()).unwrap();
+        assert_eq!(r.uri(), "/apis/liken.sh/v1alpha1/machines/n/status");
+    }
+
+    #[test]
+    fn an_eviction_is_a_post_to_the_pod_subresource() {
+        let r = Api::namespaced(PODS, "web")
+            .evict(
+                "web-1",
+                &DeleteParams {
+                    propagation: None,
+                    precondition_resource_version: Some("9".into()),
+                },
+            )
+            .unwrap();
+        assert_eq!(r.method, Method::Post);
+        assert_eq!(r.uri(), "/api/v1/namespaces/web/pods/web-1/eviction");
+        let body: serde_json::Value = serde_json::from_slice(r.body.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "web-1", "namespace": "web"},
+                "deleteOptions": {"kind": "DeleteOptions", "apiVersion": "v1",
+                                  "preconditions": {"resourceVersion": "9"}},
+            })
+        );
+        assert!(machines().evict("n", &DeleteParams::default()).is_err());
+        assert!(Api::all(PODS).evict("p", &DeleteParams::default()).is_err());
     }
 }

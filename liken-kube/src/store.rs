@@ -10,9 +10,20 @@
 //!
 //! Objects are held as `Arc<T>` so a loop can keep what it read while the
 //! watch thread replaces entries.
+//!
+//! A loop that keeps state per object (a timer, a ledger entry) must drop
+//! it when the object goes, and not every departure is a Deleted event:
+//! an object deleted while the watch was down vanishes in the next relist,
+//! and an object whose new version this build cannot read is dropped too.
+//! [`Store::take_removed`] hands over every key removed since the last
+//! call, whatever the cause.
+//!
+//! An informer's store is synced by its first LIST. An informer resuming
+//! from a resourceVersion instead ([`Informer::spawn_seeded`]) is given
+//! the objects that resourceVersion stands for, so its store is whole, and
+//! synced, from the start.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,7 +33,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use crate::client::Client;
 use crate::object::Object;
 use crate::request::Api;
-use crate::watch::{Event, WatchStats, Watcher};
+use crate::watch::{Event, StopHandle, WatchStats, Watcher};
 
 /// The informer's copy of one kind, keyed by [`Object::key`].
 pub struct Store<T> {
@@ -33,6 +44,8 @@ struct StoreInner<T> {
     objects: RwLock<HashMap<String, Arc<T>>>,
     synced: Mutex<bool>,
     synced_cv: Condvar,
+    /// Keys removed since the last take_removed.
+    removed: Mutex<HashSet<String>>,
 }
 
 impl<T> Clone for Store<T> {
@@ -57,6 +70,7 @@ impl<T: Object> Store<T> {
                 objects: RwLock::new(HashMap::new()),
                 synced: Mutex::new(false),
                 synced_cv: Condvar::new(),
+                removed: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -110,6 +124,25 @@ impl<T: Object> Store<T> {
         self.inner.objects.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every key removed since the last call: deleted, gone from a
+    /// relist, or dropped because its new version could not be read. A
+    /// key that came back since is still listed (check the store).
+    pub fn take_removed(&self) -> Vec<String> {
+        let mut removed = self.inner.removed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keys: Vec<String> = removed.drain().collect();
+        removed.shrink_to(0);
+        keys.sort();
+        keys
+    }
+
+    fn note_removed(&self, keys: impl IntoIterator<Item = String>) {
+        self.inner
+            .removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys);
+    }
+
     /// Applies one watcher event.
     pub fn apply(&self, event: Event<T>) {
         let mut objects = self
@@ -119,12 +152,17 @@ impl<T: Object> Store<T> {
             .unwrap_or_else(|p| p.into_inner());
         match event {
             Event::Restarted(items) => {
-                objects.clear();
-                objects.shrink_to(items.len());
+                let mut next = HashMap::with_capacity(items.len());
                 for o in items {
-                    objects.insert(o.key(), Arc::new(o));
+                    next.insert(o.key(), Arc::new(o));
                 }
+                let old = std::mem::replace(&mut *objects, next);
+                let gone: Vec<String> = old
+                    .into_keys()
+                    .filter(|k| !objects.contains_key(k))
+                    .collect();
                 drop(objects);
+                self.note_removed(gone);
                 let mut synced = self.inner.synced.lock().unwrap_or_else(|p| p.into_inner());
                 *synced = true;
                 self.inner.synced_cv.notify_all();
@@ -133,7 +171,16 @@ impl<T: Object> Store<T> {
                 objects.insert(o.key(), Arc::new(o));
             }
             Event::Deleted(o) => {
-                objects.remove(&o.key());
+                let key = o.key();
+                objects.remove(&key);
+                drop(objects);
+                self.note_removed([key]);
+            }
+            Event::Unreadable(u) => {
+                if objects.remove(&u.key).is_some() {
+                    drop(objects);
+                    self.note_removed([u.key]);
+                }
             }
         }
     }
@@ -148,14 +195,37 @@ pub fn wake_channel() -> (Sender<()>, Receiver<()>) {
 pub struct Informer<T> {
     store: Store<T>,
     stats: Arc<WatchStats>,
-    stop: Arc<AtomicBool>,
+    stop: StopHandle,
     thread: Option<JoinHandle<()>>,
 }
 
 impl<T: Object> Informer<T> {
-    /// Starts watching with `watcher`; each change wakes `wake`.
+    /// Starts watching with `watcher`, from a LIST (a watcher told to
+    /// `resume_from` lists all the same: a resume cannot fill a store; use
+    /// [`Informer::spawn_seeded`]). Each change wakes `wake`.
     pub fn spawn(mut watcher: Watcher<T>, wake: Sender<()>) -> Informer<T> {
+        watcher.relist();
+        Informer::run(watcher, Store::new(), wake)
+    }
+
+    /// Starts from `seed`, the objects as of `resource_version` (kept from
+    /// an earlier LIST), and watches on from there without listing: the
+    /// store is synced at once. If the server no longer has that
+    /// resourceVersion (410), the watcher lists and the store is replaced.
+    pub fn spawn_seeded(
+        mut watcher: Watcher<T>,
+        seed: Vec<T>,
+        resource_version: &str,
+        wake: Sender<()>,
+    ) -> Informer<T> {
         let store = Store::new();
+        store.apply(Event::Restarted(seed));
+        store.take_removed();
+        watcher = watcher.resume_from(resource_version);
+        Informer::run(watcher, store, wake)
+    }
+
+    fn run(mut watcher: Watcher<T>, store: Store<T>, wake: Sender<()>) -> Informer<T> {
         let stats = watcher.stats();
         let stop = watcher.stopper();
         let thread_store = store.clone();
@@ -193,10 +263,10 @@ impl<T: Object> Informer<T> {
         self.stats.clone()
     }
 
-    /// Asks the watch thread to stop and waits for it. It stops at the
-    /// next event or the end of the current stream (the watch timeout).
+    /// Stops the watch thread and waits for it: its connections are
+    /// closed, so a read blocked on a quiet stream returns at once.
     pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -205,8 +275,8 @@ impl<T: Object> Informer<T> {
 
 impl<T> Drop for Informer<T> {
     fn drop(&mut self) {
-        // Dropping without `stop` leaves the thread to end on its own.
-        self.stop.store(true, Ordering::Relaxed);
+        // Dropping without `stop` stops the thread without waiting for it.
+        self.stop.stop();
     }
 }
 
@@ -241,6 +311,37 @@ mod tests {
         let mut names: Vec<String> = s.list().iter().map(|m| m.metadata.name.clone()).collect();
         names.sort();
         assert_eq!(names, ["a"]);
+    }
+
+    #[test]
+    fn every_removal_is_handed_over_once() {
+        let s: Store<Machine> = Store::new();
+        s.apply(Event::Restarted(vec![
+            m("a", "1"),
+            m("b", "2"),
+            m("c", "3"),
+        ]));
+        assert!(s.take_removed().is_empty());
+        s.apply(Event::Deleted(m("a", "4")));
+        // A relist without b: b was deleted while the watch was down.
+        s.apply(Event::Restarted(vec![m("c", "3"), m("d", "5")]));
+        // c's new version cannot be read: dropped.
+        s.apply(Event::Unreadable(crate::object::Unreadable {
+            key: "c".into(),
+            resource_version: "6".into(),
+            message: "status.phase: unknown variant".into(),
+        }));
+        // An unreadable object the store never held changes nothing.
+        s.apply(Event::Unreadable(crate::object::Unreadable {
+            key: "zz".into(),
+            resource_version: "7".into(),
+            message: "x".into(),
+        }));
+        assert_eq!(s.take_removed(), ["a", "b", "c"]);
+        assert!(s.take_removed().is_empty());
+        let mut keys: Vec<String> = s.list().iter().map(|m| m.key()).collect();
+        keys.sort();
+        assert_eq!(keys, ["d"]);
     }
 
     #[test]

@@ -426,6 +426,58 @@ fn rcgen_free_ca() -> String {
 }
 
 #[test]
+fn a_rotated_token_file_is_read_again_after_a_401() {
+    let cp = liken_testenv::shared();
+    let admin_config = Config::from_kubeconfig(cp.kubeconfig(), None).unwrap();
+    let dir = liken_testenv::scratch::TempDir::new("kube-token-rotation");
+    let file = dir.path().join("token");
+    let cms = Api::namespaced(CONFIG_MAPS, "default");
+    let who = |e: &Error| -> String {
+        assert!(matches!(e, Error::Forbidden { .. }), "{e:?}");
+        e.message().to_owned()
+    };
+    // A file with no valid token: 401, and nothing else to read.
+    std::fs::write(&file, "not-a-token").unwrap();
+    let c = Client::new(&Config {
+        auth: Auth::TokenFile(file.clone()),
+        ..admin_config
+    })
+    .unwrap();
+    let e = c.get::<DynamicObject>(&cms, "x").unwrap_err();
+    assert!(matches!(e, Error::Unauthorized { .. }), "{e:?}");
+    // The kubelet writes a good one: the 401 made the client re-read
+    // at once instead of a minute later.
+    std::fs::write(
+        &file,
+        cp.token_for("liken-kube-test", "rotation-a").unwrap(),
+    )
+    .unwrap();
+    let e = c.get::<DynamicObject>(&cms, "x").unwrap_err();
+    assert!(who(&e).contains("rotation-a"), "{e}");
+
+    // The token in hand dies (its ServiceAccount is deleted) while the
+    // file already holds the next one: the 401 is answered by reading the
+    // file and sending the request again, within the same call.
+    std::fs::write(
+        &file,
+        cp.token_for("liken-kube-test", "rotation-b").unwrap(),
+    )
+    .unwrap();
+    let (code, _) = cp
+        .request(
+            "DELETE",
+            "/api/v1/namespaces/liken-kube-test/serviceaccounts/rotation-a",
+            None,
+        )
+        .unwrap();
+    assert_eq!(code, 200);
+    // The apiserver caches a token's success for 10 s.
+    std::thread::sleep(Duration::from_secs(11));
+    let e = c.get::<DynamicObject>(&cms, "x").unwrap_err();
+    assert!(who(&e).contains("rotation-b"), "{e}");
+}
+
+#[test]
 fn per_request_timeouts_apply() {
     let c = admin();
     let req = machines()
@@ -460,17 +512,22 @@ fn a_store_follows_the_server_and_a_burst_wakes_once() {
     // Unlabelled machines are not in this store.
     c.create::<Machine, _>(&api, &machine_json("informer-other", json!({})))
         .unwrap();
+    // Nobody takes a wake while the burst lands: the loop is busy.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut wakes = 0;
     while store.len() < N && Instant::now() < deadline {
-        if wake_rx.recv_timeout(Duration::from_millis(500)).is_ok() {
-            wakes += 1;
-        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(store.len(), N);
     assert!(store.get("informer-other").is_none());
-    // Wakes coalesce: a loop reading the store sees many events per wake.
-    assert!(wakes < N, "{wakes} wakes for {N} events");
+    // Wakes coalesce: with the store full, exactly one wake is pending
+    // for the N events (none would mean a lost change, more a loop that
+    // runs once per event).
+    std::thread::sleep(Duration::from_millis(300));
+    let mut pending = 0;
+    while wake_rx.try_recv().is_ok() {
+        pending += 1;
+    }
+    assert_eq!(pending, 1, "{pending} wakes pending after {N} events");
 
     // Changes and deletes arrive.
     c.merge_patch_status::<Machine>(
@@ -500,6 +557,52 @@ fn a_store_follows_the_server_and_a_burst_wakes_once() {
     assert_eq!(stats.lists(), 1);
     assert_eq!(stats.restarts(), 0);
     assert!(stats.events() >= N as u64 + 2);
+}
+
+#[test]
+fn a_seeded_informer_is_synced_at_once_and_watches_from_its_version() {
+    let c = admin();
+    let api = machines();
+    for i in 0..3 {
+        c.create::<Machine, _>(
+            &api,
+            &machine_json(&format!("seeded-{i}"), json!({"liken-test": "seeded"})),
+        )
+        .unwrap();
+    }
+    // What a restarted operator kept: a LIST and its resourceVersion.
+    let kept = c
+        .list_all::<Machine>(&api, &ListParams::labels("liken-test=seeded"))
+        .unwrap();
+    // Changes after that version reach the store through the watch.
+    c.create::<Machine, _>(
+        &api,
+        &machine_json("seeded-late", json!({"liken-test": "seeded"})),
+    )
+    .unwrap();
+    c.delete(&api, "seeded-0", &DeleteParams::default())
+        .unwrap();
+    let (wake_tx, wake_rx) = wake_channel();
+    let watcher = Watcher::<Machine>::new(c.clone(), api.clone()).labels("liken-test=seeded");
+    let informer = Informer::spawn_seeded(watcher, kept.items, &kept.resource_version, wake_tx);
+    let store = informer.store();
+    assert!(store.is_synced(), "a seeded store is synced from the start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (store.get("seeded-late").is_none() || store.get("seeded-0").is_some())
+        && Instant::now() < deadline
+    {
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
+    let mut names: Vec<String> = store
+        .list()
+        .iter()
+        .map(|m| m.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["seeded-1", "seeded-2", "seeded-late"]);
+    assert_eq!(store.take_removed(), ["seeded-0"]);
+    assert_eq!(informer.stats().lists(), 0, "resumed, never listed");
+    informer.stop();
 }
 
 #[test]
@@ -533,24 +636,35 @@ fn a_watch_reopens_cleanly_after_its_timeout() {
     assert_eq!(stats.restarts(), 0, "nor count as restarts");
 }
 
+struct NeverLeads;
+impl liken_kube::WriteGuard for NeverLeads {
+    fn may_write(&self) -> bool {
+        false
+    }
+}
+
 #[test]
-fn events_show_in_kubectl() {
+fn events_show_in_kubectl_and_repeats_become_a_series() {
     let cp = liken_testenv::shared();
-    let c = admin();
-    let m: Machine = c
+    // A standby: its guard refuses every write, yet its Events go out.
+    let c = admin().with_write_guard(std::sync::Arc::new(NeverLeads));
+    let m: Machine = admin()
         .create(&machines(), &machine_json("eventful", json!({})))
         .unwrap();
     let recorder = Recorder::start(
         c.clone(),
         RecorderConfig::new("liken.sh/test-operator", "test-pod"),
-    );
-    assert!(recorder.event(
-        ObjectReference::machine(&m),
-        EventType::Warning,
-        "MachineLost",
-        "Sweep",
-        "no heartbeat from eventful for 5m0s",
-    ));
+    )
+    .unwrap();
+    for _ in 0..5 {
+        assert!(recorder.event(
+            ObjectReference::machine(&m),
+            EventType::Warning,
+            "MachineLost",
+            "Sweep",
+            "no heartbeat from eventful for 5m0s",
+        ));
+    }
     assert!(recorder.event(
         ObjectReference::machine(&m),
         EventType::Normal,
@@ -558,12 +672,42 @@ fn events_show_in_kubectl() {
         "Grant",
         "eventful may reboot",
     ));
-    let report = recorder.shutdown(Duration::from_secs(10));
+    // Refused before it reaches the server: the apiserver's 128 limit.
+    assert!(!recorder.event(
+        ObjectReference::machine(&m),
+        EventType::Normal,
+        &"R".repeat(129),
+        "Grant",
+        "too long a reason",
+    ));
+    let report = recorder.shutdown(Duration::from_secs(20));
     assert_eq!(
-        (report.posted, report.failed, report.abandoned),
-        (2, 0, 0),
+        (
+            report.posted,
+            report.patched,
+            report.failed,
+            report.invalid,
+            report.abandoned
+        ),
+        (2, 4, 0, 1, 0),
         "{report:?}"
     );
+
+    // events.k8s.io/v1: one MachineLost Event, its series at 5.
+    let events = c
+        .list_all::<DynamicObject>(
+            &Api::namespaced(liken_kube::request::EVENTS, "default"),
+            &ListParams::default(),
+        )
+        .unwrap();
+    let lost: Vec<&DynamicObject> = events
+        .items
+        .iter()
+        .filter(|e| e.0["regarding"]["name"] == "eventful" && e.0["reason"] == "MachineLost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].0["series"]["count"], 5, "{:?}", lost[0]);
+    assert!(lost[0].0["series"]["lastObservedTime"].is_string());
 
     let out = cp
         .kubectl()
@@ -592,6 +736,10 @@ fn events_show_in_kubectl() {
     assert_eq!(lost["message"], "no heartbeat from eventful for 5m0s");
     assert_eq!(lost["involvedObject"]["kind"], "Machine");
     assert_eq!(lost["involvedObject"]["uid"], m.metadata.uid.as_str());
+    assert_eq!(
+        lost["series"]["count"], 5,
+        "core/v1 shows the series: {lost}"
+    );
 
     // And in the table a person reads.
     let out = cp
@@ -611,4 +759,33 @@ fn events_show_in_kubectl() {
         table.contains("MachineLost") && table.contains("machine/eventful"),
         "{table}"
     );
+}
+
+#[test]
+fn an_event_about_a_long_named_object_is_accepted() {
+    let c = admin();
+    // 253 characters, the longest name a Machine can have.
+    let name = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    assert_eq!(name.len(), 253);
+    let m: Machine = c
+        .create(&machines(), &machine_json(&name, json!({})))
+        .unwrap();
+    let recorder =
+        Recorder::start(c, RecorderConfig::new("liken.sh/test-operator", "test-pod")).unwrap();
+    let note = "é".repeat(700);
+    assert!(recorder.event(
+        ObjectReference::machine(&m),
+        EventType::Normal,
+        "Named",
+        "Name",
+        &note,
+    ));
+    let report = recorder.shutdown(Duration::from_secs(10));
+    assert_eq!((report.posted, report.failed), (1, 0), "{report:?}");
 }

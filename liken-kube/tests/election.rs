@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use liken_kube::election::{ElectionConfig, Elector, LeaderGuard, Lease, Timings};
+use liken_kube::election::{Callbacks, ElectionConfig, Elector, LeaderGuard, Lease, Timings};
 use liken_kube::request::{CONFIG_MAPS, LEASES};
 use liken_kube::{Api, Client, Config, DynamicObject, Error, WriteGuard};
 use serde_json::json;
@@ -17,8 +17,8 @@ fn admin() -> Client {
     Client::new(&Config::from_kubeconfig(cp.kubeconfig(), None).unwrap()).unwrap()
 }
 
-fn quiet() -> liken_kube::election::Report {
-    Arc::new(|line| eprintln!("election: {line}"))
+fn quiet() -> Callbacks {
+    Callbacks::default().report(Arc::new(|line| eprintln!("election: {line}")))
 }
 
 fn elect(c: &Client, lease: &str, id: &str, timings: Timings) -> Elector {
@@ -137,6 +137,8 @@ fn two_candidates_never_both_may_write() {
         (id, e)
     };
     let mut slots = vec![spawn(&guards), spawn(&guards)];
+    let leases = Api::namespaced(LEASES, "default");
+    let mut transitions_seen: Vec<i32> = Vec::new();
     let mut leaders = Vec::new();
     let mut still_writable_after_kill = 0;
     const ROUNDS: usize = 8;
@@ -154,6 +156,22 @@ fn two_candidates_never_both_may_write() {
             );
             std::thread::sleep(Duration::from_millis(10));
         };
+        // The server agrees: the Lease names the candidate whose guard is
+        // open, and its transitions counted one more handover.
+        let on_server: Lease = c.get(&leases, lease).unwrap();
+        assert_eq!(
+            on_server.spec.holder_identity.as_deref(),
+            Some(slots[holder].0.as_str()),
+            "round {round}: the guard is open but the Lease names another holder"
+        );
+        let transitions = on_server.spec.lease_transitions.unwrap_or(0);
+        if let Some(before) = transitions_seen.last() {
+            assert!(
+                transitions > *before,
+                "round {round}: leaseTransitions {transitions} after {before}"
+            );
+        }
+        transitions_seen.push(transitions);
         leaders.push(slots[holder].0.clone());
         // Let it hold for part of its term, then end it.
         rng ^= rng << 13;
@@ -195,10 +213,146 @@ fn two_candidates_never_both_may_write() {
         "two writers at once: {offenders:?}"
     );
     assert_eq!(leaders.len(), ROUNDS);
-    // Every round had a different leader from the one before.
-    assert!(leaders.windows(2).all(|w| w[0] != w[1]), "{leaders:?}");
     // The kills were real: a killed holder's guard outlived its thread,
     // and the rival still waited.
     assert!(still_writable_after_kill > 0);
     assert!(samples.load(Ordering::Relaxed) > 1000);
+}
+
+#[test]
+fn callbacks_gauge_and_liveness() {
+    use liken_kube::metrics::Registry;
+    let c = admin();
+    let timings = Timings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(400),
+    };
+    let lease = "liken-test-callbacks";
+    let (tx, rx) = crossbeam_channel::unbounded::<String>();
+    let callbacks = |id: &str| {
+        let (a, b, n) = (tx.clone(), tx.clone(), tx.clone());
+        let (ia, ib, i_n) = (id.to_owned(), id.to_owned(), id.to_owned());
+        quiet()
+            .on_started_leading(move || a.send(format!("{ia} started")).unwrap())
+            .on_stopped_leading(move || b.send(format!("{ib} stopped")).unwrap())
+            .on_new_leader(move |l| n.send(format!("{i_n} sees {l}")).unwrap())
+    };
+    let start = |id: &str| {
+        Elector::start(
+            c.clone(),
+            ElectionConfig {
+                namespace: "default".into(),
+                name: lease.into(),
+                identity: id.into(),
+                timings,
+            },
+            callbacks(id),
+        )
+        .unwrap()
+    };
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(15))
+            .expect("a callback within 15 s")
+    };
+    let registry = Registry::new();
+    let a = start("a");
+    a.register(&registry, Duration::from_secs(1));
+    assert_eq!(next(), "a sees a");
+    assert_eq!(next(), "a started");
+    let gauge = "leader_election_master_status{name=\"default/liken-test-callbacks\"}";
+    assert!(
+        registry.render().lines().any(|l| l == format!("{gauge} 1")),
+        "{}",
+        registry.render()
+    );
+    assert_eq!(a.leader().as_deref(), Some("a"));
+    let b = start("b");
+    assert_eq!(next(), "b sees a");
+    assert_eq!(b.leader().as_deref(), Some("a"));
+
+    // a shuts down: it stops leading (its gauge drops), b takes over.
+    a.shutdown();
+    assert_eq!(next(), "a stopped");
+    assert!(registry.render().lines().any(|l| l == format!("{gauge} 0")));
+    assert_eq!(next(), "b sees b");
+    assert_eq!(next(), "b started");
+    assert!(registry.check_health().is_empty());
+
+    // b's election thread dies without a word (abandon): b still believes
+    // it leads, and after the lease duration plus the tolerance its
+    // liveness check says it is stuck.
+    b.register(&registry, Duration::from_secs(1));
+    let shared_check = {
+        let r = registry.clone();
+        move || r.check_health()
+    };
+    b.abandon();
+    assert!(shared_check().is_empty(), "not stuck yet");
+    std::thread::sleep(timings.lease_duration + Duration::from_secs(2));
+    let failures = shared_check();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].starts_with("leader-election: the leader has not renewed"),
+        "{failures:?}"
+    );
+    assert!(rx.try_recv().is_err(), "abandon runs no callbacks");
+}
+
+#[test]
+fn renewals_keep_what_the_lease_carries() {
+    let c = admin();
+    let cms = Api::namespaced(CONFIG_MAPS, "default");
+    let owner: DynamicObject = c
+        .create(
+            &cms,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lease-owner"}}),
+        )
+        .unwrap();
+    let leases = Api::namespaced(LEASES, "default");
+    c.create::<DynamicObject, _>(
+        &leases,
+        &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "liken-test-keep",
+                             "labels": {"app.kubernetes.io/part-of": "liken"},
+                             "annotations": {"liken.sh/note": "kept"},
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "name": "lease-owner",
+                                                  "uid": owner.0["metadata"]["uid"]}]},
+                "spec": {}}),
+    )
+    .unwrap();
+    let timings = Timings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(400),
+    };
+    let e = elect(&c, "liken-test-keep", "keeper", timings);
+    assert!(e.wait_leading(Duration::from_secs(10)));
+    let taken: DynamicObject = c.get(&leases, "liken-test-keep").unwrap();
+    // Several renewals (every 0.4 s).
+    std::thread::sleep(Duration::from_secs(2));
+    let check = |when: &str| {
+        let l: DynamicObject = c.get(&leases, "liken-test-keep").unwrap();
+        let m = &l.0["metadata"];
+        assert_eq!(
+            m["labels"]["app.kubernetes.io/part-of"], "liken",
+            "{when}: {l:?}"
+        );
+        assert_eq!(m["annotations"]["liken.sh/note"], "kept", "{when}: {l:?}");
+        assert_eq!(
+            m["ownerReferences"][0]["name"], "lease-owner",
+            "{when}: {l:?}"
+        );
+        l
+    };
+    let l = check("after renewals");
+    assert_eq!(l.0["spec"]["holderIdentity"], "keeper");
+    assert_ne!(
+        l.0["metadata"]["resourceVersion"], taken.0["metadata"]["resourceVersion"],
+        "no renewal was written"
+    );
+    e.shutdown();
+    let l = check("after release");
+    assert!(l.0["spec"]["holderIdentity"].is_null(), "{l:?}");
 }

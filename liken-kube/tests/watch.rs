@@ -1,9 +1,10 @@
-//! A watch survives etcd compaction: the server answers 410 Gone, the
-//! watcher lists again, and the store stays right.
+//! Watches that meet trouble, against a control plane of this binary's
+//! own: etcd compaction (the server answers 410 Gone, the watcher lists
+//! again, the store stays right), a resume, and objects this build cannot
+//! read (one bad Machine never stops the others).
 //!
-//! This binary runs its own control plane with the apiserver's watch
-//! cache off, so watches are served by etcd and a compaction reaches
-//! them. (With the cache on, as in production, the cache keeps its own
+//! The control plane runs with the apiserver's watch cache off, so
+//! watches are served by etcd and a compaction reaches them. (With the cache on, as in production, the cache keeps its own
 //! window and a 410 comes after an apiserver restart instead; the
 //! watcher's answer is the same.) etcd is compacted through its gRPC
 //! gateway at the current revision after unrelated writes (ConfigMaps),
@@ -13,10 +14,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use liken_api::Machine;
+use liken_api::{Machine, Phase};
 use liken_kube::backoff::Backoff;
 use liken_kube::request::{CONFIG_MAPS, MACHINES};
-use liken_kube::{Api, Client, Config, Informer, Watcher, wake_channel};
+use liken_kube::{
+    Api, Client, Config, DeleteParams, DynamicObject, Informer, ListParams, Watcher, wake_channel,
+};
 use liken_testenv::{ControlPlane, Options};
 use serde_json::json;
 
@@ -144,19 +147,142 @@ fn resuming_from_a_compacted_version_lists_again() {
     unrelated_writes(&c, 1000);
     cp.compact_etcd().unwrap();
 
-    // A watcher told to resume from the old version (as after a
-    // restart) gets 410 and lists.
+    // An informer resuming from the old version (as after a restart,
+    // seeded with what it knew then) gets 410 and lists.
     let (wake_tx, _wake_rx) = wake_channel();
     let watcher = Watcher::<Machine>::new(c.clone(), api)
         .labels("liken-test=resume")
         .backoff(fast_backoff())
-        .report(Arc::new(|_| {}))
-        .resume_from(&old);
+        .report(Arc::new(|_| {}));
+    let informer = Informer::spawn_seeded(watcher, vec![first], &old, wake_tx);
+    let store = informer.store();
+    let stats = informer.stats();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stats.lists() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stats.lists(), 1, "never listed");
+    assert_eq!(store.len(), 4);
+    assert_eq!(stats.restarts(), 1, "the 410 counts as one restart");
+}
+
+/// Replaces the Machine CRD's schema with one that admits values this
+/// build cannot read (any phase, any running version), as a newer
+/// release's CRD might. Only this binary's control plane sees it.
+fn loosen_machine_crd(c: &Client) {
+    let crds = Api::all(liken_kube::Resource {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+    });
+    let mut crd: DynamicObject = c.get(&crds, "machines.liken.sh").unwrap();
+    let status = crd
+        .0
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/status/properties")
+        .expect("the Machine CRD has a status schema");
+    let phase = status["phase"].as_object_mut().unwrap();
+    assert!(phase.remove("enum").is_some(), "status.phase had no enum");
+    c.replace::<DynamicObject, _>(&crds, "machines.liken.sh", &crd)
+        .unwrap();
+}
+
+#[test]
+fn one_unreadable_machine_never_stops_the_others() {
+    let cp = control_plane();
+    let c = client(cp);
+    let api = Api::all(MACHINES);
+    loosen_machine_crd(&c);
+    for i in 0..3 {
+        c.create::<Machine, _>(&api, &machine(&format!("readable-{i}"), "unreadable"))
+            .unwrap();
+    }
+    c.create::<Machine, _>(&api, &machine("hibernating", "unreadable"))
+        .unwrap();
+    // The CRD change takes a moment to reach the handler.
+    let hibernate = |name: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match c.merge_patch_status::<DynamicObject>(
+                &api,
+                name,
+                &json!({"status": {"phase": "Hibernating"}}),
+            ) {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline && e.code() == Some(422) => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(e) => panic!("the loosened CRD refused phase Hibernating: {e}"),
+            }
+        }
+    };
+    hibernate("hibernating");
+
+    // A LIST names what it skipped, with the field.
+    let list = c
+        .list::<Machine>(&api, &ListParams::labels("liken-test=unreadable"))
+        .unwrap();
+    assert_eq!(list.items.len(), 3);
+    assert_eq!(list.skipped.len(), 1);
+    assert_eq!(list.skipped[0].key, "hibernating");
+    assert!(
+        list.skipped[0].message.starts_with("status.phase: "),
+        "{:?}",
+        list.skipped
+    );
+
+    // An informer syncs the others and says which one it skipped.
+    let reports = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = reports.clone();
+    let (wake_tx, wake_rx) = wake_channel();
+    let watcher = Watcher::<Machine>::new(c.clone(), api.clone())
+        .labels("liken-test=unreadable")
+        .backoff(fast_backoff())
+        .report(Arc::new(move |l| sink.lock().unwrap().push(l.to_owned())));
     let informer = Informer::spawn(watcher, wake_tx);
     let store = informer.store();
-    assert!(store.wait_synced(Duration::from_secs(30)), "never listed");
-    assert_eq!(store.len(), 4);
+    assert!(store.wait_synced(Duration::from_secs(30)));
+    assert_eq!(store.len(), 3);
     let stats = informer.stats();
-    assert_eq!(stats.lists(), 1);
-    assert_eq!(stats.restarts(), 1, "the 410 counts as one restart");
+    assert_eq!(stats.unreadable(), 1);
+    let named = |name: &str| {
+        reports
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(&format!("skipped {name} ")) && l.contains("status.phase"))
+    };
+    assert!(named("hibernating"), "{:?}", reports.lock().unwrap());
+
+    // A watched object turning unreadable leaves the store (and is handed
+    // over as removed); the watch goes on and takes it back once readable.
+    hibernate("readable-1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.get("readable-1").is_some() && Instant::now() < deadline {
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
+    assert!(store.get("readable-1").is_none());
+    assert_eq!(store.take_removed(), ["readable-1"]);
+    assert!(named("readable-1"), "{:?}", reports.lock().unwrap());
+    c.merge_patch_status::<Machine>(&api, "readable-1", &json!({"status": {"phase": "Ready"}}))
+        .unwrap();
+    c.delete(&api, "hibernating", &DeleteParams::default())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.get("readable-1").is_none() && Instant::now() < deadline {
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
+    assert_eq!(
+        store.get("readable-1").unwrap().status.phase,
+        Some(Phase::Ready)
+    );
+    assert_eq!(stats.lists(), 1, "no relist: the stream never broke");
+    assert_eq!(stats.restarts(), 0);
+    assert_eq!(
+        stats.unreadable(),
+        3,
+        "hibernating listed, readable-1 and hibernating deleted"
+    );
+    informer.stop();
 }
