@@ -16,16 +16,59 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use crate::support::{Scratch, liken};
 
 /// The terminal's master side and everything the program printed so far.
-struct Terminal {
+pub(crate) struct Terminal {
     master: File,
     output: mpsc::Receiver<Vec<u8>>,
-    seen: String,
+    pub(crate) seen: String,
     matched: usize,
 }
 
 impl Terminal {
+    /// Runs `cmd` with a pseudo-terminal as its standard input, output
+    /// and error; returns the terminal, the child and the thread that
+    /// pumps its output (it ends once the child has exited).
+    pub(crate) fn spawn(
+        mut cmd: std::process::Command,
+    ) -> (Terminal, std::process::Child, std::thread::JoinHandle<()>) {
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+            .open(name.to_str().unwrap())
+            .unwrap();
+        let child = cmd
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .unwrap();
+        let master = File::from(master);
+        let mut reader = master.try_clone().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let pump = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once the program has exited and the slave is closed.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let t = Terminal {
+            master,
+            output: rx,
+            seen: String::new(),
+            matched: 0,
+        };
+        (t, child, pump)
+    }
+
     /// Waits until `text` appears after the last match.
-    fn expect(&mut self, text: &str) {
+    pub(crate) fn expect(&mut self, text: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(at) = self.seen[self.matched..].find(text) {
@@ -44,7 +87,7 @@ impl Terminal {
     }
 
     /// Types a line.
-    fn answer(&mut self, line: &str) {
+    pub(crate) fn answer(&mut self, line: &str) {
         self.master.write_all(line.as_bytes()).unwrap();
         self.master.write_all(b"\n").unwrap();
     }
@@ -71,41 +114,8 @@ fn new_holds_a_conversation_through_a_pty() {
     let s = Scratch::new("new-pty");
     let dir = s.path().join("lab");
 
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = File::options()
-        .read(true)
-        .write(true)
-        .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
-        .open(name.to_str().unwrap())
-        .unwrap();
-    let mut child = liken([std::ffi::OsStr::new("new"), dir.as_os_str()])
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave))
-        .spawn()
-        .unwrap();
-
-    let master = File::from(master);
-    let mut reader = master.try_clone().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let pump = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        // EIO once the program has exited and the slave is closed.
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut t = Terminal {
-        master,
-        output: rx,
-        seen: String::new(),
-        matched: 0,
-    };
+    let (mut t, mut child, pump) =
+        Terminal::spawn(liken([std::ffi::OsStr::new("new"), dir.as_os_str()]));
 
     t.expect("Cluster name [lab]: ");
     t.answer("home");

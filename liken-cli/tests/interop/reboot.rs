@@ -9,6 +9,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::fleet::{self, Fleet};
+use crate::new_pty::Terminal;
 use crate::support::{fails, liken, ok, output};
 
 const MACHINES: &str = "/apis/liken.sh/v1alpha1/machines";
@@ -338,4 +339,37 @@ fn completion_offers_the_clusters_machines() {
         OsStr::new("complete-"),
     ]));
     assert_eq!(out, "complete-me\n:4\n");
+}
+
+#[test]
+fn approve_all_asks_on_a_terminal() {
+    let f = fleet::shared();
+    let _writes = fleet::writes_lock();
+    machine(
+        f,
+        "all-pty",
+        "Manual",
+        json!({}),
+        json!({"pending": [pending("Restart", "pty", "K3sConfigured", "k3s: taint dedicated=gpu")]}),
+    );
+    let short = &sha("pty")[..12];
+    let before = machine_writes(f);
+    let (mut t, mut child, pump) = Terminal::spawn(run(f, &["approve-reboot", "-all"]));
+    t.expect("\napprove 1 machine? [y/N] ");
+    t.answer("n");
+    t.expect("nothing approved");
+    assert!(child.wait().unwrap().success());
+    pump.join().unwrap();
+    assert_eq!(machine_writes(f), before, "no means nothing written");
+
+    let (mut t, mut child, pump) = Terminal::spawn(run(f, &["approve-reboot", "-all"]));
+    t.expect("all-pty is waiting on one change:");
+    t.expect("\napprove 1 machine? [y/N] ");
+    t.answer("y");
+    t.expect(&format!(
+        "approved all-pty: liken.sh/approve-disruption={short}"
+    ));
+    assert!(child.wait().unwrap().success(), "{}", t.seen);
+    pump.join().unwrap();
+    assert_eq!(machine_writes(f), before + 1);
 }
