@@ -55,10 +55,10 @@ pub fn command(
     let (ours, theirs) = args::split_at_first_positional(entry, words);
     let parsed = args::parse(entry, ours)?;
     let [dir] = parsed.paths()?;
-    let kubeconfig = credential(&dir, parsed.value("server"))?;
     let Some(path) = find_tool(&plugin::Search::from_env(), tool) else {
         return Err(ClusterError::ToolMissing { tool }.into());
     };
+    let kubeconfig = credential(&dir, parsed.value("server"))?;
     io.out.flush()?;
     let source = std::process::Command::new(&path)
         .arg0(tool)

@@ -19,7 +19,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -468,7 +467,7 @@ impl Registry {
         &mut self,
         image: &Reference,
         desc: &Descriptor,
-        file: &mut File,
+        file: &mut dyn Write,
         path: &std::path::Path,
     ) -> Result<(), RegistryError> {
         let what = format!("the blob {}@{}", image.repository, desc.digest);
@@ -525,43 +524,14 @@ impl Registry {
 
     /// Reads a small blob (an image config) into memory, verified.
     pub fn blob(&mut self, image: &Reference, desc: &Descriptor) -> Result<Vec<u8>, RegistryError> {
-        let what = format!("the blob {}@{}", image.repository, desc.digest);
         if desc.size > MAX_MANIFEST {
             return Err(RegistryError::TooLarge {
-                what,
+                what: format!("the blob {}@{}", image.repository, desc.digest),
                 limit: MAX_MANIFEST,
             });
         }
-        let mut resp = self.get(image, &format!("blobs/{}", desc.digest), None)?;
-        let bytes = match resp.body_mut().with_config().limit(desc.size).read_to_vec() {
-            Ok(b) => b,
-            Err(ureq::Error::BodyExceedsLimit(_)) => {
-                return Err(RegistryError::Size {
-                    what,
-                    expected: desc.size,
-                });
-            }
-            Err(e) => {
-                return Err(RegistryError::Transport {
-                    url: what,
-                    error: e.to_string(),
-                });
-            }
-        };
-        if bytes.len() as u64 != desc.size {
-            return Err(RegistryError::Size {
-                what,
-                expected: desc.size,
-            });
-        }
-        let actual = sha256_hex(&bytes);
-        if actual != desc.digest.to_string() {
-            return Err(RegistryError::Digest {
-                what,
-                expected: desc.digest.to_string(),
-                actual,
-            });
-        }
+        let mut bytes = Vec::new();
+        self.blob_to(image, desc, &mut bytes, std::path::Path::new("memory"))?;
         Ok(bytes)
     }
 }
