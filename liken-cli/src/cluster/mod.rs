@@ -137,7 +137,13 @@ pub fn credential(dir: &Path, server: Option<&str>) -> Result<PathBuf, ClusterEr
 /// [`credential`] writes.
 pub fn connect(dir: &Path, server: Option<&str>) -> Result<Client, ClusterError> {
     let path = credential(dir, server)?;
-    Ok(Client::new(&Config::from_kubeconfig(&path, None)?)?)
+    Ok(client(&Config::from_kubeconfig(&path, None)?)?)
+}
+
+/// A client that names itself `liken` (User-Agent and fieldManager),
+/// under whichever name the binary was run.
+fn client(config: &Config) -> Result<Client, liken_kube::ConfigError> {
+    Ok(Client::new(config)?.identify("liken", liken_api::BUILD_VERSION))
 }
 
 /// The Machines API.
@@ -159,7 +165,7 @@ pub fn machine_names(dir: &Path, server: Option<&str>, timeout: Duration) -> Opt
             Config::from_kubeconfig_text(&text, &written, dir, None).ok()?
         }
     };
-    let client = Client::new(&config).ok()?;
+    let client = client(&config).ok()?;
     let req = machines().list(&ListParams::default()).timeout(timeout);
     let list: serde_json::Value = serde_json::from_slice(&client.send(&req).ok()?).ok()?;
     Some(

@@ -133,6 +133,19 @@ fn approve_names_the_staged_hash_once_and_converged_writes_nothing() {
         Some(short)
     );
     assert_eq!(machine_writes(f), before + 1, "one merge patch");
+    let (_, m) =
+        f.cp.request("GET", &format!("{MACHINES}/approve-manual"), None)
+            .unwrap();
+    let managers: Vec<&str> = m["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    assert!(
+        managers.contains(&"liken"),
+        "the write names liken: {managers:?}"
+    );
 
     // The same grant again: the same answer and no write.
     assert_eq!(ok(run(f, &["approve-reboot", "approve-manual"])), out);
