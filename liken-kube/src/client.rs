@@ -686,6 +686,12 @@ impl Client {
         Ok(resp.into_body().into_with_config().limit(u64::MAX).reader())
     }
 
+    /// Sends `req` and decodes the answer as a `T`.
+    fn fetch<T: Object>(&self, req: Request) -> Result<T, Error> {
+        let bytes = self.send(&req)?;
+        Client::decode(&req, &bytes)
+    }
+
     fn decode<T: Object>(req: &Request, bytes: &[u8]) -> Result<T, Error> {
         T::decode(bytes, &req.what()).map_err(|message| Error::Decode {
             what: req.what(),
@@ -701,9 +707,7 @@ impl Client {
 
     /// GET one object.
     pub fn get<T: Object>(&self, api: &Api, name: &str) -> Result<T, Error> {
-        let req = api.get(name)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.get(name)?)
     }
 
     /// GET one object, `None` when it does not exist.
@@ -752,9 +756,7 @@ impl Client {
         api: &Api,
         body: &B,
     ) -> Result<T, Error> {
-        let req = api.create(Client::json(body)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.create(Client::json(body)?)?)
     }
 
     /// PUT a whole object. Its metadata.resourceVersion, when set, makes
@@ -765,9 +767,7 @@ impl Client {
         name: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let req = api.replace(name, Client::json(body)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.replace(name, Client::json(body)?)?)
     }
 
     /// PUT the status subresource.
@@ -777,9 +777,7 @@ impl Client {
         name: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let req = api.replace_status(name, Client::json(body)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.replace_status(name, Client::json(body)?)?)
     }
 
     /// PATCH with a JSON merge patch.
@@ -789,9 +787,7 @@ impl Client {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<T, Error> {
-        let req = api.merge_patch(name, Client::json(patch)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.merge_patch(name, Client::json(patch)?)?)
     }
 
     /// PATCH the status subresource with a JSON merge patch.
@@ -801,9 +797,7 @@ impl Client {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<T, Error> {
-        let req = api.merge_patch_status(name, Client::json(patch)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.merge_patch_status(name, Client::json(patch)?)?)
     }
 
     /// PATCH with a JSON patch; a failing `test` operation refuses the
@@ -815,9 +809,7 @@ impl Client {
         name: &str,
         ops: &[PatchOp],
     ) -> Result<T, Error> {
-        let req = api.json_patch(name, Client::json(ops)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.json_patch(name, Client::json(ops)?)?)
     }
 
     /// PATCH the status subresource with a JSON patch.
@@ -827,9 +819,7 @@ impl Client {
         name: &str,
         ops: &[PatchOp],
     ) -> Result<T, Error> {
-        let req = api.json_patch_status(name, Client::json(ops)?)?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        self.fetch(api.json_patch_status(name, Client::json(ops)?)?)
     }
 
     /// Server-side apply of `config` (the fields this program owns, with
@@ -843,14 +833,12 @@ impl Client {
         config: &B,
         force: bool,
     ) -> Result<T, Error> {
-        let req = api.apply(
+        self.fetch(api.apply(
             name,
             Client::json(config)?,
             &self.identity.field_manager,
             force,
-        )?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        )?)
     }
 
     /// Server-side apply on the status subresource.
@@ -861,14 +849,12 @@ impl Client {
         config: &B,
         force: bool,
     ) -> Result<T, Error> {
-        let req = api.apply_status(
+        self.fetch(api.apply_status(
             name,
             Client::json(config)?,
             &self.identity.field_manager,
             force,
-        )?;
-        let bytes = self.send(&req)?;
-        Client::decode(&req, &bytes)
+        )?)
     }
 
     /// DELETE one object. The answer (the object with a deletion
@@ -1155,33 +1141,6 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A server that answers each connection with the next of `answers`.
-    fn scripted_server(answers: Vec<&'static str>) -> (String, Arc<Mutex<Vec<Instant>>>) {
-        use std::io::Write;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        std::thread::spawn(move || {
-            for answer in answers {
-                let Ok((mut conn, _)) = listener.accept() else {
-                    return;
-                };
-                log.lock().unwrap().push(Instant::now());
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match conn.read(&mut byte) {
-                        Ok(1) => head.push(byte[0]),
-                        _ => break,
-                    }
-                }
-                let _ = conn.write_all(answer.as_bytes());
-            }
-        });
-        (addr, seen)
-    }
-
     fn client_of(server: &str) -> Client {
         Client::new(&Config {
             server: server.to_owned(),
@@ -1198,7 +1157,7 @@ mod tests {
     fn a_429_with_retry_after_is_waited_out_and_repeated() {
         let throttled = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
         let ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\nConnection: close\r\n\r\n{\"metadata\":{\"resourceVersion\":\"5\"}}";
-        let (server, seen) = scripted_server(vec![throttled, ok]);
+        let (server, seen) = crate::fake_server::serve(vec![throttled, ok], false);
         let registry = Registry::new();
         let c = client_of(&server).with_metrics(&registry);
         let list = c
@@ -1222,7 +1181,7 @@ mod tests {
     #[test]
     fn a_429_without_retry_after_is_the_callers() {
         let throttled = "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        let (server, seen) = scripted_server(vec![throttled, throttled]);
+        let (server, seen) = crate::fake_server::serve(vec![throttled], false);
         let e = client_of(&server)
             .list::<DynamicObject>(&Api::all(MACHINES), &ListParams::default())
             .unwrap_err();

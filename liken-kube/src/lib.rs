@@ -144,6 +144,8 @@ pub mod config;
 pub mod election;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+mod fake_server;
 pub mod metrics;
 pub mod microtime;
 pub mod object;

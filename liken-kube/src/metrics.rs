@@ -204,14 +204,15 @@ impl Registry {
         Registry::default()
     }
 
-    fn series(
+    /// Runs `f` on the fixed series of family `name`, registering the
+    /// family on first use.
+    fn with_series<R>(
         &self,
         name: &str,
         help: &str,
         kind: &'static str,
-        labels: &[(&str, &str)],
-        make: impl FnOnce() -> Source,
-    ) -> Source {
+        f: impl FnOnce(&mut BTreeMap<String, Source>) -> R,
+    ) -> R {
         assert!(valid_name(name), "{name:?} is not a Prometheus metric name");
         let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
         let idx = match families.iter().position(|f| f.name == name) {
@@ -232,14 +233,25 @@ impl Registry {
         let Series::Fixed(map) = &mut families[idx].series else {
             panic!("{name} is read from a function; it has no fixed series");
         };
-        let key = label_text(labels);
-        let entry = map.entry(key).or_insert_with(make);
-        match entry {
-            Source::Counter(c) => Source::Counter(c.clone()),
-            Source::Gauge(g) => Source::Gauge(g.clone()),
-            Source::Histogram(h) => Source::Histogram(h.clone()),
-            Source::Read(_) => panic!("{name}{labels:?} is read from a closure"),
-        }
+        f(map)
+    }
+
+    fn series(
+        &self,
+        name: &str,
+        help: &str,
+        kind: &'static str,
+        labels: &[(&str, &str)],
+        make: impl FnOnce() -> Source,
+    ) -> Source {
+        self.with_series(name, help, kind, |map| {
+            match map.entry(label_text(labels)).or_insert_with(make) {
+                Source::Counter(c) => Source::Counter(c.clone()),
+                Source::Gauge(g) => Source::Gauge(g.clone()),
+                Source::Histogram(h) => Source::Histogram(h.clone()),
+                Source::Read(_) => panic!("{name}{labels:?} is read from a closure"),
+            }
+        })
     }
 
     fn add_read(
@@ -250,33 +262,15 @@ impl Registry {
         labels: &[(&str, &str)],
         read: ReadOne,
     ) {
-        assert!(valid_name(name), "{name:?} is not a Prometheus metric name");
-        let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
-        let idx = match families.iter().position(|f| f.name == name) {
-            Some(i) => {
-                assert_eq!(families[i].kind, kind, "{name} registered as two types");
-                i
+        self.with_series(name, help, kind, |map| {
+            match map
+                .entry(label_text(labels))
+                .or_insert_with(|| Source::Read(Vec::new()))
+            {
+                Source::Read(reads) => reads.push(read),
+                _ => panic!("{name}{labels:?} is updated directly, not read"),
             }
-            None => {
-                families.push(Family {
-                    name: name.to_owned(),
-                    help: help.to_owned(),
-                    kind,
-                    series: Series::Fixed(BTreeMap::new()),
-                });
-                families.len() - 1
-            }
-        };
-        let Series::Fixed(map) = &mut families[idx].series else {
-            panic!("{name} is read from a function; it has no fixed series");
-        };
-        match map
-            .entry(label_text(labels))
-            .or_insert_with(|| Source::Read(Vec::new()))
-        {
-            Source::Read(reads) => reads.push(read),
-            _ => panic!("{name}{labels:?} is updated directly, not read"),
-        }
+        })
     }
 
     /// A counter series read at scrape time from `read`. Registering a

@@ -942,37 +942,6 @@ mod tests {
         }
     }
 
-    /// A server that answers every request with `answer` and then either
-    /// closes or goes silent; it counts the requests.
-    fn fake_server(answer: &'static str, close: bool) -> (String, Arc<AtomicU64>) {
-        use std::io::Write;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
-        let count = Arc::new(AtomicU64::new(0));
-        let seen = count.clone();
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { return };
-                seen.fetch_add(1, Ordering::SeqCst);
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match conn.read(&mut byte) {
-                        Ok(1) => head.push(byte[0]),
-                        _ => break,
-                    }
-                }
-                let _ = conn.write_all(answer.as_bytes());
-                if !close {
-                    // Half-open: the connection stays, nothing more comes.
-                    held.push(conn);
-                }
-            }
-        });
-        (addr, count)
-    }
-
     fn watcher_of(server: &str) -> (Watcher<Machine>, Arc<std::sync::Mutex<Vec<String>>>) {
         let config = crate::Config {
             server: server.to_owned(),
@@ -1010,14 +979,14 @@ mod tests {
 
     #[test]
     fn a_server_that_answers_200_and_closes_is_not_hammered() {
-        let (server, requests) = fake_server(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
-            true,
+        let (server, requests) = crate::fake_server::serve(
+            vec!["HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"],
+            false,
         );
         let (w, lines) = watcher_of(&server);
         let stats = run_for(w, Duration::from_secs(3));
         // Backoff 0.2, 0.4, 0.8, 1.6 s (±25%): a handful, not thousands.
-        let n = requests.load(Ordering::SeqCst);
+        let n = requests.lock().unwrap().len() as u64;
         assert!((2..=8).contains(&n), "{n} watch requests in 3 s");
         assert!(stats.restarts() >= 2, "{}", stats.restarts());
         let lines = lines.lock().unwrap();
@@ -1030,16 +999,18 @@ mod tests {
     #[test]
     fn a_silent_stream_is_noticed_by_the_read_timeout() {
         // Headers, then nothing: a half-open connection.
-        let (server, requests) = fake_server(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-            false,
+        let (server, requests) = crate::fake_server::serve(
+            vec![
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ],
+            true,
         );
         let (w, lines) = watcher_of(&server);
         let w = w
             .read_timeout(Duration::from_millis(300))
             .watch_timeout(290);
         let stats = run_for(w, Duration::from_millis(2500));
-        let n = requests.load(Ordering::SeqCst);
+        let n = requests.lock().unwrap().len() as u64;
         assert!(n >= 2, "the silent stream was never given up: {n} requests");
         assert!(stats.restarts() >= 1);
         let lines = lines.lock().unwrap();

@@ -12,31 +12,15 @@ use std::time::{Duration, Instant};
 use liken_api::machine::ReleaseStatus;
 use liken_api::{Cluster, Machine, MachineSpec, Phase, Version};
 use liken_kube::events::{EventType, ObjectReference, Recorder, RecorderConfig};
-use liken_kube::request::{CLUSTERS, CONFIG_MAPS, MACHINES};
+use liken_kube::request::{CLUSTERS, CONFIG_MAPS};
 use liken_kube::{
     Api, Auth, Client, Config, DeleteParams, DynamicObject, Error, Informer, ListParams,
     Propagation, Watcher, wake_channel,
 };
 use serde_json::json;
 
-fn admin() -> Client {
-    let cp = liken_testenv::shared();
-    let config =
-        Config::from_kubeconfig(cp.kubeconfig(), None).expect("the testenv kubeconfig reads");
-    Client::new(&config).expect("a client for the testenv")
-}
-
-fn machine_json(name: &str, labels: serde_json::Value) -> serde_json::Value {
-    json!({
-        "apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"hostname": name, "rebootPolicy": "Auto"}
-    })
-}
-
-fn machines() -> Api {
-    Api::all(MACHINES)
-}
+mod support;
+use support::{admin, machine_json, machines};
 
 #[test]
 fn crds_are_served_and_listed_through_liken_kube() {

@@ -9,13 +9,11 @@ use std::time::{Duration, Instant};
 
 use liken_kube::election::{Callbacks, ElectionConfig, Elector, LeaderGuard, Lease, Timings};
 use liken_kube::request::{CONFIG_MAPS, LEASES};
-use liken_kube::{Api, Client, Config, DynamicObject, Error, WriteGuard};
+use liken_kube::{Api, Client, DynamicObject, Error, WriteGuard};
 use serde_json::json;
 
-fn admin() -> Client {
-    let cp = liken_testenv::shared();
-    Client::new(&Config::from_kubeconfig(cp.kubeconfig(), None).unwrap()).unwrap()
-}
+mod support;
+use support::admin;
 
 fn quiet() -> Callbacks {
     Callbacks::default().report(Arc::new(|line| eprintln!("election: {line}")))

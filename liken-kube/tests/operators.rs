@@ -12,31 +12,15 @@
 use std::time::{Duration, Instant};
 
 use liken_api::{Machine, Phase};
-use liken_kube::request::{MACHINES, NAMESPACES, NODES, PODS};
+use liken_kube::request::{NAMESPACES, NODES, PODS};
 use liken_kube::{
     Api, Client, Config, DeleteParams, DynamicObject, Error, Informer, ListParams, PatchOp,
     Watcher, json_pointer, wake_channel,
 };
 use serde_json::json;
 
-fn admin() -> Client {
-    let cp = liken_testenv::shared();
-    let config =
-        Config::from_kubeconfig(cp.kubeconfig(), None).expect("the testenv kubeconfig reads");
-    Client::new(&config).expect("a client for the testenv")
-}
-
-fn machine_json(name: &str, labels: serde_json::Value) -> serde_json::Value {
-    json!({
-        "apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"hostname": name}
-    })
-}
-
-fn machines() -> Api {
-    Api::all(MACHINES)
-}
+mod support;
+use support::{admin, machine_json, machines};
 
 /// The managers named in an object's managedFields, with their operation.
 fn managers(o: &DynamicObject) -> Vec<(String, String)> {
