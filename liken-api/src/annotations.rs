@@ -21,6 +21,14 @@ pub const REQUEST_REBOOT: &str = "liken.sh/request-reboot";
 /// release channel now instead of at its next interval.
 pub const CHECK_RELEASES: &str = "liken.sh/check-releases";
 
+/// On the Cluster: lifts a halted rollout. While a release is halted
+/// (Progressing=False, reason ReleaseFailed, `status.rolloutHalt`), any
+/// value different from the one the annotation had when the halt began
+/// lets the cluster operator grant turns for that release again, for
+/// example `kubectl annotate cluster home liken.sh/resume-rollout="$(date +%s)" --overwrite`.
+/// Changing the Cluster's `spec.version` also lifts the halt.
+pub const RESUME_ROLLOUT: &str = "liken.sh/resume-rollout";
+
 /// On a workload: the feature (a key of the Cluster's spec.features) it
 /// belongs to, so the feature janitor can remove it when the feature is
 /// no longer declared.

@@ -148,6 +148,9 @@ pub struct ClusterStatus {
     /// The reboot-turn ledger: the machines that hold a turn now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reboot_turns: Vec<RebootTurn>,
+    /// A release whose rollout stopped because a machine failed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_halt: Option<RolloutHalt>,
     /// The metadata.generation this status judged.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub observed_generation: i64,
@@ -223,6 +226,60 @@ pub struct RebootTurn {
     pub machine_resource_version: String,
     /// When the turn was granted.
     pub since: Time,
+    /// The release the machine reboots into on this turn (its staged
+    /// release), when the turn is for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<Version>,
+    /// The first 12 hex digits of the boot id the machine ran when the
+    /// turn was granted, so the sweep can tell when it has rebooted.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot: String,
+}
+
+/// A halted rollout: a machine given a turn for `release` came back
+/// running an older release, or reported the release Blocked. The cluster
+/// operator grants no further turn for that release until the Cluster's
+/// target changes or the `liken.sh/resume-rollout` annotation takes a
+/// value other than [`RolloutHalt::resume`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutHalt {
+    /// The release that failed.
+    pub release: Version,
+    /// The machine it failed on.
+    pub machine: String,
+    /// What the machine reported.
+    pub cause: HaltCause,
+    /// When the cluster operator saw it.
+    pub since: Time,
+    /// The value `liken.sh/resume-rollout` had when the halt began (empty
+    /// when unset); any other value lifts the halt.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resume: String,
+}
+
+/// Why a release's rollout halted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HaltCause {
+    /// The machine rebooted and runs an older release: its boot of the
+    /// new one failed and the boot loader fell back to the other slot.
+    FellBack,
+    /// The machine reported the release Blocked (a refused download, a
+    /// bad digest, a slot write that failed).
+    Blocked,
+}
+
+impl HaltCause {
+    /// Both causes, in the order the CRD enum lists them.
+    pub const ALL: [HaltCause; 2] = [HaltCause::FellBack, HaltCause::Blocked];
+
+    /// The cause as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HaltCause::FellBack => "FellBack",
+            HaltCause::Blocked => "Blocked",
+        }
+    }
 }
 
 impl Kind for Cluster {

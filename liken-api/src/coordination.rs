@@ -36,6 +36,9 @@ use crate::condition::{Condition, ConditionStatus, find};
 
 /// The roll-up: True when every convergence condition holds.
 pub const READY: &str = "Ready";
+/// The reason of [`READY`] (Unknown) in the Lost verdict the cluster
+/// operator writes onto a machine whose heartbeat went stale.
+pub const HEARTBEAT_STALE: &str = "HeartbeatStale";
 /// The machine's sysctls are the spec's and hold in the kernel.
 pub const SYSCTLS_APPLIED: &str = "SysctlsApplied";
 /// The spec's kernel modules are loaded.

@@ -27,6 +27,7 @@
 use serde_json::{Value, json};
 
 use crate::boot::Slot;
+use crate::cluster::HaltCause;
 use crate::condition::ConditionStatus;
 use crate::digest::{DIGEST_PATTERN, SHA256_PATTERN};
 use crate::machine::{DisruptionKind, RebootPolicy};
@@ -232,7 +233,16 @@ pub fn cluster_status_schema() -> Value {
                 "machine": string(),
                 "machineResourceVersion": string(),
                 "since": time(),
+                "release": version(),
+                "boot": string(),
             }), &["machine", "since"])},
+            "rolloutHalt": object(json!({
+                "release": version(),
+                "machine": string(),
+                "cause": enum_of(HaltCause::ALL.iter().map(|c| c.as_str())),
+                "since": time(),
+                "resume": string(),
+            }), &["release", "machine", "cause", "since"]),
             "observedGeneration": int64(),
         }),
         &[],

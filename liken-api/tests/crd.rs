@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use liken_api::cluster::{
-    ClusterFluxStatus, ClusterReleasesStatus, DisruptionBudget, MachineTally, RebootTurn,
+    ClusterFluxStatus, ClusterReleasesStatus, DisruptionBudget, HaltCause, MachineTally,
+    RebootTurn, RolloutHalt,
 };
 use liken_api::machine::{DisruptionKind, PendingDisruption, ReleaseStatus};
 use liken_api::{
@@ -103,7 +104,16 @@ fn full_cluster() -> Cluster {
         machine: "node-1".into(),
         machine_resource_version: "77".into(),
         since: Time::from_unix(1_780_000_000),
+        release: Some(v("2026.08.01-001")),
+        boot: "0123456789ab".into(),
     }];
+    c.status.rollout_halt = Some(RolloutHalt {
+        release: v("2026.08.01-001"),
+        machine: "node-2".into(),
+        cause: HaltCause::FellBack,
+        since: Time::from_unix(1_780_000_100),
+        resume: "1".into(),
+    });
     c.status.observed_generation = 3;
     c
 }
