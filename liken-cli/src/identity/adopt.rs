@@ -40,12 +40,12 @@ pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     if let AgentToken::Minted(why) = agent {
         let what = match why {
             Minted::Absent => {
-                "the harvest has no server/agent-token (k3s writes one only when \
-                               started with --agent-token; its agents join with the server token)"
+                "the harvest has no server/agent-token (k3s writes one only when started with \
+                 --agent-token; its agents join with the server token)"
             }
             Minted::SameAsServer => {
-                "the harvest's server/agent-token is the server token itself \
-                                     (k3s links it to token when started without --agent-token)"
+                "the harvest's server/agent-token is the server token itself (k3s links it to \
+                 token when started without --agent-token)"
             }
         };
         writeln!(
@@ -136,8 +136,7 @@ pub fn adopt(harvest: &Path, dir: &Path) -> Result<AgentToken, IdentityError> {
             missing,
         });
     }
-    let bytes_of = |rel: &str| bytes_of(&read, rel).to_vec();
-    let server_token = String::from_utf8_lossy(&bytes_of(TOKEN)).into_owned();
+    let server_token = String::from_utf8_lossy(bytes_of(&read, TOKEN)).into_owned();
     let agent_text = agent
         .as_ref()
         .map(|(_, _, b)| String::from_utf8_lossy(b).into_owned());
@@ -148,12 +147,9 @@ pub fn adopt(harvest: &Path, dir: &Path) -> Result<AgentToken, IdentityError> {
             let mut secret = [0u8; 16];
             random(&mut secret)?;
             let ca_path = root.join("tls/server-ca.crt");
-            let token = format_token(
-                &bytes_of(SERVER_CA_CERT),
-                TokenUser::Node,
-                &keys::hex(&secret),
-            )
-            .map_err(|why| IdentityError::BadFiles(vec![(ca_path.clone(), why)]))?;
+            let ca = bytes_of(&read, SERVER_CA_CERT);
+            let token = format_token(ca, TokenUser::Node, &keys::hex(&secret))
+                .map_err(|why| IdentityError::BadFiles(vec![(ca_path.clone(), why)]))?;
             if let Some(file) = files().into_iter().find(|f| f.rel == AGENT_TOKEN) {
                 read.push((file, ca_path, format!("{token}\n").into_bytes()));
             }
