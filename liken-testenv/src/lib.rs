@@ -18,9 +18,15 @@
 //! When neither works the test fails with a message saying to run
 //! `testenv/build.sh`; nothing is skipped.
 //!
+//! Options add kube-controller-manager, kube-scheduler, kwok (fake nodes
+//! that turn Ready and pods that turn Running, so drains evict real pod
+//! objects under real PodDisruptionBudgets) and the apiserver's audit
+//! log (so tests count writes at the apiserver, by user).
+//!
 //! Tests that need no control plane use [`scratch`] alone: scratch
 //! directories and the host's tools that check the files they write.
 
+pub mod audit;
 pub mod pki;
 pub mod scratch;
 pub mod spawn;
@@ -49,6 +55,22 @@ pub struct Options {
     /// Turn off the apiserver's watch cache, so every watch is served by
     /// etcd itself and an etcd compaction reaches watchers as 410 Gone.
     pub no_watch_cache: bool,
+    /// Also run kube-scheduler, so pods (DaemonSet pods included) are
+    /// bound to nodes. It (and kwok) run as ServiceAccounts of their own
+    /// in kube-system, bound to cluster-admin, so the audit log tells
+    /// their writes from a test's.
+    pub scheduler: bool,
+    /// Also run kwok, which keeps the Nodes made by
+    /// [`ControlPlane::create_node`] Ready (renewing their leases) and
+    /// runs the pods bound to them: they turn Running and Ready, so the
+    /// disruption controller counts them for PodDisruptionBudgets and an
+    /// eviction has something real to refuse. Implies `scheduler`.
+    pub kwok: bool,
+    /// Write the apiserver's audit log (every request at the Metadata
+    /// level, as JSON lines), so a test counts the writes a program made
+    /// where they land ([`ControlPlane::audit_since`]) rather than
+    /// trusting the program's own counters.
+    pub audit: bool,
 }
 
 /// A running control plane. Dropping it kills the processes and removes
@@ -128,6 +150,10 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
     }
     Ok(dir)
 }
+
+/// The annotation that hands a Node to kwok (its
+/// `--manage-nodes-with-annotation-selector`).
+pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 
 fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error(format!("no free port: {e}")))?;
@@ -336,6 +362,9 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
             .arg("--requestheader-group-headers=X-Remote-Group")
             .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-");
         }
+        if options.audit {
+            audit::configure(&mut cmd, &dir)?;
+        }
         let proc = spawn::spawn("kube-apiserver", cmd)
             .map_err(|e| Error(format!("starting kube-apiserver: {e}")))?;
         cp.procs
@@ -371,6 +400,12 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
     cp.apply_crds()?;
     if options.controller_manager {
         cp.start_controller_manager(&bin)?;
+    }
+    if options.scheduler || options.kwok {
+        cp.start_scheduler(&bin)?;
+    }
+    if options.kwok {
+        cp.start_kwok(&bin)?;
     }
     cp.startup = began.elapsed();
     Ok(cp)
@@ -448,8 +483,14 @@ impl ControlPlane {
 
     /// A `kubectl` command with the admin kubeconfig.
     pub fn kubectl(&self) -> Command {
+        self.kubectl_as(&self.kubeconfig)
+    }
+
+    /// A `kubectl` command with another kubeconfig (one from
+    /// [`ControlPlane::kubeconfig_for`], say).
+    pub fn kubectl_as(&self, kubeconfig: &Path) -> Command {
         let mut c = Command::new("kubectl");
-        c.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        c.arg(format!("--kubeconfig={}", kubeconfig.display()));
         c
     }
 
@@ -670,6 +711,226 @@ impl ControlPlane {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    fn start_scheduler(&self, bin: &Path) -> Result<(), Error> {
+        if !bin.join("kube-scheduler").is_file() {
+            return fail(format!(
+                "{} has no kube-scheduler; run `testenv/build.sh`",
+                bin.display()
+            ));
+        }
+        let port = free_port()?;
+        let kc = self.scaffold_kubeconfig("testenv-scheduler")?;
+        let kc = kc.display().to_string();
+        let mut cmd = Command::new(bin.join("kube-scheduler"));
+        cmd.arg(format!("--kubeconfig={kc}"))
+            .arg(format!("--authentication-kubeconfig={kc}"))
+            .arg(format!("--authorization-kubeconfig={kc}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!(
+                "--cert-dir={}",
+                self.dir.join("scheduler-certs").display()
+            ))
+            .arg("--leader-elect=false");
+        log_to(&mut cmd, &self.dir, "scheduler.log")?;
+        let proc = spawn::spawn("kube-scheduler", cmd)
+            .map_err(|e| Error(format!("starting kube-scheduler: {e}")))?;
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(proc);
+        // /healthz is open to anonymous requests on its own self-signed
+        // certificate, which is not worth trusting for a liveness probe.
+        self.wait_local_health(
+            &format!("https://127.0.0.1:{port}/healthz"),
+            "kube-scheduler",
+            "scheduler.log",
+        )
+    }
+
+    fn start_kwok(&self, bin: &Path) -> Result<(), Error> {
+        if !bin.join("kwok").is_file() {
+            return fail(format!(
+                "{} has no kwok; run `testenv/build.sh`",
+                bin.display()
+            ));
+        }
+        let stages = workspace_root().join("testenv/kwok/stages.yaml");
+        let port = free_port()?;
+        let kc = self.scaffold_kubeconfig("testenv-kwok")?;
+        let mut cmd = Command::new(bin.join("kwok"));
+        cmd.arg(format!("--kubeconfig={}", kc.display()))
+            .arg(format!("--config={}", stages.display()))
+            .arg(format!("--server-address=127.0.0.1:{port}"))
+            // Only Nodes that ask for it (create_node) are kwok's, so a
+            // test that registers a Node of its own keeps it to itself.
+            .arg("--manage-all-nodes=false")
+            .arg(format!(
+                "--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake"
+            ))
+            .arg("--node-lease-duration-seconds=40")
+            .arg("--cidr=10.244.0.0/16")
+            .arg("--node-ip=10.244.0.1");
+        log_to(&mut cmd, &self.dir, "kwok.log")?;
+        let proc = spawn::spawn("kwok", cmd).map_err(|e| Error(format!("starting kwok: {e}")))?;
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(proc);
+        self.wait_local_health(
+            &format!("http://127.0.0.1:{port}/healthz"),
+            "kwok",
+            "kwok.log",
+        )
+    }
+
+    /// A kubeconfig for a piece of scaffolding (the scheduler, kwok): a
+    /// ServiceAccount in kube-system bound to cluster-admin. The
+    /// scaffolding is not under test, so it may do anything; it has an
+    /// identity of its own so the audit log never mixes its writes (pod
+    /// bindings and statuses) with a test's admin requests.
+    fn scaffold_kubeconfig(&self, name: &str) -> Result<PathBuf, Error> {
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": name, "namespace": "kube-system"}});
+        self.must(
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            Some(&sa),
+            &[409],
+        )?;
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}]});
+        self.must(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&binding),
+            &[409],
+        )?;
+        // A day: longer than any test binary keeps a control plane.
+        let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 86_400}});
+        let v = self.must(
+            "POST",
+            &format!("/api/v1/namespaces/kube-system/serviceaccounts/{name}/token"),
+            Some(&req),
+            &[],
+        )?;
+        let token = v["status"]["token"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error(format!("TokenRequest for {name} returned no token")))?;
+        self.kubeconfig_for_token(name, token)
+    }
+
+    /// Polls a helper process's own health endpoint (TLS unverified: the
+    /// endpoint is on loopback and only says the process is up).
+    fn wait_local_health(&self, url: &str, what: &str, log: &str) -> Result<(), Error> {
+        use ureq::tls::TlsConfig;
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .tls_config(TlsConfig::builder().disable_verification(true).build())
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            {
+                let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(p) = procs.last_mut()
+                    && let Ok(Some(status)) = p.try_wait()
+                {
+                    return fail(format!(
+                        "{what} exited ({status})\n{log}:\n{}",
+                        tail(&self.dir.join(log))
+                    ));
+                }
+            }
+            let last = match agent.get(url).call() {
+                Ok(r) if r.status() == 200 => return Ok(()),
+                Ok(r) => format!("HTTP {}", r.status()),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                return fail(format!(
+                    "{what} was not healthy at {url} within 90s: {last}\n{log}:\n{}",
+                    tail(&self.dir.join(log))
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Registers a Node that kwok keeps Ready (it must have been started
+    /// with `kwok: true`) and waits until it is Ready. `labels` are added
+    /// to the Node's own `kubernetes.io/hostname`.
+    pub fn create_node(&self, name: &str, labels: &[(&str, &str)]) -> Result<(), Error> {
+        let mut label_map = serde_json::Map::new();
+        label_map.insert("kubernetes.io/hostname".into(), Value::from(name));
+        for (k, v) in labels {
+            label_map.insert((*k).into(), Value::from(*v));
+        }
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": label_map,
+                         "annotations": {KWOK_ANNOTATION: "fake"}},
+        });
+        self.must("POST", "/api/v1/nodes", Some(&node), &[409])?;
+        self.wait_node_ready(name, Duration::from_secs(60))
+    }
+
+    /// Waits until Node `name` reports Ready=True.
+    pub fn wait_node_ready(&self, name: &str, within: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + within;
+        loop {
+            let (code, v) = self.request("GET", &format!("/api/v1/nodes/{name}"), None)?;
+            let ready = code == 200
+                && v["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return fail(format!(
+                    "node {name} was not Ready within {}s (is kwok running? start with kwok: true): HTTP {code} {v}",
+                    within.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Writes a kubeconfig (0600) that authenticates with `token`
+    /// against this control plane, trusting its CA, and returns its
+    /// path. With [`ControlPlane::token_for`] this runs a program under
+    /// a ServiceAccount's own identity, so RBAC decides what it may do.
+    pub fn kubeconfig_for_token(&self, name: &str, token: &str) -> Result<PathBuf, Error> {
+        let path = self.dir.join(format!("{name}.kubeconfig"));
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: {name}\n\
+             clusters:\n- name: testenv\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             users:\n- name: {name}\n  user:\n    token: {token}\n\
+             contexts:\n- name: {name}\n  context:\n    cluster: testenv\n    user: {name}\n",
+            self.server,
+            b64(&self.pki.ca.cert_pem),
+        );
+        let _ = std::fs::remove_file(&path);
+        write_private(&path, text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// A kubeconfig for ServiceAccount `namespace/name` (made if missing)
+    /// with a fresh TokenRequest token: see
+    /// [`ControlPlane::kubeconfig_for_token`].
+    pub fn kubeconfig_for(&self, namespace: &str, name: &str) -> Result<PathBuf, Error> {
+        let token = self.token_for(namespace, name)?;
+        self.kubeconfig_for_token(&format!("{namespace}-{name}"), &token)
     }
 
     /// Makes sure a namespace exists.

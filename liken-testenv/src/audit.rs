@@ -1,0 +1,217 @@
+//! The apiserver's audit log, read back by tests.
+//!
+//! The developer guide asks tests to count a program's writes where they
+//! land, at the apiserver, and never from the program's own counters: a
+//! counter in the program only proves what the program believes it did.
+//! With `Options { audit: true, .. }` kube-apiserver writes every request
+//! it completes as one JSON line (level Metadata: who, which verb, which
+//! object, which status code; no bodies, so no secret reaches the log).
+//!
+//! The log backend runs in blocking mode: a request's event is written in
+//! the request's own goroutine before the apiserver finishes answering, so
+//! once a client has its answer the event is in the file. A test takes an
+//! [`AuditMark`] before the window it judges and reads what came after it
+//! with [`ControlPlane::audit_since`].
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::{ControlPlane, Error, write_private};
+
+/// The policy: everything at Metadata, one event per request once it is
+/// complete (the RequestReceived and ResponseStarted stages would count
+/// each request twice or three times).
+const POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+";
+
+/// Adds the audit flags to kube-apiserver's command line and writes the
+/// policy into the control plane's directory.
+pub(crate) fn configure(cmd: &mut Command, dir: &Path) -> Result<(), Error> {
+    let policy = dir.join("audit-policy.yaml");
+    if !policy.exists() {
+        write_private(&policy, POLICY.as_bytes())?;
+    }
+    cmd.arg(format!("--audit-policy-file={}", policy.display()))
+        .arg(format!("--audit-log-path={}", log_path(dir).display()))
+        .arg("--audit-log-format=json")
+        .arg("--audit-log-mode=blocking")
+        // The log is read whole by tests; rotation would hide events.
+        .arg("--audit-log-maxsize=0");
+    Ok(())
+}
+
+fn log_path(dir: &Path) -> PathBuf {
+    dir.join("audit.log")
+}
+
+/// A position in the audit log: what was written before it is not read
+/// by [`ControlPlane::audit_since`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditMark(u64);
+
+/// One completed request, as the apiserver recorded it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`.
+    pub verb: String,
+    /// The authenticated user name (`system:serviceaccount:<ns>:<name>`
+    /// for a ServiceAccount token).
+    pub user: String,
+    /// The User-Agent header the client sent.
+    pub user_agent: String,
+    /// The request URI, with its query.
+    pub uri: String,
+    /// The API group of the object ("" for the core group).
+    pub api_group: String,
+    /// The resource (`machines`, `leases`, `pods`, ...).
+    pub resource: String,
+    /// The subresource (`status`, `eviction`, ...), or "".
+    pub subresource: String,
+    /// The object's namespace, or "".
+    pub namespace: String,
+    /// The object's name, or "" for a collection.
+    pub name: String,
+    /// The HTTP status the apiserver answered.
+    pub code: u16,
+}
+
+impl AuditEvent {
+    /// Whether the request asked to change something (whatever the
+    /// answer was: a refused write is still a write the program sent).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
+    /// `verb resource[/subresource] [namespace/]name -> code`, for
+    /// assertion messages.
+    pub fn describe(&self) -> String {
+        let mut what = self.resource.clone();
+        if !self.subresource.is_empty() {
+            what = format!("{what}/{}", self.subresource);
+        }
+        let object = match (self.namespace.as_str(), self.name.as_str()) {
+            ("", n) => n.to_owned(),
+            (ns, n) => format!("{ns}/{n}"),
+        };
+        format!(
+            "{} {what} {object} -> {} by {}",
+            self.verb, self.code, self.user
+        )
+    }
+
+    fn from_json(v: &Value) -> Option<AuditEvent> {
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let stage = v["stage"].as_str()?;
+        if stage != "ResponseComplete" && stage != "Panic" {
+            return None;
+        }
+        let obj = &v["objectRef"];
+        Some(AuditEvent {
+            verb: s(&v["verb"]),
+            user: s(&v["user"]["username"]),
+            user_agent: s(&v["userAgent"]),
+            uri: s(&v["requestURI"]),
+            api_group: s(&obj["apiGroup"]),
+            resource: s(&obj["resource"]),
+            subresource: s(&obj["subresource"]),
+            namespace: s(&obj["namespace"]),
+            name: s(&obj["name"]),
+            code: v["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(0),
+        })
+    }
+}
+
+/// Parses audit log text; a line that is not an event (a torn last line
+/// while the apiserver writes) is left out.
+pub fn parse(text: &str) -> Vec<AuditEvent> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| AuditEvent::from_json(&v))
+        .collect()
+}
+
+impl ControlPlane {
+    fn audit_file(&self) -> Result<std::fs::File, Error> {
+        let path = log_path(self.dir());
+        std::fs::File::open(&path).map_err(|e| {
+            Error(format!(
+                "reading the audit log {}: {e} (start the control plane with audit: true)",
+                path.display()
+            ))
+        })
+    }
+
+    /// The current end of the audit log.
+    pub fn audit_mark(&self) -> Result<AuditMark, Error> {
+        let f = self.audit_file()?;
+        let len = f
+            .metadata()
+            .map_err(|e| Error(format!("audit log: {e}")))?
+            .len();
+        Ok(AuditMark(len))
+    }
+
+    /// Every request completed after `mark`, oldest first.
+    pub fn audit_since(&self, mark: AuditMark) -> Result<Vec<AuditEvent>, Error> {
+        let mut f = self.audit_file()?;
+        f.seek(SeekFrom::Start(mark.0))
+            .map_err(|e| Error(format!("audit log: {e}")))?;
+        let mut text = String::new();
+        f.read_to_string(&mut text)
+            .map_err(|e| Error(format!("audit log: {e}")))?;
+        // A mark taken in the middle of a line (it never is: the log is
+        // written a whole line at a time) would only cost that line.
+        Ok(parse(&text))
+    }
+
+    /// The writes `user` made after `mark` (see [`AuditEvent::is_write`]).
+    pub fn writes_by(&self, user: &str, mark: AuditMark) -> Result<Vec<AuditEvent>, Error> {
+        Ok(self
+            .audit_since(mark)?
+            .into_iter()
+            .filter(|e| e.user == user && e.is_write())
+            .collect())
+    }
+}
+
+/// The user name kube-apiserver gives ServiceAccount `namespace/name`.
+pub fn service_account_user(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_complete_events_and_skips_the_rest() {
+        let text = r#"{"kind":"Event","level":"Metadata","stage":"ResponseComplete","requestURI":"/apis/liken.sh/v1alpha1/machines/m1/status","verb":"update","user":{"username":"system:serviceaccount:liken-system:op"},"userAgent":"liken-machine-operator/0.1","objectRef":{"resource":"machines","name":"m1","apiGroup":"liken.sh","apiVersion":"v1alpha1","subresource":"status"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Event","level":"Metadata","stage":"RequestReceived","verb":"get"}
+{"kind":"Event","level":"Metadata","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/default/pods","verb":"list","user":{"username":"admin"},"objectRef":{"resource":"pods","namespace":"default","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200}}
+{"kind":"Ev"#;
+        let events = parse(text);
+        assert_eq!(events.len(), 2);
+        assert!(events[0].is_write());
+        assert_eq!(
+            events[0].describe(),
+            "update machines/status m1 -> 200 by system:serviceaccount:liken-system:op"
+        );
+        assert_eq!(events[0].api_group, "liken.sh");
+        assert!(!events[1].is_write());
+        assert_eq!(events[1].namespace, "default");
+    }
+}
