@@ -48,8 +48,10 @@ pub const SOCKET_PATH: &str = "/run/liken/init.sock";
 pub const MAX_FRAME: u32 = 1024 * 1024;
 
 /// Where the machine operator keeps downloaded releases, one directory
-/// per version. [`Request::WriteRelease`] names a directory directly
-/// below it; init refuses any other.
+/// per version ([`crate::ondisk::VAR_LIKEN`] and
+/// [`crate::ondisk::RELEASES_DIR`]; a test there holds the two equal).
+/// [`Request::WriteRelease`] names a directory directly below it; init
+/// refuses any other.
 pub const RELEASES_DIR: &str = "/var/lib/liken/releases";
 
 /// How long a client waits for the answer to [`Request::WriteRelease`]:

@@ -18,6 +18,8 @@
 //!   names the machine operators and the cluster operator share.
 //! - [`control`]: init's control-socket requests, responses and framing.
 //! - [`hash`]: the canonical document hash for staged changes.
+//! - [`ondisk`]: the files init and the machine operator hand each other
+//!   (staged documents and their checksums, the boot record, releases).
 //! - [`decode`]: strict (hand-written) and wire (API server) decoders.
 //! - [`validate`]: semantic checks shared by the decoders.
 //! - [`crd`]: the CustomResourceDefinitions generated from the types.
@@ -37,6 +39,7 @@ pub mod digest;
 pub mod hash;
 pub mod machine;
 pub mod meta;
+pub mod ondisk;
 pub mod phase;
 pub mod release;
 pub mod role;

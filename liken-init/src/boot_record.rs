@@ -15,7 +15,7 @@ use liken_api::{BootRecord, Cluster, Machine, Slot, Time, Version};
 use crate::fsutil::write_atomic;
 
 /// The record's file name under /run/liken.
-pub const FILE: &str = "boot.json";
+pub const FILE: &str = liken_api::ondisk::BOOT_RECORD;
 
 /// The record for this boot.
 pub fn decide_record(

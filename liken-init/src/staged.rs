@@ -38,67 +38,32 @@
 //! Whether /var is the data partition is read from
 //! /proc/self/mountinfo ([`decide_data_partition`]).
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use liken_api::decode::{self, DecodeError};
 use liken_api::hash::sha256;
-use liken_api::{Cluster, Machine, Role, Sha256Hex, Time};
+use liken_api::{Cluster, Machine, Role, Time};
 
 use crate::console::{self, Outcome};
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::layer::{self, Candidate, SelectError};
 use crate::steps::{Boot, Paths};
 
-/// liken's state on the data partition.
-pub const VAR_LIKEN: &str = "/var/lib/liken";
-/// Below [`VAR_LIKEN`]: what the machine operator staged.
-pub const STAGED_DIR: &str = "staged";
-/// Below [`VAR_LIKEN`]: the promoted documents.
-pub const DOCUMENTS_DIR: &str = "documents";
-/// Below [`VAR_LIKEN`]: staged documents that were refused.
-pub const REJECTED_DIR: &str = "rejected";
-/// Below /run/liken: the documents this boot runs.
-pub const RUNNING_DIR: &str = "documents";
+// The paths and the checksum format are the contract with the machine
+// operator, kept in liken-api so the two sides cannot drift.
+pub use liken_api::ondisk::{
+    DOCUMENTS_DIR, Document, REJECTED_DIR, RUNNING_DIR, STAGED_DIR, VAR_LIKEN, parse_checksum,
+};
+
 /// The filesystem the data partition holds.
 pub const DATA_FSTYPE: &str = "ext4";
 
-/// One of the two documents a machine runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Document {
-    /// This computer's Machine.
-    Machine,
-    /// The fleet's Cluster.
-    Cluster,
-}
-
-impl Document {
-    /// Both, in the order they are promoted.
-    pub const ALL: [Document; 2] = [Document::Machine, Document::Cluster];
-
-    /// Its file name in staged/, documents/ and /run/liken/documents.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Document::Machine => "machine.yaml",
-            Document::Cluster => "cluster.yaml",
-        }
-    }
-
-    /// The name of its checksum file in staged/.
-    pub fn checksum_name(self) -> &'static str {
-        match self {
-            Document::Machine => "machine.yaml.sha256",
-            Document::Cluster => "cluster.yaml.sha256",
-        }
-    }
-
-    /// Strictly decodes the document's text, for the check alone.
-    fn check(self, text: &str, origin: &str) -> Result<(), DecodeError> {
-        match self {
-            Document::Machine => decode::strict::<Machine>(text, origin).map(drop),
-            Document::Cluster => decode::strict::<Cluster>(text, origin).map(drop),
-        }
+/// Strictly decodes a document's text, for the check alone.
+fn check(doc: Document, text: &str, origin: &str) -> Result<(), DecodeError> {
+    match doc {
+        Document::Machine => decode::strict::<Machine>(text, origin).map(drop),
+        Document::Cluster => decode::strict::<Cluster>(text, origin).map(drop),
     }
 }
 
@@ -111,23 +76,6 @@ pub enum Verdict {
     Promote,
     /// Refuse them, for this reason.
     Reject(String),
-}
-
-/// Reads a checksum file: 64 lower-case hex digits, optionally followed
-/// by the file name as `sha256sum` writes it (`<hex>  <name>`, or
-/// `<hex> *<name>`), nothing else.
-pub fn parse_checksum(text: &[u8], file_name: &str) -> Result<Sha256Hex, String> {
-    let text = std::str::from_utf8(text).map_err(|_| "it is not text".to_owned())?;
-    let mut words = text.split_whitespace();
-    let hex = words.next().ok_or_else(|| "it is empty".to_owned())?;
-    let digest = Sha256Hex::parse(hex).map_err(|e| e.to_string())?;
-    match (words.next(), words.next()) {
-        (None, _) => Ok(digest),
-        (Some(name), None) if name.strip_prefix('*').unwrap_or(name) == file_name => Ok(digest),
-        _ => Err(format!(
-            "it should hold the hex digest alone or `<hex>  {file_name}`"
-        )),
-    }
 }
 
 /// Judges one staged document from its bytes and its checksum file's
@@ -164,7 +112,7 @@ pub fn decide_staged(
     let Ok(text) = std::str::from_utf8(yaml) else {
         return Verdict::Reject("it is not UTF-8 text".into());
     };
-    match doc.check(text, origin) {
+    match check(doc, text, origin) {
         Ok(()) => Verdict::Promote,
         Err(e) => Verdict::Reject(e.to_string()),
     }
@@ -625,12 +573,6 @@ pub fn settle(
     (outcome, result)
 }
 
-impl fmt::Display for Document {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.file_name())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -731,7 +673,7 @@ mod tests {
         assert!(parse_checksum(format!("{h}  other.yaml").as_bytes(), "m.yaml").is_err());
         assert!(parse_checksum(format!("{h} m.yaml extra").as_bytes(), "m.yaml").is_err());
         assert!(parse_checksum(h.to_uppercase().as_bytes(), "m.yaml").is_err());
-        assert!(parse_checksum(b"", "m.yaml").unwrap_err().contains("empty"));
+        assert!(parse_checksum(b"", "m.yaml").unwrap_err().to_string().contains("empty"));
         assert!(parse_checksum(&[0xff], "m.yaml").is_err());
     }
 

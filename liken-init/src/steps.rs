@@ -92,7 +92,7 @@ impl Paths {
         Paths {
             proc: "/proc".into(),
             sys: "/sys".into(),
-            run_liken: "/run/liken".into(),
+            run_liken: liken_api::ondisk::RUN_LIKEN.into(),
             etc_liken: "/etc/liken".into(),
             modules: "/lib/modules".into(),
             k3s: "/usr/bin/k3s".into(),
