@@ -19,7 +19,7 @@ pub mod args;
 pub mod cluster;
 pub mod completion;
 pub mod deployment;
-pub mod files;
+pub use liken_releases::files;
 pub mod identity;
 pub mod layer;
 pub mod media;

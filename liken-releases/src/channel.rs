@@ -124,7 +124,7 @@ impl Latest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdir::TestDir;
+    use liken_testenv::scratch::TempDir as TestDir;
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()

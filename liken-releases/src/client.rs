@@ -70,7 +70,7 @@ impl fmt::Display for ClientError {
             ClientError::TooLarge { url } => write!(
                 f,
                 "GET {url}: the document is larger than {} and is not a liken document",
-                super::size::human(MAX_DOCUMENT)
+                crate::size::human(MAX_DOCUMENT)
             ),
         }
     }

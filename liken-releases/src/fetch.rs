@@ -26,13 +26,13 @@ use liken_api::release::{Artifact, RELEASE_FILE, Release};
 use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Version, decode};
 use sha2::Sha256;
 
-use super::channel::{self, ChannelError};
-use super::client::{self, ClientError};
-use super::layout;
-use super::progress::{Progress, Style};
-use super::size::human;
-use super::stream::{self, CopyError};
+use crate::channel::{self, ChannelError};
+use crate::client::{self, ClientError};
 use crate::files;
+use crate::layout;
+use crate::progress::{Progress, Style};
+use crate::size::human;
+use crate::stream::{self, CopyError};
 
 /// Which release to fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn write_new_refuses_an_existing_file_and_sets_the_mode() {
-        let dir = crate::testdir::TestDir::new("files-new");
+        let dir = liken_testenv::scratch::TempDir::new("files-new");
         let p = dir.path().join("key");
         write_new(&p, b"secret", PRIVATE).unwrap();
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn replace_swaps_the_whole_file_and_leaves_no_temporary() {
-        let dir = crate::testdir::TestDir::new("files-replace");
+        let dir = liken_testenv::scratch::TempDir::new("files-replace");
         let p = dir.path().join("kubeconfig");
         replace(&p, b"one", PRIVATE).unwrap();
         replace(&p, b"two", PRIVATE).unwrap();
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn rename_noreplace_refuses_an_existing_target() {
-        let dir = crate::testdir::TestDir::new("noreplace");
+        let dir = liken_testenv::scratch::TempDir::new("noreplace");
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
         std::fs::create_dir(&a).unwrap();
         std::fs::create_dir(&b).unwrap();

@@ -12,7 +12,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use super::size::human;
+use crate::size::human;
 
 /// How progress is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

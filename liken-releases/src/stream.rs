@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 
 use sha2::{Digest as _, Sha256};
 
-use super::progress::Progress;
+use crate::progress::Progress;
 
 /// The copy buffer: large enough that syscalls and hash calls are a small
 /// cost per byte, small enough to stay in the L2 cache with the hash state.
@@ -163,7 +163,7 @@ pub fn sha256(bytes: &[u8]) -> liken_api::Sha256Hex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::releases::progress::Style;
+    use crate::progress::Style;
 
     #[test]
     fn copies_hashes_and_counts() {

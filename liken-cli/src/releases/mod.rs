@@ -9,28 +9,27 @@
 //! every artifact against release.yaml.
 //!
 //! Module map:
-//! - [`layout`]: the channel's file layout and bundle's input table.
-//! - [`bundle`], [`fetch`], [`serve`], [`index`]: the four commands.
+//! - [`bundle`], [`serve`], [`index`]: the publishing commands; `fetch`
+//!   is [`liken_releases::fetch`].
 //! - [`cli`]: from the dispatcher's parsed words to typed requests.
-//! - [`channel`]: channel.yaml's latest, which only moves forward.
-//! - [`client`]: the ureq agent (rustls), capped document reads.
 //! - [`http`], [`urlpath`]: serve's pure request parsing (fuzzed).
 //! - [`html`]: escaping and page frames for index.
-//! - [`stream`], [`progress`], [`size`]: shared mechanics.
+//! - From liken-releases (re-exported): [`layout`] (the channel's file
+//!   layout and bundle's input table), [`channel`] (channel.yaml's
+//!   latest, which only moves forward), [`client`] (the ureq agent,
+//!   capped document reads), [`fetch`], and the shared mechanics
+//!   [`stream`], [`progress`], [`size`].
+
+// The reading side of a channel is a library the machine operator links
+// too (liken-releases); it is re-exported here under its old paths.
+pub use liken_releases::{channel, client, fetch, layout, progress, size, stream};
 
 pub mod bundle;
-pub mod channel;
 pub mod cli;
-pub mod client;
-pub mod fetch;
 pub mod html;
 pub mod http;
 pub mod index;
-pub mod layout;
-pub mod progress;
 pub mod serve;
-pub mod size;
-pub mod stream;
 pub mod urlpath;
 
 use std::fmt;
