@@ -341,7 +341,8 @@ pub enum Event<T> {
     Deleted(T),
     /// An object was added, changed or deleted, and its new state cannot
     /// be decoded: the store drops it, so it holds only objects whose
-    /// current version this build can read, as after a relist.
+    /// current version this build can read, as after a relist. A LIST's
+    /// undecodable items follow its `Restarted` as these, one each.
     Unreadable(Unreadable),
 }
 
@@ -561,6 +562,13 @@ impl<T: Object> Watcher<T> {
                     }
                     let rv = list.resource_version;
                     sink(Event::Restarted(list.items));
+                    // The objects the LIST could not decode, after the
+                    // set they are missing from, so a consumer that
+                    // reports bad input hears of them as of a watch
+                    // event's (a store has nothing to drop).
+                    for u in list.skipped {
+                        sink(Event::Unreadable(u));
+                    }
                     (
                         Outcome::Listed {
                             resource_version: rv,

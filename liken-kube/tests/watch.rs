@@ -18,7 +18,8 @@ use liken_api::{Machine, Phase};
 use liken_kube::backoff::Backoff;
 use liken_kube::request::{CONFIG_MAPS, MACHINES};
 use liken_kube::{
-    Api, Client, Config, DeleteParams, DynamicObject, Informer, ListParams, Watcher, wake_channel,
+    Api, Client, Config, DeleteParams, DynamicObject, Event, Informer, ListParams, Watcher,
+    wake_channel,
 };
 use liken_testenv::{ControlPlane, Options};
 use serde_json::json;
@@ -242,6 +243,25 @@ fn one_unreadable_machine_never_stops_the_others() {
         list.skipped
     );
 
+    // A watcher hands its consumer the skipped item after the list.
+    let mut watcher = Watcher::<Machine>::new(c.clone(), api.clone())
+        .labels("liken-test=unreadable")
+        .report(Arc::new(|_| {}));
+    let mut seen = Vec::new();
+    watcher.step(&mut |e| {
+        seen.push(match e {
+            Event::Restarted(items) => format!("restarted {}", items.len()),
+            Event::Unreadable(u) => format!("unreadable {} {}", u.key, u.message),
+            other => format!("{other:?}"),
+        })
+    });
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0], "restarted 3");
+    assert!(
+        seen[1].starts_with("unreadable hibernating status.phase: "),
+        "{seen:?}"
+    );
+
     // An informer syncs the others and says which one it skipped.
     let reports = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = reports.clone();
@@ -287,6 +307,11 @@ fn one_unreadable_machine_never_stops_the_others() {
         store.get("readable-1").unwrap().status.phase,
         Some(Phase::Ready)
     );
+    // The deletion of hibernating follows readable-1's patch; wait for it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats.unreadable() < 3 && Instant::now() < deadline {
+        let _ = wake_rx.recv_timeout(Duration::from_millis(200));
+    }
     assert_eq!(stats.lists(), 1, "no relist: the stream never broke");
     assert_eq!(stats.restarts(), 0);
     assert_eq!(
