@@ -30,7 +30,7 @@ use crate::boot::Slot;
 use crate::cluster::HaltCause;
 use crate::condition::ConditionStatus;
 use crate::digest::{DIGEST_PATTERN, SHA256_PATTERN};
-use crate::machine::{DisruptionKind, RebootPolicy};
+use crate::machine::{BondMode, DisruptionKind, RebootPolicy};
 use crate::meta::{GROUP, GROUP_VERSION};
 use crate::phase::Phase;
 use crate::role::Role;
@@ -116,8 +116,27 @@ pub fn machine_spec_schema() -> Value {
             "addresses": string_array(),
             "routes": {"type": "array", "items": route},
             "dns": string_array(),
+            "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
+            "slaac": {"type": "boolean"},
         }),
         &[],
+    );
+    let bond = object(
+        json!({
+            "name": string(),
+            "members": string_array(),
+            "mode": enum_of(BondMode::ALL.iter().map(|m| m.as_str())),
+            "miimon": {"type": "integer", "minimum": 0},
+        }),
+        &["name", "members"],
+    );
+    let vlan = object(
+        json!({
+            "name": string(),
+            "parent": string(),
+            "id": {"type": "integer", "minimum": 1, "maximum": 4094},
+        }),
+        &["name", "parent", "id"],
     );
     object(
         json!({
@@ -129,6 +148,8 @@ pub fn machine_spec_schema() -> Value {
             "network": object(json!({
                 "interfaces": {"type": "array", "items": interface},
                 "ntp": string_array(),
+                "bonds": {"type": "array", "items": bond},
+                "vlans": {"type": "array", "items": vlan},
             }), &[]),
             "installDisk": string(),
             "k3s": object(json!({

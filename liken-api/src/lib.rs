@@ -13,6 +13,8 @@
 //! - [`phase`], [`role`], [`condition`]: the status vocabulary.
 //! - [`version`], [`time`], [`digest`]: validated scalar types.
 //! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
+//! - [`network`]: the running network init publishes for the machine
+//!   operator.
 //! - [`annotations`]: one-shot request names.
 //! - [`coordination`]: the condition types, reasons, grant and heartbeat
 //!   names the machine operators and the cluster operator share.
@@ -39,6 +41,7 @@ pub mod digest;
 pub mod hash;
 pub mod machine;
 pub mod meta;
+pub mod network;
 pub mod ondisk;
 pub mod phase;
 pub mod release;

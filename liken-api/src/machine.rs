@@ -110,6 +110,84 @@ pub struct NetworkSpec {
     /// that answers at boot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ntp: Vec<String>,
+    /// Bonds: one link over several interfaces. An `interfaces` entry
+    /// naming the bond gives it addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bonds: Vec<BondSpec>,
+    /// VLANs: a tagged link on a parent interface or bond. An
+    /// `interfaces` entry naming the VLAN gives it addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vlans: Vec<VlanSpec>,
+}
+
+/// A VLAN interface.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VlanSpec {
+    /// The VLAN interface's name (`eth1.42`, `vlan42`).
+    pub name: String,
+    /// The interface or bond it is tagged on, by name; an
+    /// `interfaces` entry or a bond must name it.
+    pub parent: String,
+    /// The 802.1Q VLAN id, 1 to 4094.
+    pub id: u16,
+}
+
+/// How a bond uses its members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BondMode {
+    /// One member carries the traffic; another takes over when its link
+    /// fails. Needs nothing from the switch.
+    #[default]
+    #[serde(rename = "active-backup")]
+    ActiveBackup,
+    /// IEEE 802.3ad link aggregation (LACP): every member carries
+    /// traffic. The switch ports must be configured as one LACP group.
+    #[serde(rename = "802.3ad")]
+    Lacp,
+}
+
+impl BondMode {
+    /// Both modes, in the order the CRD enum lists them.
+    pub const ALL: [BondMode; 2] = [BondMode::ActiveBackup, BondMode::Lacp];
+
+    /// The mode's name as the API (and the kernel's bonding driver)
+    /// writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BondMode::ActiveBackup => "active-backup",
+            BondMode::Lacp => "802.3ad",
+        }
+    }
+}
+
+/// The link monitoring interval a bond gets when the spec names none, in
+/// milliseconds.
+pub const DEFAULT_MIIMON: u32 = 100;
+
+/// A bond interface.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BondSpec {
+    /// The bond's name (`bond0`).
+    pub name: String,
+    /// The interfaces it bonds, by kernel name. A member carries no
+    /// addresses of its own.
+    pub members: Vec<String>,
+    /// active-backup (the default) or 802.3ad.
+    #[serde(default)]
+    pub mode: BondMode,
+    /// How often the members' links are checked, in milliseconds;
+    /// [`DEFAULT_MIIMON`] when absent, 0 turns the check off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub miimon: Option<u32>,
+}
+
+impl BondSpec {
+    /// The link monitoring interval in milliseconds.
+    pub fn miimon(&self) -> u32 {
+        self.miimon.unwrap_or(DEFAULT_MIIMON)
+    }
 }
 
 /// One interface, found by name or by MAC address.
@@ -135,15 +213,32 @@ pub struct InterfaceSpec {
     /// DNS servers reached through this interface.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<String>,
+    /// The link's MTU in bytes; the driver's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Accept IPv6 router advertisements: a default route from them and
+    /// SLAAC addresses for the prefixes they announce. When absent it
+    /// follows `dhcp`, so an interface that asks for automatic addresses
+    /// gets them in both families.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slaac: Option<bool>,
+}
+
+impl InterfaceSpec {
+    /// Whether router advertisements (and SLAAC) are accepted.
+    pub fn slaac(&self) -> bool {
+        self.slaac.unwrap_or(self.dhcp)
+    }
 }
 
 /// A static route.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteSpec {
-    /// The destination in CIDR form; `0.0.0.0/0` is the default route.
+    /// The destination in CIDR form; `0.0.0.0/0` is the IPv4 default
+    /// route, `::/0` the IPv6 one.
     pub to: String,
-    /// The gateway address.
+    /// The gateway address, of the destination's family.
     pub via: String,
 }
 
@@ -422,7 +517,127 @@ impl Validate for Machine {
     }
 }
 
+/// A kernel interface name: 1 to 15 bytes, no `/`, whitespace or `:`.
+fn valid_link_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', ':'])
+        && !name.contains(char::is_whitespace)
+}
+
+fn check_link_name(p: &mut Problems, field: String, name: &str) {
+    if !valid_link_name(name) {
+        p.add(
+            field,
+            format!(
+                "{name:?} is not an interface name (1 to 15 characters, no '/', ':' or spaces)"
+            ),
+        );
+    }
+}
+
+/// The lowest MTU IPv6 works with (RFC 8200).
+const IPV6_MIN_MTU: u32 = 1280;
+/// The lowest MTU the kernel takes for IPv4.
+const MIN_MTU: u32 = 68;
+
 fn validate_network(net: &NetworkSpec, p: &mut Problems) {
+    // Lists, not maps: a machine has a handful of links, and init links
+    // this code (a map's sorting is kilobytes of its budget).
+    let bond_of = |name: &str| {
+        net.bonds
+            .iter()
+            .find(|b| b.members.iter().any(|m| m == name))
+            .map(|b| b.name.as_str())
+    };
+    let is_bond = |name: &str| net.bonds.iter().any(|b| b.name == name);
+    let is_vlan = |name: &str| net.vlans.iter().any(|v| v.name == name);
+    let links = net
+        .bonds
+        .iter()
+        .map(|b| ("bonds", &b.name))
+        .chain(net.vlans.iter().map(|v| ("vlans", &v.name)));
+    for (n, (list, name)) in links.clone().enumerate() {
+        let i = if list == "bonds" {
+            n
+        } else {
+            n.saturating_sub(net.bonds.len())
+        };
+        let at = format!("spec.network.{list}[{i}].name");
+        check_link_name(p, at.clone(), name);
+        if links.clone().take(n).any(|(_, other)| other == name) {
+            p.add(
+                at,
+                format!("{name:?} names another bond or VLAN too; give each link its own name"),
+            );
+        }
+    }
+    for (i, bond) in net.bonds.iter().enumerate() {
+        let at = format!("spec.network.bonds[{i}]");
+        if bond.members.is_empty() {
+            p.add(
+                format!("{at}.members"),
+                "list the interfaces the bond joins (two, for a link that survives a failure)",
+            );
+        }
+        for (j, member) in bond.members.iter().enumerate() {
+            let field = format!("{at}.members[{j}]");
+            check_link_name(p, field.clone(), member);
+            // The first bond that names it, and where in that bond.
+            let first = net
+                .bonds
+                .iter()
+                .enumerate()
+                .find_map(|(k, b)| Some((k, b.members.iter().position(|m| m == member)?)));
+            if first != Some((i, j)) {
+                let where_ = match first {
+                    Some((k, _)) if k != i => format!(
+                        "in bond {:?} too",
+                        net.bonds.get(k).map_or("", |b| b.name.as_str())
+                    ),
+                    _ => "twice in this bond".to_owned(),
+                };
+                p.add(
+                    field,
+                    format!("{member:?} is named {where_}; an interface joins one bond, once"),
+                );
+            } else if is_bond(member) || is_vlan(member) {
+                p.add(
+                    field,
+                    format!("{member:?} is a bond or VLAN; a bond's members are interfaces"),
+                );
+            }
+        }
+    }
+    for (i, vlan) in net.vlans.iter().enumerate() {
+        let at = format!("spec.network.vlans[{i}]");
+        if !(1..=4094).contains(&vlan.id) {
+            p.add(
+                format!("{at}.id"),
+                format!("{} is not a VLAN id (1 to 4094)", vlan.id),
+            );
+        }
+        let parent = vlan.parent.as_str();
+        let named = net
+            .interfaces
+            .iter()
+            .any(|f| f.name.as_deref() == Some(parent));
+        let problem = if let Some(bond) = bond_of(parent) {
+            format!("{parent:?} is a member of bond {bond:?}; put the VLAN on the bond")
+        } else if is_vlan(parent) {
+            format!("{parent:?} is a VLAN; VLANs inside VLANs are not supported")
+        } else if !named && !is_bond(parent) {
+            format!(
+                "{parent:?} is neither an interface named in spec.network.interfaces nor a bond; \
+                 add an interface entry with name: {parent} or correct the name"
+            )
+        } else {
+            continue;
+        };
+        p.add(format!("{at}.parent"), problem);
+    }
     for (i, iface) in net.interfaces.iter().enumerate() {
         let at = format!("spec.network.interfaces[{i}]");
         if iface.name.is_none() && iface.mac.is_none() {
@@ -431,13 +646,24 @@ fn validate_network(net: &NetworkSpec, p: &mut Problems) {
                 "name the interface (name: eth0) or give its mac address",
             );
         }
-        if let Some(name) = &iface.name
-            && (name.is_empty() || name.len() > 15 || name.contains(['/', ' ']))
-        {
-            p.add(
-                format!("{at}.name"),
-                format!("{name:?} is not an interface name (at most 15 characters)"),
-            );
+        if let Some(name) = &iface.name {
+            check_link_name(p, format!("{at}.name"), name);
+            let first = net
+                .interfaces
+                .iter()
+                .position(|f| f.name.as_ref() == Some(name));
+            if let Some(first) = first.filter(|f| *f != i) {
+                p.add(
+                    format!("{at}.name"),
+                    format!("{name:?} is configured by spec.network.interfaces[{first}] already; merge the entries"),
+                );
+            }
+            if let Some(bond) = bond_of(name) {
+                p.add(
+                    format!("{at}.name"),
+                    format!("{name:?} is a member of bond {bond:?}; configure the bond instead"),
+                );
+            }
         }
         if let Some(mac) = &iface.mac
             && parse_mac(mac).is_none()
@@ -447,30 +673,76 @@ fn validate_network(net: &NetworkSpec, p: &mut Problems) {
                 format!("{mac:?} is not a MAC address such as 52:54:00:12:34:56"),
             );
         }
-        if !iface.dhcp && iface.addresses.is_empty() {
-            p.add(&at, "give static addresses or set dhcp: true");
+        let is_parent = iface
+            .name
+            .as_deref()
+            .is_some_and(|n| net.vlans.iter().any(|v| v.parent == n));
+        if !iface.dhcp
+            && iface.addresses.is_empty()
+            && iface.slaac.is_none()
+            && iface.mtu.is_none()
+            && !is_parent
+        {
+            p.add(
+                &at,
+                "give static addresses, set dhcp: true or slaac: true, or an mtu",
+            );
         }
+        let (mut v4, mut v6) = (iface.dhcp, iface.slaac());
         for (j, a) in iface.addresses.iter().enumerate() {
-            if parse_cidr(a).is_none() {
-                p.add(
+            match parse_cidr(a) {
+                Some((IpAddr::V4(_), _)) => v4 = true,
+                Some((IpAddr::V6(_), _)) => v6 = true,
+                // Its family is unknown: no second problem about routes
+                // from the first.
+                None => {
+                    (v4, v6) = (true, true);
+                    p.add(
                     format!("{at}.addresses[{j}]"),
                     format!(
-                        "{a:?} is not an address with a prefix length, such as 192.168.1.10/24"
+                        "{a:?} is not an address with a prefix length, such as 192.168.1.10/24 or fd00::10/64"
                     ),
-                );
+                    );
+                }
             }
         }
         for (j, r) in iface.routes.iter().enumerate() {
-            if parse_cidr(&r.to).is_none() {
+            let to = parse_cidr(&r.to);
+            let via = r.via.parse::<IpAddr>().ok();
+            if to.is_none() {
                 p.add(
                     format!("{at}.routes[{j}].to"),
-                    format!("{:?} is not a destination such as 0.0.0.0/0", r.to),
+                    format!("{:?} is not a destination such as 0.0.0.0/0 or ::/0", r.to),
                 );
             }
-            if r.via.parse::<IpAddr>().is_err() {
+            if via.is_none() {
                 p.add(
                     format!("{at}.routes[{j}].via"),
                     format!("{:?} is not a gateway address", r.via),
+                );
+            }
+            let (Some((dst, _)), Some(gw)) = (to, via) else {
+                continue;
+            };
+            if dst.is_ipv4() != gw.is_ipv4() {
+                p.add(
+                    format!("{at}.routes[{j}].via"),
+                    format!(
+                        "the gateway {gw} is not of the destination {}'s family",
+                        r.to
+                    ),
+                );
+            } else if gw.is_ipv6() && !v6 {
+                p.add(
+                    format!("{at}.routes[{j}]"),
+                    "an IPv6 route needs an IPv6 address on this interface: \
+                     add one to addresses or set slaac: true",
+                );
+            } else if gw.is_ipv4() && !v4 {
+                p.add(
+                    format!("{at}.routes[{j}]"),
+                    "an IPv4 route needs an IPv4 address on this interface: \
+                     add one to addresses or set dhcp: true",
                 );
             }
         }
@@ -479,6 +751,18 @@ fn validate_network(net: &NetworkSpec, p: &mut Problems) {
                 p.add(
                     format!("{at}.dns[{j}]"),
                     format!("{d:?} is not a DNS server address"),
+                );
+            }
+        }
+        if let Some(mtu) = iface.mtu {
+            let min = if v6 { IPV6_MIN_MTU } else { MIN_MTU };
+            if !(min..=65535).contains(&mtu) {
+                p.add(
+                    format!("{at}.mtu"),
+                    format!(
+                        "{mtu} is not an MTU this interface can use ({min} to 65535{})",
+                        if v6 { ", as it carries IPv6" } else { "" }
+                    ),
                 );
             }
         }
@@ -508,7 +792,7 @@ mod tests {
                         dhcp: true,
                         ..InterfaceSpec::default()
                     }],
-                    ntp: vec![],
+                    ..NetworkSpec::default()
                 }),
                 ..MachineSpec::default()
             },

@@ -17,6 +17,8 @@
 //!   releases/<version>/                 downloaded releases (control::RELEASES_DIR)
 //! /run/liken/                          RUN_LIKEN (this boot only)
 //!   boot.json                           the boot record (crate::BootRecord)
+//!   network.json                        the running network (crate::network::NetworkFacts),
+//!                                       rewritten whenever it changes
 //!   documents/{machine,cluster}.yaml    the documents this boot runs
 //!   init.sock                           the control socket (control::SOCKET_PATH)
 //! ```
@@ -48,6 +50,10 @@ pub const RELEASES_DIR: &str = "releases";
 pub const RUN_LIKEN: &str = "/run/liken";
 /// Below [`RUN_LIKEN`]: the boot record, [`crate::BootRecord`] as JSON.
 pub const BOOT_RECORD: &str = "boot.json";
+/// Below [`RUN_LIKEN`]: the running network,
+/// [`crate::network::NetworkFacts`] as JSON, replaced atomically each
+/// time init sees it change.
+pub const NETWORK_FACTS: &str = "network.json";
 /// Below [`RUN_LIKEN`]: the documents this boot runs, byte for byte.
 pub const RUNNING_DIR: &str = "documents";
 

@@ -3,7 +3,7 @@
 
 use liken_api::cluster::FEATURE_FLUX;
 use liken_api::decode::{self, DecodeError};
-use liken_api::machine::InterfaceSpec;
+use liken_api::machine::{BondMode, InterfaceSpec};
 use liken_api::release::{Artifact, Component};
 use liken_api::{
     BootStatus, Channel, Cluster, Condition, ConditionStatus, FileName, Machine, Phase,
@@ -30,8 +30,19 @@ fn strict_reads_every_field_of_a_machine() {
     assert_eq!(m.spec.sysctls["vm.swappiness"], "10");
     assert_eq!(m.spec.modules, ["br_netfilter", "wireguard"]);
     let net = m.spec.network.as_ref().unwrap();
-    assert_eq!(net.interfaces.len(), 2);
+    assert_eq!(net.interfaces.len(), 4);
     assert_eq!(net.interfaces[1].routes[0].via, "192.168.10.1");
+    assert_eq!(net.interfaces[1].routes[1].to, "::/0");
+    assert_eq!(net.interfaces[1].mtu, Some(9000));
+    assert!(!net.interfaces[1].slaac());
+    assert!(net.interfaces[0].slaac(), "slaac follows dhcp when absent");
+    assert_eq!(net.bonds[0].members, ["eth2", "eth3"]);
+    assert_eq!(net.bonds[0].mode, BondMode::Lacp);
+    assert_eq!(net.bonds[0].miimon(), 50);
+    assert_eq!(
+        (net.vlans[0].parent.as_str(), net.vlans[0].id),
+        ("eth1", 42)
+    );
     assert_eq!(net.ntp, ["pool.ntp.org", "192.168.10.1"]);
     assert_eq!(m.spec.install_disk.as_deref(), Some("/dev/vda"));
     assert_eq!(
@@ -178,9 +189,10 @@ fn strict_refuses_owner_references_in_metadata() {
 
 #[test]
 fn strict_refuses_a_misspelled_field_deep_in_the_spec() {
-    let doc = MACHINE.replace(
+    let doc = MACHINE.replacen(
         "        dhcp: true\n",
         "        dhcp: true\n        gatway: 10.0.0.1\n",
+        1,
     );
     let text = err_text(decode::strict::<Machine>(&doc, "machines/node-1.yaml"));
     assert!(
@@ -306,7 +318,8 @@ fn strict_refuses_invalid_values_listing_every_problem() {
         text,
         "machines/node-1.yaml: this Machine is not valid:\n  \
          spec.installDisk: \"vda\" must be a device path such as /dev/vda or /dev/disk/by-id/...\n  \
-         spec.network.interfaces[1].addresses[0]: \"192.168.10.5\" is not an address with a prefix length, such as 192.168.1.10/24"
+         spec.network.interfaces[1].addresses[0]: \"192.168.10.5\" is not an address with a prefix length, \
+         such as 192.168.1.10/24 or fd00::10/64"
     );
 }
 
@@ -375,10 +388,62 @@ fn interface_without_name_or_mac_is_refused() {
     ));
     assert!(
         text.contains(
-            "spec.network.interfaces[2]: name the interface (name: eth0) or give its mac address"
+            "spec.network.interfaces[4]: name the interface (name: eth0) or give its mac address"
         ),
         "{text}"
     );
+}
+
+/// The network mistakes a person makes (issue 17's bad inputs), each
+/// named with its field and what to do.
+#[test]
+fn network_mistakes_are_named_with_what_to_do() {
+    let doc = "apiVersion: liken.sh/v1alpha1
+kind: Machine
+metadata:
+  name: node-1
+spec:
+  network:
+    interfaces:
+      - name: eth1
+        addresses: [192.168.50.10/24]
+        routes:
+          - to: fd99::/64
+            via: fd50::1
+          - to: 10.99.0.0/16
+            via: fd50::1
+        mtu: 40
+      - name: eth2
+        dhcp: true
+    bonds:
+      - name: bond0
+        members: [eth2, eth3, eth2]
+      - name: bond1
+        members: [eth3]
+    vlans:
+      - name: vlan42
+        parent: eth9
+        id: 42
+      - name: vlan43
+        parent: eth1
+        id: 4095
+";
+    let text = err_text(decode::strict::<Machine>(doc, "machines/node-1.yaml"));
+    for want in [
+        "spec.network.bonds[0].members[2]: \"eth2\" is named twice in this bond; an interface joins one bond, once",
+        "spec.network.bonds[1].members[0]: \"eth3\" is named in bond \"bond0\" too; an interface joins one bond, once",
+        "spec.network.vlans[0].parent: \"eth9\" is neither an interface named in spec.network.interfaces nor a bond; \
+         add an interface entry with name: eth9 or correct the name",
+        "spec.network.vlans[1].id: 4095 is not a VLAN id (1 to 4094)",
+        "spec.network.interfaces[0].routes[0]: an IPv6 route needs an IPv6 address on this interface: \
+         add one to addresses or set slaac: true",
+        "spec.network.interfaces[0].routes[1].via: the gateway fd50::1 is not of the destination 10.99.0.0/16's family",
+        "spec.network.interfaces[0].mtu: 40 is not an MTU this interface can use (68 to 65535)",
+        "spec.network.interfaces[1].name: \"eth2\" is a member of bond \"bond0\"; configure the bond instead",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(text.starts_with("machines/node-1.yaml"), "{text}");
 }
 
 #[test]

@@ -542,12 +542,21 @@ pub fn machine_text(name: &str, role: Role, examples_live: bool) -> String {
             example(
                 "The network. Each interface is found by its kernel name, its MAC\n\
                  address, or both; it takes DHCP (dhcp: true), static addresses in CIDR\n\
-                 form, or both, with optional static routes and DNS servers. ntp lists\n\
-                 time servers; the clock is set from the first that answers at boot.",
+                 form (IPv4 and IPv6), or both, with optional static routes, DNS servers\n\
+                 and an mtu. IPv6 router advertisements (SLAAC and a default route) are\n\
+                 accepted where slaac: true, which follows dhcp when absent. bonds join\n\
+                 interfaces into one link (mode active-backup or 802.3ad, miimon in ms);\n\
+                 vlans tag a link on a parent interface or bond; an interfaces entry with\n\
+                 the bond's or VLAN's name gives it addresses. ntp lists time servers;\n\
+                 the clock is set from the first that answers at boot.",
                 "network:\n  interfaces:\n    - name: eth0\n      mac: \"52:54:00:12:34:56\"\n      \
-                 dhcp: true\n    - name: eth1\n      addresses:\n        - 192.168.1.10/24\n      \
-                 routes:\n        - to: 10.20.0.0/16\n          via: 192.168.1.1\n      \
-                 dns:\n        - 192.168.1.1\n  ntp:\n    - pool.ntp.org",
+                 dhcp: true\n    - name: eth1\n      addresses:\n        - 192.168.1.10/24\n        \
+                 - fd00:1::10/64\n      routes:\n        - to: 10.20.0.0/16\n          via: 192.168.1.1\n        \
+                 - to: \"::/0\"\n          via: fd00:1::1\n      dns:\n        - 192.168.1.1\n      \
+                 mtu: 9000\n    - name: bond0\n      addresses:\n        - 10.30.0.10/24\n    \
+                 - name: vlan42\n      dhcp: true\n  bonds:\n    - name: bond0\n      \
+                 members: [eth2, eth3]\n      mode: active-backup\n      miimon: 100\n  \
+                 vlans:\n    - name: vlan42\n      parent: eth1\n      id: 42\n  ntp:\n    - pool.ntp.org",
             ),
             example(
                 "The disk an install writes (everything on it is replaced).",
@@ -643,7 +652,10 @@ mod tests {
         assert!(cluster.flux_config().unwrap().is_some());
         assert_eq!(cluster.max_unavailable(), 1);
         let m: liken_api::Machine = decode::strict(&files[1].1, "node-1.yaml").unwrap();
-        assert_eq!(m.spec.network.as_ref().unwrap().interfaces.len(), 2);
+        let net = m.spec.network.as_ref().unwrap();
+        assert_eq!(net.interfaces.len(), 4);
+        assert_eq!((net.bonds.len(), net.vlans.len()), (1, 1));
+        assert_eq!(net.interfaces[1].mtu, Some(9000));
         assert!(m.spec.k3s.is_some() && m.spec.install_disk.is_some());
     }
 
@@ -687,6 +699,15 @@ mod tests {
             "to:",
             "via:",
             "dns:",
+            "mtu:",
+            "slaac:",
+            "bonds:",
+            "members:",
+            "mode:",
+            "miimon:",
+            "vlans:",
+            "parent:",
+            "id:",
             "ntp:",
             "# installDisk:",
             "# k3s:",

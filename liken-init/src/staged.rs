@@ -673,7 +673,12 @@ mod tests {
         assert!(parse_checksum(format!("{h}  other.yaml").as_bytes(), "m.yaml").is_err());
         assert!(parse_checksum(format!("{h} m.yaml extra").as_bytes(), "m.yaml").is_err());
         assert!(parse_checksum(h.to_uppercase().as_bytes(), "m.yaml").is_err());
-        assert!(parse_checksum(b"", "m.yaml").unwrap_err().to_string().contains("empty"));
+        assert!(
+            parse_checksum(b"", "m.yaml")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
         assert!(parse_checksum(&[0xff], "m.yaml").is_err());
     }
 

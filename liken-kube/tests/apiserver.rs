@@ -224,6 +224,43 @@ fn the_apiserver_refuses_malformed_machines() {
         .unwrap_err();
     assert_eq!(e.code(), Some(422), "{e:?}");
     assert!(e.message().contains("spec.rebootPolicy"), "{e}");
+    // The network's bonds and VLANs: a whole one is taken, a VLAN id
+    // past 4094 and an unknown bond mode are refused.
+    let network = json!({
+        "interfaces": [
+            {"name": "eth1", "addresses": ["192.168.50.10/24", "fd50::10/64"], "mtu": 9000, "slaac": false,
+             "routes": [{"to": "::/0", "via": "fd50::1"}]},
+            {"name": "bond0", "addresses": ["192.168.60.10/24"]},
+        ],
+        "bonds": [{"name": "bond0", "members": ["eth2", "eth3"], "mode": "802.3ad", "miimon": 50}],
+        "vlans": [{"name": "vlan42", "parent": "eth1", "id": 42}],
+    });
+    let mut good = machine_json("networked", json!({}));
+    good["spec"]["network"] = network.clone();
+    let made: Machine = c.create(&api, &good).unwrap();
+    let net = made.spec.network.unwrap();
+    assert_eq!((net.bonds[0].miimon, net.vlans[0].id), (Some(50), 42));
+    for (field, value, path) in [
+        (
+            "vlans",
+            json!([{"name": "vlan9", "parent": "eth1", "id": 5000}]),
+            "spec.network.vlans[0].id",
+        ),
+        (
+            "bonds",
+            json!([{"name": "bond0", "members": ["eth2"], "mode": "balance-rr"}]),
+            "spec.network.bonds[0].mode",
+        ),
+    ] {
+        let mut bad = machine_json("malformed-network", json!({}));
+        bad["spec"]["network"] = network.clone();
+        bad["spec"]["network"][field] = value;
+        let e = c
+            .send(&api.create(serde_json::to_vec(&bad).unwrap()).unwrap())
+            .unwrap_err();
+        assert_eq!(e.code(), Some(422), "{e:?}");
+        assert!(e.message().contains(path), "{e}");
+    }
 }
 
 fn cluster_json(name: &str, version: &str, catalog: &[&str]) -> serde_json::Value {

@@ -465,7 +465,7 @@ mod tests {
                 dhcp: true,
                 ..InterfaceSpec::default()
             }],
-            ntp: vec![],
+            ..NetworkSpec::default()
         }
     }
 
@@ -487,7 +487,7 @@ mod tests {
                 dns: vec!["192.168.1.1".into(), "9.9.9.9".into()],
                 ..InterfaceSpec::default()
             }],
-            ntp: vec![],
+            ..NetworkSpec::default()
         }
     }
 
