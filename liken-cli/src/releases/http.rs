@@ -343,6 +343,7 @@ pub fn reason(status: u16) -> &'static str {
         200 => "OK",
         206 => "Partial Content",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Content Too Large",

@@ -11,6 +11,21 @@
 //! points outside answers 404 as well (where the kernel lacks openat2 the
 //! canonical path is checked against the root instead).
 //!
+//! What may be served: only regular files that are world-readable (a
+//! file the owner kept private is refused with 403, not shared because
+//! the server happens to run as its owner), never a dot-name (404, which
+//! covers fetch's `.<name>.partial` downloads and bundle's staging) and
+//! never a name ending in `.partial` (a download older fetches left
+//! without the dot).
+//!
+//! Slow clients: a worker is held by one connection at a time, so no
+//! client may hold one for long without taking data. The request head
+//! must arrive within [`HEAD_DEADLINE`]; a response body must be taken at
+//! [`Config::min_rate`] or faster, measured over every [`Config::window`],
+//! and all of it within a deadline of [`Config::grace`] plus its length
+//! at that rate ([`decide_pace`]). A client that falls behind is cut off
+//! and logged; keep-alive connections idle out after [`Config::idle`].
+//!
 //! Shape: one acceptor thread hands connections to a fixed pool of
 //! worker threads through a bounded crossbeam queue; each worker owns a
 //! connection until it closes or idles out. A full queue answers 503 at
@@ -50,6 +65,13 @@ pub struct Config {
     pub idle: Duration,
     /// How long one write to a stalled client may block.
     pub write_timeout: Duration,
+    /// The slowest a client may take a response body, in bytes per
+    /// second, averaged over each `window`.
+    pub min_rate: u64,
+    /// The span over which `min_rate` is measured.
+    pub window: Duration,
+    /// Time a response body gets beyond its length at `min_rate`.
+    pub grace: Duration,
 }
 
 impl Default for Config {
@@ -59,8 +81,61 @@ impl Default for Config {
             queue: 1024,
             idle: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
+            // 256 kbit/s: a slow link still gets a release (a 1 GiB
+            // image within nine hours), while a client that stalls or
+            // trickles loses its worker within a minute (on loopback the
+            // socket buffers take some MiB before the pace shows).
+            min_rate: 32 * 1024,
+            window: Duration::from_secs(10),
+            grace: Duration::from_secs(30),
         }
     }
+}
+
+/// Whether a response body keeps its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Fast enough so far.
+    Continue,
+    /// The last full window carried less than the minimum rate.
+    TooSlow,
+    /// The whole body took longer than its deadline.
+    PastDeadline,
+}
+
+/// How a transfer stands: bytes and time for the whole body and for the
+/// current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// The body's length.
+    pub len: u64,
+    /// Bytes of it sent so far.
+    pub sent: u64,
+    /// Time since the body started.
+    pub elapsed: Duration,
+    /// Bytes sent in the current window.
+    pub window_sent: u64,
+    /// Time since the current window started.
+    pub window_elapsed: Duration,
+}
+
+/// Decides whether a transfer may go on: its deadline is `grace` plus its
+/// length at `min_rate`; a window that has run its span must have carried
+/// `min_rate` bytes for each second of it, or all that was left.
+pub fn decide_pace(p: Progress, config: &Config) -> Pace {
+    let rate = config.min_rate.max(1);
+    let allowed = config.grace + Duration::from_secs(p.len / rate + 1);
+    if p.elapsed > allowed {
+        return Pace::PastDeadline;
+    }
+    if p.window_elapsed >= config.window {
+        let left = p.len.saturating_sub(p.sent.saturating_sub(p.window_sent));
+        let due = ((u128::from(rate) * p.window_elapsed.as_millis()) / 1000).min(u128::from(left));
+        if u128::from(p.window_sent) < due {
+            return Pace::TooSlow;
+        }
+    }
+    Pace::Continue
 }
 
 /// Why serve could not start.
@@ -217,8 +292,11 @@ impl Root {
             meta = file.metadata().map_err(not_found)?;
             name = b"index.html".to_vec();
         }
-        if !meta.is_file() {
+        if !meta.is_file() || name.ends_with(b".partial") {
             return Err(404);
+        }
+        if !world_readable(&meta) {
+            return Err(403);
         }
         Ok(Found {
             file,
@@ -227,6 +305,13 @@ impl Root {
             content_type: content_type(&name),
         })
     }
+}
+
+/// Whether anyone may read the file: serve shares only what its owner
+/// made public.
+fn world_readable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o004 != 0
 }
 
 /// A bound server, not yet serving.
@@ -415,7 +500,7 @@ fn connection(
                 if left > 0 {
                     io::copy(&mut (&mut stream).take(left), &mut io::sink())?;
                 }
-                if !respond(&mut stream, &req, root, &peer, log)? {
+                if !respond(&mut stream, &req, root, &peer, log, &config)? {
                     return Ok(());
                 }
             }
@@ -439,6 +524,7 @@ fn respond(
     root: &Root,
     peer: &str,
     log: &Sender<String>,
+    config: &Config,
 ) -> io::Result<bool> {
     let keep = req.keep_alive;
     let line = |status: u16, bytes: u64| {
@@ -511,9 +597,25 @@ fn respond(
         return Ok(keep);
     }
     send_head_more(stream, &head)?;
-    let sent = send_file(stream, &found.file, start, len);
-    let _ = log.try_send(line(status, *sent.as_ref().unwrap_or(&0)));
-    sent?;
+    let sent = send_file(stream, &found.file, start, len, config);
+    let bytes = match &sent {
+        Ok(n) => *n,
+        Err(Cut { sent, .. }) => *sent,
+    };
+    let _ = log.try_send(line(status, bytes));
+    if let Err(cut) = sent {
+        if let Some(pace) = cut.pace {
+            let why = match pace {
+                Pace::TooSlow => "took less than the minimum rate",
+                _ => "passed the request deadline",
+            };
+            let _ = log.try_send(format!(
+                "{peer} cut off after {bytes} of {len} bytes: the client {why}\n"
+            ));
+        }
+        return Err(cut.error);
+    }
+    stream.set_write_timeout(Some(config.write_timeout))?;
     Ok(keep)
 }
 
@@ -548,40 +650,173 @@ fn send_head_more(stream: &TcpStream, mut head: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Why a body was not sent whole.
+struct Cut {
+    /// Bytes sent before it stopped.
+    sent: u64,
+    /// The pace verdict, when the client was too slow.
+    pace: Option<Pace>,
+    /// The error that closes the connection.
+    error: io::Error,
+}
+
+impl Cut {
+    fn io(sent: u64, error: io::Error) -> Cut {
+        Cut {
+            sent,
+            pace: None,
+            error,
+        }
+    }
+
+    fn pace(sent: u64, pace: Pace) -> Cut {
+        Cut {
+            sent,
+            pace: Some(pace),
+            error: io::Error::new(io::ErrorKind::TimedOut, "the client is too slow"),
+        }
+    }
+}
+
+/// Keeps a body's pace: the start of the body and of the current window.
+struct Pacer<'c> {
+    config: &'c Config,
+    len: u64,
+    sent: u64,
+    began: Instant,
+    window: Instant,
+    window_sent: u64,
+}
+
+impl<'c> Pacer<'c> {
+    fn new(len: u64, config: &'c Config) -> Pacer<'c> {
+        let now = Instant::now();
+        Pacer {
+            config,
+            len,
+            sent: 0,
+            began: now,
+            window: now,
+            window_sent: 0,
+        }
+    }
+
+    /// Counts `bytes` just sent; `Err` when the client must be cut off.
+    fn record(&mut self, bytes: u64) -> Result<(), Pace> {
+        self.window_sent += bytes;
+        self.sent += bytes;
+        let progress = Progress {
+            len: self.len,
+            sent: self.sent,
+            elapsed: self.began.elapsed(),
+            window_sent: self.window_sent,
+            window_elapsed: self.window.elapsed(),
+        };
+        match decide_pace(progress, self.config) {
+            Pace::Continue => {
+                if progress.window_elapsed >= self.config.window {
+                    self.window = Instant::now();
+                    self.window_sent = 0;
+                }
+                Ok(())
+            }
+            pace => Err(pace),
+        }
+    }
+}
+
 /// Sends `len` bytes of `file` from `start` with sendfile(2), falling
 /// back to read and write where sendfile cannot serve this file.
-fn send_file(stream: &mut TcpStream, file: &File, start: u64, len: u64) -> io::Result<u64> {
+///
+/// The pace is checked between calls, so a call must not last much
+/// longer than a window. The socket's send timeout (one window) bounds a
+/// call only while nothing moves: sendfile splices the file through in
+/// pieces, each with a fresh timeout, so a client draining a few bytes at
+/// a time would keep one huge call going for hours. Each call therefore
+/// carries at most what the minimum rate moves in a window.
+fn send_file(
+    stream: &mut TcpStream,
+    file: &File,
+    start: u64,
+    len: u64,
+    config: &Config,
+) -> Result<u64, Cut> {
+    let mut pacer = Pacer::new(len, config);
+    stream
+        .set_write_timeout(Some(config.window))
+        .map_err(|e| Cut::io(0, e))?;
+    let chunk = (config
+        .min_rate
+        .saturating_mul(config.window.as_secs().max(1)))
+    .max(64 << 10);
     let end = start + len;
     let mut offset = start;
     while offset < end {
-        let chunk = (end - offset).min(1 << 30) as usize;
+        let before = offset;
+        let chunk = (end - offset).min(chunk) as usize;
         match rustix::fs::sendfile(&*stream, file, Some(&mut offset), chunk) {
             // The file shrank under us: the promised length cannot be
             // kept, so the connection must close.
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) if offset == start => {
-                return copy_range(stream, file, start, len);
+            Ok(0) => {
+                let e = io::Error::from(io::ErrorKind::UnexpectedEof);
+                return Err(Cut::io(offset - start, e));
             }
-            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+            // The send timeout ran out with nothing taken: the pace
+            // decides.
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) if offset == start => {
+                return copy_range(stream, file, start, len, &mut pacer);
+            }
+            Err(e) => return Err(Cut::io(offset - start, e.into())),
         }
+        pacer
+            .record(offset - before)
+            .map_err(|pace| Cut::pace(offset - start, pace))?;
     }
     Ok(len)
 }
 
-fn copy_range(stream: &mut TcpStream, file: &File, start: u64, len: u64) -> io::Result<u64> {
+fn copy_range(
+    stream: &mut TcpStream,
+    file: &File,
+    start: u64,
+    len: u64,
+    pacer: &mut Pacer<'_>,
+) -> Result<u64, Cut> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0;
     while done < len {
         let want = (len - done).min(buf.len() as u64) as usize;
-        let n = file.read_at(&mut buf[..want], start + done)?;
-        if n == 0 {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        let n = match file.read_at(&mut buf[..want], start + done) {
+            Ok(0) => return Err(Cut::io(done, io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => n,
+            Err(e) => return Err(Cut::io(done, e)),
+        };
+        let mut part = &buf[..n];
+        while !part.is_empty() {
+            let wrote = match stream.write(part) {
+                Ok(0) => return Err(Cut::io(done, io::ErrorKind::WriteZero.into())),
+                Ok(w) => w,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    0
+                }
+                Err(e) => return Err(Cut::io(done, e)),
+            };
+            part = &part[wrote..];
+            done += wrote as u64;
+            pacer
+                .record(wrote as u64)
+                .map_err(|pace| Cut::pace(done, pace))?;
         }
-        stream.write_all(&buf[..n])?;
-        done += n as u64;
     }
     Ok(done)
 }
@@ -599,6 +834,72 @@ mod tests {
         assert_eq!(resolve_address("127.0.0.1:0").unwrap().port(), 0);
         assert!(resolve_address("8017").is_err());
         assert!(resolve_address("nohost:").is_err());
+    }
+
+    #[test]
+    fn the_pace_of_a_body() {
+        let config = Config {
+            min_rate: 1000,
+            window: Duration::from_secs(10),
+            grace: Duration::from_secs(30),
+            ..Config::default()
+        };
+        let s = Duration::from_secs;
+        let p = |len, sent, elapsed, window_sent, window_elapsed| Progress {
+            len,
+            sent,
+            elapsed: s(elapsed),
+            window_sent,
+            window_elapsed: s(window_elapsed),
+        };
+        let mb = 1_000_000;
+        for (why, progress, want) in [
+            ("just started", p(mb, 0, 0, 0, 0), Pace::Continue),
+            ("a window not yet over", p(mb, 0, 9, 0, 9), Pace::Continue),
+            (
+                "a window at the rate",
+                p(mb, 10_000, 10, 10_000, 10),
+                Pace::Continue,
+            ),
+            (
+                "a window below it",
+                p(mb, 9_999, 10, 9_999, 10),
+                Pace::TooSlow,
+            ),
+            ("a stalled client", p(mb, 50_000, 20, 0, 10), Pace::TooSlow),
+            (
+                "a long window is due more",
+                p(mb, 14_000, 25, 14_000, 15),
+                Pace::TooSlow,
+            ),
+            (
+                "the last bytes at any pace",
+                p(mb, mb, 900, 500, 10),
+                Pace::Continue,
+            ),
+            (
+                "but not short of them",
+                p(mb, mb - 1, 900, 499, 10),
+                Pace::TooSlow,
+            ),
+            (
+                "within the deadline",
+                p(100_000, 90_000, 131, 10_000, 10),
+                Pace::Continue,
+            ),
+            (
+                "past the deadline",
+                p(100_000, 90_000, 132, 50_000, 1),
+                Pace::PastDeadline,
+            ),
+            (
+                "a small body gets the grace",
+                p(10, 10, 30, 10, 10),
+                Pace::Continue,
+            ),
+        ] {
+            assert_eq!(decide_pace(progress, &config), want, "{why}");
+        }
     }
 
     #[test]

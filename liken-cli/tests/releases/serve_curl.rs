@@ -1,5 +1,7 @@
 //! `liken serve` as curl sees it: ranges, lengths, keep-alive, and no
-//! way out of the served directory.
+//! way out of the served directory; and as slow socket clients see it:
+//! a client that stalls or trickles below the minimum rate is cut off,
+//! and the worker serves others.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -202,4 +204,130 @@ fn methods_and_malformed_requests() {
     );
     assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
     assert!(answer.ends_with("latest: 2026.07.11-001\n"), "{answer}");
+}
+
+/// Files their owner kept private are refused; downloads in progress
+/// (fetch's `.<name>.partial`, or `<name>.partial` from older fetches)
+/// are never served.
+#[test]
+fn only_world_readable_finished_files_are_served() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_root, channel, system) = channel();
+    let s = Served::start(&channel);
+    let dir = channel.join(V);
+    let url = format!("{}/{V}/liken.sqfs", s.url);
+    assert_eq!(status(&[&url]), "200");
+    let private = std::fs::Permissions::from_mode(0o600);
+    std::fs::set_permissions(dir.join("liken.sqfs"), private.clone()).unwrap();
+    assert_eq!(status(&[&url]), "403");
+    assert_eq!(status(&["-I", &url]), "403");
+    s.wait_log(|l| l.contains(&format!("\"GET /{V}/liken.sqfs\" 403 0")));
+    std::fs::set_permissions(
+        dir.join("liken.sqfs"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    assert_eq!(status(&[&url]), "403", "group-readable is not enough");
+    std::fs::set_permissions(
+        dir.join("liken.sqfs"),
+        std::fs::Permissions::from_mode(0o444),
+    )
+    .unwrap();
+    assert_eq!(curl(&[&url]).0, system, "world-readable again");
+
+    // A directory's index.html follows the same rule.
+    std::fs::write(dir.join("index.html"), "<p>release</p>").unwrap();
+    std::fs::set_permissions(dir.join("index.html"), private).unwrap();
+    assert_eq!(status(&[&format!("{}/{V}/", s.url)]), "403");
+
+    for name in ["vmlinuz.partial", ".vmlinuz.partial"] {
+        std::fs::write(dir.join(name), b"half a kernel").unwrap();
+        assert_eq!(status(&[&format!("{}/{V}/{name}", s.url)]), "404", "{name}");
+    }
+}
+
+/// A client that stops reading, and one that reads 10 KiB/s (below the
+/// 32 KiB/s minimum), each hold a worker only until the pace check's
+/// windows show it: both are cut off, said so in the log, and see their
+/// connection end well short of the file; a fast client meanwhile gets
+/// the whole file.
+#[test]
+fn slow_clients_are_cut_off() {
+    use std::time::{Duration, Instant};
+    let root = TempDir::new("releases-serve-slow");
+    // Far larger than the loopback socket buffers, so the server must
+    // wait for the client.
+    let size = 32 << 20;
+    let channel = bundle(root.path(), V, size);
+    let s = Served::start(&channel);
+    let request = format!("GET /{V}/liken.sqfs HTTP/1.1\r\nHost: x\r\n\r\n");
+    let began = Instant::now();
+    let open = |what: &str| {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        c.write_all(request.as_bytes()).unwrap();
+        eprintln!("{what} client connected");
+        c
+    };
+    let stalled = open("stalled");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = std::thread::spawn({
+        let mut c = open("trickling");
+        let done = done.clone();
+        move || {
+            // 2 KiB every 200 ms until the server has cut it off, then
+            // the rest at once (what was in flight, then the end).
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut buf = [0u8; 2048];
+            let mut got = 0usize;
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got += n,
+                }
+                if !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    });
+    // A fast client is served meanwhile.
+    let (body, err) = curl(&["--max-time", "60", &format!("{}/{V}/liken.sqfs", s.url)]);
+    assert_eq!(body.len(), size, "{err}");
+
+    let cut = |l: &str| l.contains("cut off after") && l.contains(&format!("of {size} bytes"));
+    // Data still fits the socket buffers (several MiB on loopback) for a
+    // window or two after the client slows, then each window must show
+    // the rate: about 40 s here, with room for a loaded machine.
+    let within = Duration::from_secs(120);
+    s.wait_log_within(within, |l| cut(l) && l.contains("minimum rate"));
+    let deadline = Instant::now() + within;
+    while s.log().iter().filter(|l| cut(l)).count() < 2 {
+        assert!(Instant::now() < deadline, "{:?}", s.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = began.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(took < Duration::from_secs(120), "cut off after {took:?}");
+
+    // What the stalled client finds when it reads at last: the bytes that
+    // were in flight, then the end.
+    let mut stalled = stalled;
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest);
+    assert!(
+        rest.len() < size / 2,
+        "the stalled client got {} bytes",
+        rest.len()
+    );
+    let got = trickle.join().unwrap();
+    assert!(got < size / 2, "the trickling client got {got} bytes");
+    for l in s.log().iter().filter(|l| cut(l)) {
+        assert!(
+            l.contains("the client took less than the minimum rate"),
+            "{l}"
+        );
+    }
 }

@@ -121,7 +121,12 @@ impl Served {
 
     /// Waits until a log line satisfies `pred`, then returns it.
     pub fn wait_log(&self, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.wait_log_within(Duration::from_secs(10), pred)
+    }
+
+    /// [`Served::wait_log`] with a deadline of `within`.
+    pub fn wait_log_within(&self, within: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + within;
         loop {
             if let Some(l) = self.log.lock().unwrap().iter().find(|l| pred(l)) {
                 return l.clone();
