@@ -309,6 +309,18 @@ pub fn parse_content_range(text: &str) -> Option<(u64, u64, Option<u64>)> {
     (a <= b).then_some((a, b, total))
 }
 
+/// Asks the channel at `source` (an http(s) base URL, as
+/// [`client::normalize_source`] answers it) which release its
+/// channel.yaml calls latest. `liken fetch latest` and the cluster
+/// operator's channel poller both ask through here.
+pub fn latest(agent: &ureq::Agent, source: &str) -> Result<Version, FetchError> {
+    let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
+    let bytes = client::get_document(agent, &url)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let channel: Channel = decode::strict(&text, &url).map_err(FetchError::Document)?;
+    Ok(channel.latest)
+}
+
 /// Runs `liken fetch`.
 pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
     let source = client::normalize_source(&req.source).ok_or_else(|| {
@@ -320,13 +332,7 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
     let agent = client::agent();
     let version = match &req.wanted {
         Wanted::Version(v) => v.clone(),
-        Wanted::Latest => {
-            let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
-            let bytes = client::get_document(&agent, &url)?;
-            let text = String::from_utf8_lossy(&bytes);
-            let channel: Channel = decode::strict(&text, &url).map_err(FetchError::Document)?;
-            channel.latest
-        }
+        Wanted::Latest => latest(&agent, source)?,
     };
     let url = format!("{source}/{version}/{RELEASE_FILE}");
     let bytes = client::get_document(&agent, &url)?;
