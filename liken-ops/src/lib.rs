@@ -18,5 +18,7 @@
 //! Module map:
 //! - [`runtime`]: what both binaries share to run like a controller:
 //!   flags, structured logs, signals, where the credentials come from.
+//! - [`cluster`]: the cluster operator.
 
+pub mod cluster;
 pub mod runtime;

@@ -1,0 +1,27 @@
+//! The cluster operator: the verdicts no single machine can write.
+//!
+//! Each machine's operator reports on itself, which leaves three things
+//! only a fleet-wide observer can do: say that a silent machine is Lost
+//! (a dead machine cannot), total the fleet on the Cluster, and hand out
+//! reboot turns so that a rollout never takes down more machines than
+//! the Cluster's disruption budget allows. One copy acts at a time
+//! (leader election); it watches Machines, the heartbeat Leases, the
+//! Cluster and the machine operator's DaemonSet, and one loop sweeps the
+//! whole fleet every ten seconds and on every change, deciding with pure
+//! functions and writing in a fixed order: the Cluster's status (with the
+//! turn ledger) first, then the grants and reclaims on Machines, then the
+//! Lost verdicts.
+//!
+//! Module map, decisions first:
+//! - [`heartbeat`]: renewals seen on this program's own clock.
+//! - [`fleet`]: Lost verdicts, the tally, MachinesReady.
+//! - [`rollout`]: reboot turns under the budget, the ledger, stalls,
+//!   reclaims, and the halt of a failed release.
+//! - [`status`]: the Cluster's status, written only when it changed.
+//! - [`channel`]: the release channel poller on its own thread.
+
+pub mod channel;
+pub mod fleet;
+pub mod heartbeat;
+pub mod rollout;
+pub mod status;
