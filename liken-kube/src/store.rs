@@ -203,9 +203,24 @@ impl<T: Object> Informer<T> {
     /// Starts watching with `watcher`, from a LIST (a watcher told to
     /// `resume_from` lists all the same: a resume cannot fill a store; use
     /// [`Informer::spawn_seeded`]). Each change wakes `wake`.
-    pub fn spawn(mut watcher: Watcher<T>, wake: Sender<()>) -> Informer<T> {
+    pub fn spawn(watcher: Watcher<T>, wake: Sender<()>) -> Informer<T> {
+        Informer::spawn_observed(watcher, wake, |_| true)
+    }
+
+    /// As [`Informer::spawn`], and `observe` sees each event on the watch
+    /// thread just before the store applies it, and answers whether it
+    /// wakes the loop. A program that must note when an event arrived
+    /// (the cluster operator records heartbeat renewals on its own clock)
+    /// or hear of undecodable objects does it here; one that needs no
+    /// wake for a kind of change (a Lease renewal judged by a ticker)
+    /// answers false.
+    pub fn spawn_observed(
+        mut watcher: Watcher<T>,
+        wake: Sender<()>,
+        observe: impl FnMut(&Event<T>) -> bool + Send + 'static,
+    ) -> Informer<T> {
         watcher.relist();
-        Informer::run(watcher, Store::new(), wake)
+        Informer::run(watcher, Store::new(), wake, observe)
     }
 
     /// Starts from `seed`, the objects as of `resource_version` (kept from
@@ -222,10 +237,15 @@ impl<T: Object> Informer<T> {
         store.apply(Event::Restarted(seed));
         store.take_removed();
         watcher = watcher.resume_from(resource_version);
-        Informer::run(watcher, store, wake)
+        Informer::run(watcher, store, wake, |_| true)
     }
 
-    fn run(mut watcher: Watcher<T>, store: Store<T>, wake: Sender<()>) -> Informer<T> {
+    fn run(
+        mut watcher: Watcher<T>,
+        store: Store<T>,
+        wake: Sender<()>,
+        mut observe: impl FnMut(&Event<T>) -> bool + Send + 'static,
+    ) -> Informer<T> {
         let stats = watcher.stats();
         let stop = watcher.stopper();
         let thread_store = store.clone();
@@ -233,10 +253,13 @@ impl<T: Object> Informer<T> {
             .name("liken-kube-watch".into())
             .spawn(move || {
                 watcher.run(&mut |event| {
+                    let wakes = observe(&event);
                     thread_store.apply(event);
                     // Full means a wake-up is already pending: that one
                     // will see this change too.
-                    let _ = wake.try_send(());
+                    if wakes {
+                        let _ = wake.try_send(());
+                    }
                 });
             })
             .expect("spawning a watch thread");

@@ -1,7 +1,8 @@
 //! Watches that meet trouble, against a control plane of this binary's
 //! own: etcd compaction (the server answers 410 Gone, the watcher lists
 //! again, the store stays right), a resume, and objects this build cannot
-//! read (one bad Machine never stops the others).
+//! read (one bad Machine never stops the others), and an observer that
+//! sees every event and chooses which wake the loop.
 //!
 //! The control plane runs with the apiserver's watch cache off, so
 //! watches are served by etcd and a compaction reaches them. (With the cache on, as in production, the cache keeps its own
@@ -18,7 +19,7 @@ use liken_api::{Machine, Phase};
 use liken_kube::backoff::Backoff;
 use liken_kube::request::{CONFIG_MAPS, MACHINES};
 use liken_kube::{
-    Api, Client, Config, DeleteParams, DynamicObject, Event, Informer, ListParams, Watcher,
+    Api, Client, Config, DeleteParams, DynamicObject, Event, Informer, ListParams, Object, Watcher,
     wake_channel,
 };
 use liken_testenv::{ControlPlane, Options};
@@ -319,5 +320,58 @@ fn one_unreadable_machine_never_stops_the_others() {
         3,
         "hibernating listed, readable-1 and hibernating deleted"
     );
+    informer.stop();
+}
+
+#[test]
+fn an_observer_sees_every_event_and_chooses_the_wakes() {
+    let _turn = one_at_a_time();
+    let cp = control_plane();
+    let c = client(cp);
+    let api = Api::namespaced(CONFIG_MAPS, "default");
+    let cm = |name: &str, v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "labels": {"liken-test": "observed"}},
+               "data": {"v": v}})
+    };
+    c.create::<DynamicObject, _>(&api, &cm("observed-a", "1"))
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let (wake_tx, wake_rx) = wake_channel();
+    let watcher = Watcher::<DynamicObject>::new(c.clone(), api.clone())
+        .labels("liken-test=observed")
+        .backoff(fast_backoff());
+    // Only additions of a new name and deletions wake; changes do not.
+    let informer = Informer::spawn_observed(watcher, wake_tx, move |e| {
+        let (what, wakes) = match e {
+            Event::Restarted(items) => (format!("restarted {}", items.len()), true),
+            Event::Applied(o) => (format!("applied {}", o.name()), false),
+            Event::Deleted(o) => (format!("deleted {}", o.name()), true),
+            Event::Unreadable(u) => (format!("unreadable {}", u.key), true),
+        };
+        log.lock().unwrap().push(what);
+        wakes
+    });
+    let store = informer.store();
+    assert!(store.wait_synced(Duration::from_secs(30)));
+    assert!(wake_rx.recv_timeout(Duration::from_secs(5)).is_ok());
+    c.merge_patch::<DynamicObject>(&api, "observed-a", &json!({"data": {"v": "2"}}))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The store took the change, and nobody was woken for it.
+    assert_eq!(store.get("default/observed-a").unwrap().0["data"]["v"], "2");
+    assert!(wake_rx.try_recv().is_err());
+    c.delete(&api, "observed-a", &DeleteParams::default())
+        .unwrap();
+    assert!(wake_rx.recv_timeout(Duration::from_secs(20)).is_ok());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["restarted 1", "applied observed-a", "deleted observed-a"]
+    );
+    assert!(store.is_empty());
     informer.stop();
 }
