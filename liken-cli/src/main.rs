@@ -1,7 +1,8 @@
 //! `liken` (also `kubectl-liken`, and `kubectl_complete-liken` for
 //! kubectl's completion): the workstation toolkit. main only maps the
 //! process onto [`liken_cli::run`] and turns an error into `liken: …` and
-//! exit 1.
+//! exit 1. Messages can quote what a server or a document said, so their
+//! control characters are shown escaped rather than sent to the terminal.
 
 use std::process::ExitCode;
 
@@ -19,7 +20,8 @@ fn main() -> ExitCode {
     match result.and_then(|()| Ok(std::io::Write::flush(&mut out)?)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("liken: {e}");
+            let message = e.to_string();
+            eprintln!("liken: {}", liken_releases::terminal::escape_text(&message));
             ExitCode::FAILURE
         }
     }

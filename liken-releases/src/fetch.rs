@@ -3,10 +3,13 @@
 //!
 //! The chain of trust is the catalog's: `-digest` pins release.yaml's
 //! SHA-256 (checked before the document is even parsed), and
-//! release.yaml pins every artifact's size and SHA-256. Each artifact is
-//! hashed while it streams to `<file>.partial`, and renamed to its final
-//! name only after its size and digest match, so a final name always
-//! holds verified bytes. release.yaml itself is written last, byte for
+//! release.yaml pins every artifact's size and SHA-256. Without `-digest`
+//! the release is unpinned, and the report says so before anything is
+//! downloaded. Each artifact is hashed while it streams to
+//! `.<file>.partial` (a dot-name, which `serve` never shares, opened
+//! without following a link planted there), and renamed to its final name
+//! only after its size and digest match, so a final name always holds
+//! verified bytes. release.yaml itself is written last, byte for
 //! byte as downloaded, so its digest locally equals the catalog's and its
 //! presence means the whole release is here.
 //!
@@ -16,6 +19,9 @@
 //! with `Range: bytes=<n>-`. A verification failure (wrong digest, more
 //! bytes than promised) deletes the `.partial`, because those bytes are
 //! known bad and must not seed a resume.
+//!
+//! Names and URLs from the channel pass through [`crate::terminal`]
+//! before they are printed, in the report and in every error.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -33,6 +39,7 @@ use crate::layout;
 use crate::progress::{Progress, Style};
 use crate::size::human;
 use crate::stream::{self, CopyError};
+use crate::terminal::{escape, escape_text};
 
 /// Which release to fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,7 +163,19 @@ pub enum FetchError {
 
 impl fmt::Display for FetchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        // Names, URLs and decoder messages may carry a channel's text.
+        let text = self.message();
+        f.write_str(&escape_text(&text))
+    }
+}
+
+impl FetchError {
+    /// The message, before escaping.
+    fn message(&self) -> String {
+        use fmt::Write;
+        let mut out = String::new();
+        let f = &mut out;
+        let _ = match self {
             FetchError::Usage(m) => write!(f, "{m}"),
             FetchError::Client(e) => write!(f, "{e}"),
             FetchError::Document(e) => write!(f, "{e}"),
@@ -215,7 +234,8 @@ impl fmt::Display for FetchError {
                 f,
                 "the release is in place, but channel.yaml was not updated: {e}"
             ),
-        }
+        };
+        out
     }
 }
 
@@ -227,11 +247,11 @@ impl From<ClientError> for FetchError {
     }
 }
 
-/// Checks that no two artifacts meet on disk, counting the `.partial`
-/// name each one downloads under.
+/// Checks that no two artifacts meet on disk, counting the
+/// `.<file>.partial` name each one downloads under.
 pub fn check_names(release: &Release) -> Result<(), FetchError> {
     for a in &release.artifacts {
-        let partial = format!("{}{}", a.file, layout::PARTIAL_SUFFIX);
+        let partial = layout::partial_name(a.file.as_str());
         if let Some(b) = release
             .artifacts
             .iter()
@@ -375,17 +395,24 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: "writing output".into(),
         error,
     };
+    if req.digest.is_none() {
+        writeln!(out, "{}", unpinned_note(&digest)).map_err(w)?;
+    }
     writeln!(
         out,
-        "fetching {version} from {source}: {} artifacts, {}",
+        "fetching {version} from {}: {} artifacts, {}",
+        escape(source),
         release.artifacts.len(),
         human(release.total_size())
     )
     .map_err(w)?;
     for a in &release.artifacts {
-        let url = format!("{source}/{version}/{}", a.file);
+        let url = format!(
+            "{source}/{version}/{}",
+            layout::url_segment(a.file.as_str())
+        );
         let how = fetch_artifact(&agent, &url, &dir, a, req.progress)?;
-        writeln!(out, "{} {}: {how}", a.name, a.file).map_err(w)?;
+        writeln!(out, "{} {}: {how}", a.name, escape(a.file.as_str())).map_err(w)?;
     }
     files::replace(&local_doc, &bytes, files::PUBLIC).map_err(|error| FetchError::Io {
         doing: format!("writing {}", local_doc.display()),
@@ -404,11 +431,52 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         if req.digest.is_some() {
             "  (matches -digest)"
         } else {
-            ""
+            "  (unpinned: compare it with a catalog you trust)"
         }
     )
     .map_err(w)?;
     Ok(())
+}
+
+/// What fetch says when no `-digest` pins release.yaml.
+pub fn unpinned_note(digest: &Digest) -> String {
+    format!(
+        "warning: this release is unpinned: without -digest, fetch trusts whatever the source \
+         serves as release.yaml (here {digest}); pass the catalog's digest with -digest to \
+         refuse any other"
+    )
+}
+
+/// Opens (or creates) a download in progress for reading and appending:
+/// without following a symbolic link someone left under its name, and
+/// only if it is a regular file.
+fn open_partial(partial: &Path) -> Result<File, FetchError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let doing = || format!("opening {}", partial.display());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        // O_NONBLOCK: a FIFO planted here must not hang the open.
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(partial)
+        .map_err(|error| FetchError::Io {
+            doing: doing(),
+            error,
+        })?;
+    let meta = file.metadata().map_err(|error| FetchError::Io {
+        doing: doing(),
+        error,
+    })?;
+    if !meta.is_file() {
+        return Err(FetchError::Io {
+            doing: doing(),
+            error: io::Error::other("it is not a regular file; remove it and fetch again"),
+        });
+    }
+    // O_NONBLOCK changes nothing for a regular file, so it can stay.
+    Ok(file)
 }
 
 /// Downloads (or resumes, or re-verifies) one artifact; returns how.
@@ -438,13 +506,7 @@ fn fetch_artifact(
         return Err(FetchError::LocalMismatch { path: final_path });
     }
     let partial = layout::partial_path(&final_path);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&partial)
-        .map_err(io(format!("opening {}", partial.display())))?;
+    let mut file = open_partial(&partial)?;
     let mut have = file
         .metadata()
         .map_err(io(format!("reading {}", partial.display())))?
@@ -465,22 +527,26 @@ fn fetch_artifact(
             .map_err(io(format!("reading {}", partial.display())))?;
         have = n;
     }
-    let label = a.file.to_string();
-    let mut progress = Progress::new(style, label, a.size, have);
+    let label = escape(a.file.as_str()).into_owned();
+    let mut progress = Progress::new(style, label.clone(), a.size, have);
     let mut attempts = 0;
     while have < a.size {
         attempts += 1;
-        let mut request = agent.get(url);
-        if have > 0 {
-            request = request.header("Range", format!("bytes={have}-"));
-        }
-        let resp = request.call().map_err(|e| {
+        let range = if have > 0 {
+            vec![("Range", format!("bytes={have}-"))]
+        } else {
+            Vec::new()
+        };
+        let (resp, _) = client::get(agent, url, &range).map_err(|e| {
             progress.abandon();
-            FetchError::Interrupted {
-                url: url.to_owned(),
-                have,
-                size: a.size,
-                reason: e.to_string(),
+            match e {
+                ClientError::Transport { error, .. } => FetchError::Interrupted {
+                    url: url.to_owned(),
+                    have,
+                    size: a.size,
+                    reason: error.to_string(),
+                },
+                other => FetchError::Client(other),
             }
         })?;
         let status = resp.status().as_u16();
@@ -496,17 +562,18 @@ fn fetch_artifact(
                     .map_err(io(format!("truncating {}", partial.display())))?;
                 hasher = Sha256::default();
                 have = 0;
-                progress = Progress::new(style, a.file.to_string(), a.size, 0);
+                progress = Progress::new(style, label.clone(), a.size, 0);
             }
             Answer::Retry if attempts == 1 => {
                 file.set_len(0)
                     .map_err(io(format!("truncating {}", partial.display())))?;
                 hasher = Sha256::default();
                 have = 0;
-                progress = Progress::new(style, a.file.to_string(), a.size, 0);
+                progress = Progress::new(style, label.clone(), a.size, 0);
                 continue;
             }
-            Answer::Retry | Answer::Fail(_) if status == 404 => {
+            // Not an answer to a resume at all: say what the server said.
+            Answer::Retry | Answer::Fail(_) if status == 404 || (have == 0 && status != 206) => {
                 progress.abandon();
                 let _ = fs::remove_file(&partial);
                 return Err(FetchError::Client(ClientError::Status {
@@ -651,7 +718,14 @@ mod tests {
         let v = Version::parse("2026.07.11-001").unwrap();
         let ok = Release::new(v.clone(), vec![art("a", "x"), art("b", "y")], vec![]);
         check_names(&ok).unwrap();
-        let bad = Release::new(v, vec![art("a", "x"), art("b", "x.partial")], vec![]);
+        // An older fetch's `x.partial` is just another name now.
+        let old = Release::new(
+            v.clone(),
+            vec![art("a", "x"), art("b", "x.partial")],
+            vec![],
+        );
+        check_names(&old).unwrap();
+        let bad = Release::new(v, vec![art("a", "x"), art("b", ".x.partial")], vec![]);
         assert!(
             check_names(&bad)
                 .unwrap_err()

@@ -128,8 +128,31 @@ pub fn release_dir(channel: &Path, version: &Version) -> PathBuf {
     channel.join(version.as_str())
 }
 
-/// The suffix of a download in progress: `<file>.partial`.
+/// The suffix of a download in progress: `.<file>.partial`.
 pub const PARTIAL_SUFFIX: &str = ".partial";
+
+/// The name a download of `file` has while in progress: `.<file>.partial`,
+/// a dot-name, so `serve` (which shares no dot-name) never hands out
+/// unverified bytes, and a listing shows it apart from the release.
+pub fn partial_name(file: &str) -> String {
+    format!(".{file}{PARTIAL_SUFFIX}")
+}
+
+/// A file name as one URL path segment: RFC 3986's unreserved characters
+/// as they are, every other byte percent-encoded, so any name release.yaml
+/// may hold makes a valid request (serve decodes each segment back).
+pub fn url_segment(name: &str) -> String {
+    use std::fmt::Write;
+    name.bytes()
+        .fold(String::with_capacity(name.len()), |mut out, b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(char::from(b));
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+            out
+        })
+}
 
 /// The path of an artifact inside its release directory, or `None` when
 /// the joined path would not be a direct child of `dir`.
@@ -145,9 +168,11 @@ pub fn artifact_path(dir: &Path, file: &FileName) -> Option<PathBuf> {
 
 /// The download-in-progress path beside an artifact's final path.
 pub fn partial_path(final_path: &Path) -> PathBuf {
-    let mut name = final_path.as_os_str().to_owned();
-    name.push(PARTIAL_SUFFIX);
-    PathBuf::from(name)
+    let name = final_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    final_path.with_file_name(partial_name(&name))
 }
 
 #[cfg(test)]
@@ -189,12 +214,14 @@ mod tests {
         assert_eq!(artifact_path(dir, &ok).unwrap(), dir.join("vmlinuz"));
         assert_eq!(
             partial_path(&dir.join("vmlinuz")),
-            dir.join("vmlinuz.partial")
+            dir.join(".vmlinuz.partial")
         );
         // FileName already refuses these; the join check must agree.
         for bad in ["..", ".", "a/b"] {
             assert!(FileName::parse(bad).is_err());
         }
+        assert_eq!(url_segment("liken.sqfs"), "liken.sqfs");
+        assert_eq!(url_segment("a b%/é"), "a%20b%25%2F%C3%A9");
         let dotted = FileName::parse("..hidden").unwrap();
         assert_eq!(artifact_path(dir, &dotted).unwrap(), dir.join("..hidden"));
     }

@@ -21,6 +21,7 @@
 //!   reports, byte counts for people.
 //! - [`files`]: all-or-nothing writes (create-new, replace by rename,
 //!   publish a directory without replacing, a directory lock).
+//! - [`terminal`]: what a channel says, made safe to print.
 
 pub mod channel;
 pub mod client;
@@ -30,3 +31,4 @@ pub mod layout;
 pub mod progress;
 pub mod size;
 pub mod stream;
+pub mod terminal;

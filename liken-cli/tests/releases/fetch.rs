@@ -1,5 +1,8 @@
 //! `liken fetch` from `liken serve`: round trips, resumes, and every
-//! way a download can be wrong, each leaving nothing under a final name.
+//! way a download can be wrong, each leaving nothing under a final name;
+//! unpinned releases said so, redirects kept on their host, downloads in
+//! progress dot-named and never opened through a planted link or FIFO,
+//! and a channel's names escaped before they reach a terminal.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -39,6 +42,15 @@ fn round_trip_is_byte_identical() {
         out.contains(&format!("digest: {}", digest_of(&channel))),
         "{out}"
     );
+    // Without -digest the release is unpinned, and fetch says so before
+    // the first artifact and beside the catalog entry.
+    let warned = out.find("warning: this release is unpinned").expect(&out);
+    assert!(warned < out.find("fetching ").unwrap(), "{out}");
+    assert!(out.contains(&digest_of(&channel)[..20]), "{out}");
+    assert!(
+        out.contains("(unpinned: compare it with a catalog you trust)"),
+        "{out}"
+    );
     assert_eq!(tree(&dest), tree(&channel));
     for f in tree(&channel) {
         assert_eq!(
@@ -52,6 +64,7 @@ fn round_trip_is_byte_identical() {
     let (ok, out, err) = fetch(&s.url, V, &dest, Some(&digest_of(&channel)));
     assert!(ok, "{out}{err}");
     assert_eq!(out.matches("already present, verified").count(), 9, "{out}");
+    assert!(!out.contains("unpinned"), "{out}");
 
     // The mirror is a channel itself: serve it and fetch from it.
     let s2 = Served::start(&dest);
@@ -91,8 +104,8 @@ fn a_flipped_byte_in_any_artifact_fails_and_leaves_nothing() {
         let rel = dest.join(V);
         assert!(!rel.join(file).exists(), "{file} under its final name");
         assert!(
-            !rel.join(format!("{file}.partial")).exists(),
-            "{file}.partial kept"
+            !rel.join(format!(".{file}.partial")).exists(),
+            ".{file}.partial kept"
         );
         assert!(
             !rel.join("release.yaml").exists(),
@@ -193,7 +206,7 @@ fn a_truncated_download_keeps_only_the_partial_and_resumes() {
     let rel = dest.join(V);
     assert!(!rel.join("liken.sqfs").exists());
     assert!(!rel.join("release.yaml").exists());
-    let partial = std::fs::read(rel.join("liken.sqfs.partial")).unwrap();
+    let partial = std::fs::read(rel.join(".liken.sqfs.partial")).unwrap();
     let full = std::fs::read(channel.join(V).join("liken.sqfs")).unwrap();
     assert_eq!(partial, &full[..partial.len()]);
 
@@ -267,7 +280,7 @@ fn a_resume_asks_only_for_the_rest() {
     let dest = root.path().join("dest");
     std::fs::create_dir_all(dest.join(V)).unwrap();
     let prefix = 300_000;
-    std::fs::write(dest.join(V).join("liken.sqfs.partial"), &full[..prefix]).unwrap();
+    std::fs::write(dest.join(V).join(".liken.sqfs.partial"), &full[..prefix]).unwrap();
 
     let s = Served::start(&channel);
     let (ok, out, err) = fetch(&s.url, V, &dest, None);
@@ -276,7 +289,7 @@ fn a_resume_asks_only_for_the_rest() {
         std::fs::read(dest.join(V).join("liken.sqfs")).unwrap(),
         full
     );
-    assert!(!dest.join(V).join("liken.sqfs.partial").exists());
+    assert!(!dest.join(V).join(".liken.sqfs.partial").exists());
     let line = s.wait_log(|l| l.contains(&format!("/{V}/liken.sqfs\"")));
     assert!(
         line.ends_with(&format!("\" 206 {}", full.len() - prefix)),
@@ -294,11 +307,11 @@ fn a_resume_asks_only_for_the_rest() {
     std::fs::create_dir_all(dest2.join(V)).unwrap();
     let mut bad = full[..prefix].to_vec();
     bad[10] ^= 0xff;
-    std::fs::write(dest2.join(V).join("liken.sqfs.partial"), &bad).unwrap();
+    std::fs::write(dest2.join(V).join(".liken.sqfs.partial"), &bad).unwrap();
     let (ok, _, err) = fetch(&s.url, V, &dest2, None);
     assert!(!ok && err.contains("liken.sqfs has sha256"), "{err}");
     assert!(!dest2.join(V).join("liken.sqfs").exists());
-    assert!(!dest2.join(V).join("liken.sqfs.partial").exists());
+    assert!(!dest2.join(V).join(".liken.sqfs.partial").exists());
 }
 
 #[test]
@@ -333,4 +346,166 @@ fn a_terminal_gets_a_progress_bar_and_a_pipe_does_not() {
         !err.contains('\r') && !err.contains("%]"),
         "no bar in a pipe: {err}"
     );
+}
+
+/// A server that answers every request with `status` and a Location of
+/// `to` followed by the request's path.
+fn redirecting_server(status: u16, to: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                    break;
+                }
+            }
+            let path = line.split(' ').nth(1).unwrap_or("/");
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} Moved\r\nLocation: {to}{path}\r\nContent-Length: 0\r\n\
+                 Connection: close\r\n\r\n"
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn redirects_are_followed_only_on_the_same_host() {
+    let root = TempDir::new("releases-fetch-redirect");
+    let channel = bundle(root.path(), V, 20_000);
+    let s = Served::start(&channel);
+    let port = s.addr.rsplit(':').next().unwrap().to_owned();
+
+    // Same host (another port): followed, for documents and artifacts.
+    let dest = root.path().join("same-host");
+    let source = redirecting_server(301, format!("http://127.0.0.1:{port}"));
+    let (ok, out, err) = fetch(&source, V, &dest, Some(&digest_of(&channel)));
+    assert!(ok, "{out}{err}");
+    assert_eq!(tree(&dest), tree(&channel));
+
+    // Another host name for the same machine: refused before anything
+    // is written, and a redirect loop ends.
+    for (status, to, why) in [
+        (302, format!("http://localhost:{port}"), "another host"),
+        (307, format!("https://127.0.0.2:{port}"), "another host"),
+    ] {
+        let dest = root.path().join(format!("refused-{status}"));
+        let source = redirecting_server(status, to.clone());
+        let (ok, out, err) = fetch(&source, V, &dest, None);
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(&format!("the server redirects to {to}/{V}/release.yaml"))
+                && err.contains("which liken does not follow")
+                && err.contains(why),
+            "{err}"
+        );
+        assert!(!dest.exists(), "{to}: something was written");
+    }
+    let looping = redirecting_server(302, String::new());
+    let (ok, _, err) = fetch(&looping, V, &root.path().join("loop"), None);
+    assert!(!ok && err.contains("more than 5 redirects"), "{err}");
+}
+
+#[test]
+fn a_planted_link_or_fifo_is_never_written_through() {
+    let root = TempDir::new("releases-fetch-nofollow");
+    let channel = bundle(root.path(), V, 20_000);
+    let s = Served::start(&channel);
+    let dest = root.path().join("dest");
+    let rel = dest.join(V);
+    std::fs::create_dir_all(&rel).unwrap();
+    let victim = root.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, rel.join(".vmlinuz.partial")).unwrap();
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("opening") && err.contains(".vmlinuz.partial"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+
+    std::fs::remove_file(rel.join(".vmlinuz.partial")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        rel.join(".vmlinuz.partial"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(!ok, "{out}");
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(!rel.join("vmlinuz").exists());
+
+    std::fs::remove_file(rel.join(".vmlinuz.partial")).unwrap();
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(ok, "{out}{err}");
+    assert!(
+        std::fs::read_dir(&rel).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".partial")),
+        "no download left in progress"
+    );
+}
+
+#[test]
+fn a_channels_names_reach_the_terminal_escaped() {
+    let root = TempDir::new("releases-fetch-names");
+    let channel = bundle(root.path(), V, 10_000);
+    let dir = channel.join(V);
+    // A file name that would reverse the text after it, and a C1 CSI.
+    let odd = "vmlinuz\u{202e}zip.exe\u{9b}2J";
+    std::fs::rename(dir.join("vmlinuz"), dir.join(odd)).unwrap();
+    let doc = dir.join("release.yaml");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    // YAML takes the C1 control only as an escape.
+    let yaml_name = r#""vmlinuz\u202Ezip.exe\x9B2J""#;
+    std::fs::write(
+        &doc,
+        text.replacen("file: vmlinuz\n", &format!("file: {yaml_name}\n"), 1),
+    )
+    .unwrap();
+    let s = Served::start(&channel);
+    let dest = root.path().join("dest");
+    let (ok, out, err) = fetch(&s.url, V, &dest, None);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("kernel vmlinuz\\u{202e}zip.exe\\u{9b}2J:"),
+        "{out}"
+    );
+    for text in [&out, &err] {
+        assert!(
+            !text.contains('\u{202e}') && !text.contains('\u{9b}'),
+            "{text:?}"
+        );
+    }
+    assert!(
+        dest.join(V).join(odd).exists(),
+        "the file keeps its real name"
+    );
+
+    // An error quoting the document: an unknown field with an escape
+    // sequence in its name.
+    std::fs::write(
+        &doc,
+        std::fs::read_to_string(&doc).unwrap() + "\"\\e]0;owned\\a\": 1\n",
+    )
+    .unwrap();
+    let (ok, _, err) = fetch(&s.url, V, &root.path().join("dest2"), None);
+    assert!(!ok);
+    assert!(err.contains("\\u{1b}]0;owned\\u{7}"), "{err:?}");
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
 }
