@@ -141,6 +141,19 @@ fn a_wrong_digest_writes_nothing() {
     assert!(!dest.exists());
 }
 
+/// Reads one request's head from `conn`; returns its first line.
+fn request_line(conn: &std::net::TcpStream) -> Option<String> {
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+            return Some(line);
+        }
+    }
+}
+
 /// A server that answers every request from `dir` but sends only half of
 /// `cut`'s bytes (with the full Content-Length) and then closes.
 fn truncating_server(dir: std::path::PathBuf, cut: &'static str) -> String {
@@ -149,17 +162,9 @@ fn truncating_server(dir: std::path::PathBuf, cut: &'static str) -> String {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
+            let Some(line) = request_line(&conn) else {
                 continue;
-            }
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
-                    break;
-                }
-            }
+            };
             let path = line
                 .split(' ')
                 .nth(1)
@@ -356,17 +361,9 @@ fn redirecting_server(status: u16, to: String) -> String {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
+            let Some(line) = request_line(&conn) else {
                 continue;
-            }
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
-                    break;
-                }
-            }
+            };
             let path = line.split(' ').nth(1).unwrap_or("/");
             let _ = write!(
                 conn,
