@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build (or reuse) a real Kubernetes control plane for liken's integration
-# tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
+# tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
+# and the clients tests and benchmarks compare against: kubectl of the same
+# release, and client-go-list (liken-kube's LIST benchmark reference).
 #
 #   BIN=$(testenv/build.sh | tail -1)
 #
@@ -20,7 +22,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
 . ./versions.env
 
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl client-go-list)
 
 export GOWORK=off CGO_ENABLED=0
 gover=$(go env GOVERSION)
@@ -76,8 +78,9 @@ gobuild() { go build -trimpath "$@"; }
 log "building into $tmp (key $key, $(nproc) CPUs); a cold build takes a long time"
 log "etcd $ETCD_VERSION"
 (cd etcd && gobuild -ldflags='-s -w' -o "$tmp/etcd" .)
-log "kube-apiserver, kube-controller-manager, kube-scheduler $KUBE_VERSION"
-gobuild -ldflags="-s -w$kx" -o "$tmp/" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler
+log "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, client-go-list $KUBE_VERSION"
+gobuild -ldflags="-s -w$kx" -o "$tmp/" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler \
+  ./cmd/kubectl ./cmd/client-go-list
 log "kwok $KWOK_VERSION"
 (cd kwok && gobuild -ldflags='-s -w' -o "$tmp/kwok" .)
 

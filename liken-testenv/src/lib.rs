@@ -16,7 +16,9 @@
 //! Finding the binaries: `LIKEN_TESTENV_BIN`, else the last line
 //! `testenv/build.sh` prints (it builds once, then reuses its cache).
 //! When neither works the test fails with a message saying to run
-//! `testenv/build.sh`; nothing is skipped.
+//! `testenv/build.sh`; nothing is skipped. The same directory holds the
+//! kubectl of the control plane's release ([`kubectl_bin`]), which every
+//! test runs instead of whatever kubectl the machine has on PATH.
 //!
 //! Options add kube-controller-manager, kube-scheduler, kwok (fake nodes
 //! that turn Ready and pods that turn Running, so drains evict real pod
@@ -154,6 +156,32 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
 /// The annotation that hands a Node to kwok (its
 /// `--manage-nodes-with-annotation-selector`).
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+/// One of testenv's binaries by name (`kubectl`, `client-go-list`, ...),
+/// or an error saying how to build it.
+pub fn testenv_bin(name: &str) -> Result<PathBuf, Error> {
+    let path = bin_dir()?.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        fail(format!(
+            "{} is missing; run `testenv/build.sh` (it builds {name} with the control plane), \
+             or point LIKEN_TESTENV_BIN at a directory that has it",
+            path.display()
+        ))
+    }
+}
+
+/// The kubectl testenv builds from the same Kubernetes release as the
+/// apiserver. Panics with how to build it: a test that needs kubectl
+/// fails rather than skips or runs another one.
+pub fn kubectl_bin() -> PathBuf {
+    static KUBECTL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match KUBECTL.get_or_init(|| testenv_bin("kubectl").map_err(|e| e.0)) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("liken-testenv: no kubectl: {e}"),
+    }
+}
 
 fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error(format!("no free port: {e}")))?;
@@ -481,7 +509,8 @@ impl ControlPlane {
         &self.dir
     }
 
-    /// A `kubectl` command with the admin kubeconfig.
+    /// A command running testenv's kubectl ([`kubectl_bin`]) with the
+    /// admin kubeconfig.
     pub fn kubectl(&self) -> Command {
         self.kubectl_as(&self.kubeconfig)
     }
@@ -489,7 +518,7 @@ impl ControlPlane {
     /// A `kubectl` command with another kubeconfig (one from
     /// [`ControlPlane::kubeconfig_for`], say).
     pub fn kubectl_as(&self, kubeconfig: &Path) -> Command {
-        let mut c = Command::new("kubectl");
+        let mut c = Command::new(kubectl_bin());
         c.arg(format!("--kubeconfig={}", kubeconfig.display()));
         c
     }

@@ -7,6 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
+use liken_testenv::kubectl_bin;
+
 use crate::support::{Scratch, fails, liken, liken_bin, ok, output};
 
 /// A directory holding links to the binary under its other names.
@@ -50,7 +52,7 @@ fn the_three_names_behave_as_one() {
         "{help}"
     );
     // Real kubectl finds kubectl-liken on PATH.
-    let via_kubectl = ok(Command::new("kubectl")
+    let via_kubectl = ok(Command::new(kubectl_bin())
         .args(["liken", "version"])
         .env("PATH", path_with(&bin)));
     assert_eq!(via_kubectl, version);
@@ -209,36 +211,18 @@ fn bash_completes_through_the_script() {
     );
 }
 
-/// kubectl learned to complete plugins through `kubectl_complete-<name>`
-/// in 1.26; Debian 12's kubernetes-client is older.
-fn kubectl_completes_plugins() -> bool {
-    let out = output(Command::new("kubectl").args(["version", "--client", "-o", "json"]));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let minor = text
-        .split("\"minor\":")
-        .nth(1)
-        .and_then(|r| r.split('"').nth(1))
-        .and_then(|m| m.trim_end_matches('+').parse::<u32>().ok());
-    minor.is_some_and(|m| m >= 26)
-}
-
 #[test]
+/// kubectl (1.26 and later; testenv's is the control plane's release)
+/// completes plugins through `kubectl_complete-<name>`.
 fn kubectl_completes_liken_through_the_shim() {
-    if !kubectl_completes_plugins() {
-        eprintln!(
-            "note: this kubectl predates plugin completion (1.26); the shim itself is \
-             tested in the_three_names_behave_as_one"
-        );
-        return;
-    }
     let s = Scratch::new("kubectl-complete");
     let bin = bin_dir(&s);
-    let out = ok(Command::new("kubectl")
+    let out = ok(Command::new(kubectl_bin())
         .args(["__complete", "liken", "mi"])
         .env("PATH", path_with(&bin)));
     assert!(out.lines().any(|l| l == "mint"), "{out}");
     assert!(out.lines().any(|l| l == ":4"), "{out}");
-    let out = ok(Command::new("kubectl")
+    let out = ok(Command::new(kubectl_bin())
         .args(["__complete", "liken", "kubeconfig", "-"])
         .env("PATH", path_with(&bin)));
     assert!(out.lines().any(|l| l == "-server"), "{out}");

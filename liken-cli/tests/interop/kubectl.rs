@@ -6,8 +6,9 @@
 //! name and headers, and `service.key` itself as
 //! `--service-account-key-file` and `--service-account-signing-key-file`
 //! (k3s signs with `service.current.key`, the first key of `service.key`:
-//! the same key). It serves; kubectl, given only the kubeconfig `liken
-//! kubeconfig` wrote, lists its namespaces as an admin; a client
+//! the same key). It serves; kubectl (testenv's, of the apiserver's
+//! release), given only the kubeconfig `liken kubeconfig` wrote, lists
+//! its namespaces as an admin; a client
 //! certificate signed by client-ca is authenticated as its own user; a
 //! proxy certificate from request-header-ca may name the user, one from
 //! another CA may not; and a ServiceAccount token it issues is accepted
@@ -204,7 +205,7 @@ fn kube_apiserver_runs_on_a_whole_minted_identity_as_k3s_runs_it() {
     ]));
     let kubeconfig = id.join("kubeconfig");
     let kubectl = || {
-        let mut c = Command::new("kubectl");
+        let mut c = Command::new(liken_testenv::kubectl_bin());
         c.arg("--kubeconfig")
             .arg(&kubeconfig)
             .env_remove("KUBECONFIG");
@@ -230,7 +231,7 @@ fn kube_apiserver_runs_on_a_whole_minted_identity_as_k3s_runs_it() {
         ),
     );
     let by_cert = || {
-        let mut c = Command::new("kubectl");
+        let mut c = Command::new(liken_testenv::kubectl_bin());
         c.arg("--server")
             .arg(cp.server())
             .arg("--certificate-authority")
@@ -251,7 +252,7 @@ fn kube_apiserver_runs_on_a_whole_minted_identity_as_k3s_runs_it() {
         &client_cert(&id, "server-ca", "intruder", None),
     );
     let refused = output(
-        Command::new("kubectl")
+        Command::new(liken_testenv::kubectl_bin())
             .arg("--server")
             .arg(cp.server())
             .arg("--certificate-authority")
@@ -288,7 +289,7 @@ fn kube_apiserver_runs_on_a_whole_minted_identity_as_k3s_runs_it() {
     // is signed with the minted service key.
     let token = cp.token_for("default", "liken-interop").unwrap();
     let (user, _) = whoami(
-        Command::new("kubectl")
+        Command::new(liken_testenv::kubectl_bin())
             .arg("--server")
             .arg(cp.server())
             .arg("--certificate-authority")

@@ -23,21 +23,11 @@ fn kubectl_runs_on_the_deployments_credential_and_its_status_passes_through() {
     )
     .unwrap();
     std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let kubectl_dir = std::path::Path::new(
-        &String::from_utf8(
-            output(std::process::Command::new("sh").args(["-c", "command -v kubectl"])).stdout,
-        )
-        .unwrap(),
-    )
-    .parent()
-    .unwrap()
-    .to_owned();
-    let path = std::env::join_paths([
-        bin.as_path(),
-        kubectl_dir.as_path(),
-        std::path::Path::new("/bin"),
-    ])
-    .unwrap();
+    // testenv's kubectl (the apiserver's release), not one from PATH.
+    let kubectl = liken_testenv::kubectl_bin();
+    let kubectl_dir = kubectl.parent().unwrap();
+    let path =
+        std::env::join_paths([bin.as_path(), kubectl_dir, std::path::Path::new("/bin")]).unwrap();
     let run = |args: &[&str]| {
         let mut c = liken([
             OsStr::new("kubectl"),
