@@ -27,18 +27,47 @@ fn exit_of(rx: &crossbeam_channel::Receiver<Event>, pid: u32) -> ExitStatus {
     }
 }
 
-fn main() {
-    children_are_recorded_reaped_and_stopped();
-    println!("2 passed, 0 failed");
+/// What every check shares: the table the spawner records pids in and
+/// the channel the reaper reports exits on.
+struct Reaper {
+    table: liken_init::reaper::SharedTable,
+    rx: crossbeam_channel::Receiver<Event>,
 }
 
-fn children_are_recorded_reaped_and_stopped() {
+/// A named check over the shared reaper.
+type Check = (&'static str, fn(&Reaper));
+
+fn main() {
+    // Before any other thread exists, as init does.
     reaper::block().unwrap();
     let table = Arc::new(Mutex::new(ChildTable::default()));
     let (tx, rx) = crossbeam_channel::unbounded();
     reaper::spawn(Arc::clone(&table), tx).unwrap();
+    let r = Reaper { table, rx };
+    let checks: [Check; 2] = [
+        (
+            "children_are_recorded_reaped_and_stopped",
+            children_are_recorded_reaped_and_stopped,
+        ),
+        (
+            "commands_run_to_their_end_beside_the_reaper",
+            commands_run_to_their_end_beside_the_reaper,
+        ),
+    ];
+    // A failed check panics, which ends the run with its message.
+    let mut ran = 0;
+    for (name, check) in checks {
+        check(&r);
+        ran += 1;
+        println!("test {name} ... ok");
+    }
+    println!("{ran} passed, 0 failed");
+}
+
+fn children_are_recorded_reaped_and_stopped(r: &Reaper) {
+    let (table, rx) = (&r.table, &r.rx);
     let spawner = RealSpawner {
-        table: Arc::clone(&table),
+        table: Arc::clone(table),
         log: None,
     };
 
@@ -50,7 +79,7 @@ fn children_are_recorded_reaped_and_stopped() {
     };
     for _ in 0..20 {
         let pid = spawner.spawn(&quick).unwrap();
-        assert_eq!(exit_of(&rx, pid), ExitStatus::Code(7));
+        assert_eq!(exit_of(rx, pid), ExitStatus::Code(7));
     }
 
     // The child starts with signals unblocked, so SIGTERM ends it.
@@ -71,7 +100,7 @@ fn children_are_recorded_reaped_and_stopped() {
         "the child inherited init's signal mask"
     );
     spawner.signal(pid, Signal::SIGTERM).unwrap();
-    assert_eq!(exit_of(&rx, pid), ExitStatus::Signal("SIGTERM".into()));
+    assert_eq!(exit_of(rx, pid), ExitStatus::Signal("SIGTERM".into()));
 
     // With a log, the child's stdout and stderr go through one pipe to
     // the console and the log file, in order.
@@ -79,7 +108,7 @@ fn children_are_recorded_reaped_and_stopped() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let logged = RealSpawner {
-        table: Arc::clone(&table),
+        table: Arc::clone(table),
         log: Some(dir.join("k3s.log")),
     };
     let chatty = Service {
@@ -87,7 +116,7 @@ fn children_are_recorded_reaped_and_stopped() {
         args: vec!["-c".into(), "echo out; echo err >&2; echo done".into()],
     };
     let pid = logged.spawn(&chatty).unwrap();
-    assert_eq!(exit_of(&rx, pid), ExitStatus::Code(0));
+    assert_eq!(exit_of(rx, pid), ExitStatus::Code(0));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = std::fs::read_to_string(dir.join("k3s.log")).unwrap_or_default();
@@ -106,18 +135,14 @@ fn children_are_recorded_reaped_and_stopped() {
         args: vec![],
     };
     assert!(spawner.spawn(&missing).is_err());
-
-    commands_run_to_their_end_beside_the_reaper(&table, &rx);
 }
 
 /// Commands (mke2fs, `k3s kubectl`) get their own exit status back
 /// although the reaper takes every child's, and none of it reaches the
 /// loop's channel.
-fn commands_run_to_their_end_beside_the_reaper(
-    table: &liken_init::reaper::SharedTable,
-    rx: &crossbeam_channel::Receiver<Event>,
-) {
+fn commands_run_to_their_end_beside_the_reaper(r: &Reaper) {
     use liken_init::sys::command::{CommandSpec, RealRunner, Runner};
+    let (table, rx) = (&r.table, &r.rx);
     let runner = RealRunner {
         table: Arc::clone(table),
     };

@@ -19,8 +19,15 @@ fn main() {
             "cannot make a network namespace (unshare); run as root or allow user namespaces",
         );
     }
-    requests_change_the_kernel();
-    println!("1 passed, 0 failed");
+    let checks: [(&str, fn()); 1] = [("requests_change_the_kernel", requests_change_the_kernel)];
+    // A failed check panics, which ends the run with its message.
+    let mut ran = 0;
+    for (name, check) in checks {
+        check();
+        ran += 1;
+        println!("test {name} ... ok");
+    }
+    println!("{ran} passed, 0 failed");
 }
 
 /// The main table's routes from /proc/self/net/route: (destination,
