@@ -42,7 +42,7 @@ demo: setup images
 	./scripts/demo.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT) $(CARGO_TARGET_DIR)/release/liken-demo
 
 ## test: install what the tests need, then format, lint and test.
-test: setup lint fuzz-smoke unit
+test: setup lint fuzz-smoke bench-smoke unit
 
 setup:
 	./scripts/setup.sh
@@ -58,9 +58,10 @@ lint:
 unit:
 	cargo test --workspace
 
-## bench: liken-kube LIST of 5,000 Machines vs kubectl in the same run,
-## and the RSS of a store of 10,000 (starts its own control plane).
-.PHONY: bench
+## bench: liken-kube LIST of 5,000 Machines vs client-go (in-process) and
+## vs kubectl (fresh processes) in the same run, and the RSS of a store of
+## 10,000 (starts its own control plane).
+.PHONY: bench bench-smoke
 bench: setup bench-releases
 	cargo bench -p liken-kube --bench list
 
@@ -68,9 +69,18 @@ bench: setup bench-releases
 ## nginx under wrk, on loopback (scripts/bench/releases.sh prints ratios).
 .PHONY: bench-releases
 bench-releases:
-	./scripts/bench/setup.sh
 	$(STATIC) cargo build --release --target $(TARGET) -p liken-cli
 	./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
+
+## bench-smoke: every benchmark once at a tiny size (part of make test):
+## a few MiB, one round, so a change to an
+## interface a benchmark uses fails here rather than in a `make bench`
+## nobody ran. The figures it prints are not measurements. The benches
+## run in the test profile, whose build `cargo test` shares.
+bench-smoke:
+	$(STATIC) cargo build -q --release --target $(TARGET) -p liken-cli
+	LIKEN_BENCH_SMOKE=1 ./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
+	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-kube --bench list
 
 # Fuzzing (liken-cli/fuzz): cargo-fuzz on the nightly toolchain, with
 # cargo-fuzz installed once from crates.io into the cache. The corpus

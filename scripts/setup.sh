@@ -36,11 +36,16 @@ packages=(
   skopeo            # reads an oci-archive: and copies it into a registry
   docker-registry   # a real registry, started by the test on loopback
   prometheus        # promtool check metrics reads every exposition liken-kube serves (liken-kube/tests/exposition.rs)
+  # The benchmarks' references (`make bench`; `make test` runs each once
+  # at a tiny size) and the tests that fetch releases from a real web
+  # server: each starts its own nginx on loopback with its own config.
+  nginx             # the reference static file server (plain HTTP and https)
+  wrk               # the HTTP load generator both servers are measured with
+  python3           # arithmetic and free-port picking in scripts/bench/releases.sh
 )
-# Real kubectl for the interop tests: Debian's kubernetes-client, unless
-# the machine already has a kubectl (some images ship the Cloud SDK's,
-# which owns /usr/bin/kubectl and conflicts with Debian's package).
-command -v kubectl >/dev/null || packages+=(kubernetes-client)
+# No kubectl package: the tests run the kubectl testenv/build.sh builds
+# from the control plane's own Kubernetes release (Debian 12's
+# kubernetes-client is 1.20, too old to complete plugins).
 
 missing=()
 for p in "${packages[@]}"; do
@@ -52,21 +57,31 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   echo "setup: installing ${missing[*]}"
+  # Some of these packages would start system services on every
+  # interface; the tests start their own on loopback. Keep maintainer
+  # scripts from starting any service during the install (Debian's
+  # policy-rc.d protocol: 101 means "not allowed").
+  policy=/usr/sbin/policy-rc.d
+  made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    made_policy=1
+  fi
+  trap '[ -n "$made_policy" ] && rm -f "$policy"' EXIT
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  # docker-registry's package enables a registry service on port 5000 of
-  # every interface; the tests start their own on loopback, so that one
-  # is stopped and disabled.
-  if [[ " ${missing[*]} " == *" docker-registry "* ]] && [ -d /run/systemd/system ]; then
-    systemctl disable --now docker-registry.service >/dev/null 2>&1 \
-      || echo "setup: could not stop the docker-registry service; stop it with: systemctl disable --now docker-registry" >&2
-  fi
-  # The tests use prometheus only for its promtool; the package also
-  # enables a Prometheus server on :9090, which is stopped and disabled.
-  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
-    systemctl disable --now prometheus.service >/dev/null 2>&1 \
-      || echo "setup: could not stop the prometheus service; stop it with: systemctl disable --now prometheus" >&2
-  fi
+  [ -z "$made_policy" ] || rm -f "$policy"
+  trap - EXIT
+  # They also enable their service for the next boot (a registry on
+  # port 5000, a web server on port 80, a Prometheus server on 9090, of
+  # every interface); the tests need none of them, so they are disabled.
+  for service in docker-registry nginx prometheus; do
+    if [[ " ${missing[*]} " == *" $service "* ]] && [ -d /run/systemd/system ]; then
+      systemctl disable --now "$service.service" >/dev/null 2>&1 \
+        || echo "setup: could not stop the $service service; stop it with: systemctl disable --now $service" >&2
+    fi
+  done
 fi
 
 # make images downloads Debian's kernel with apt-get download, which

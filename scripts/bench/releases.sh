@@ -2,7 +2,7 @@
 # The release commands' benchmarks, each a ratio against a reference
 # measured in the same run on the same machine:
 #
-#   1. `liken fetch` of a 1 GiB release from `liken serve` against
+#   1. `liken fetch` of a 1 GiB release (by default) from `liken serve` against
 #      `curl -o` of the same files followed by `sha256sum` (target >= 1.2x:
 #      one streaming pass must beat two passes).
 #   2. `liken serve` against Debian's nginx under wrk: requests per second
@@ -10,6 +10,13 @@
 #      (target >= 0.8x).
 #
 # Usage: scripts/bench/releases.sh <liken-binary>
+#
+# BENCH_ROUNDS (3), BENCH_SECONDS (8 per wrk run), BENCH_RELEASE_MIB
+# (1024, the system image's size) and BENCH_FILE_KIB (1024, the small
+# file wrk asks for) set the size. LIKEN_BENCH_SMOKE=1 (`make
+# bench-smoke`, part of `make test`) makes those 1 round, 1 s, 4 MiB and
+# 64 KiB, so a change to the commands' interface breaks a test rather
+# than this benchmark; its figures are not measurements.
 # Everything lives in a temporary directory on tmpfs (/dev/shm when
 # present), so the numbers measure the network path, hashing and copying
 # rather than this machine's disk; fetch's fsyncs still run. Servers
@@ -20,7 +27,7 @@ set -euo pipefail
 liken=${1:?usage: $0 <liken-binary>}
 liken=$(realpath "$liken")
 for tool in curl sha256sum nginx wrk; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is missing; run scripts/bench/setup.sh" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "bench: $tool is missing; run scripts/setup.sh" >&2; exit 1; }
 done
 
 base=/dev/shm
@@ -37,9 +44,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rounds=${BENCH_ROUNDS:-3}
-seconds=${BENCH_SECONDS:-8}
+if [ "${LIKEN_BENCH_SMOKE:-}" = 1 ]; then
+  echo "bench: smoke size (LIKEN_BENCH_SMOKE=1): the figures below are not measurements"
+  rounds=${BENCH_ROUNDS:-1} seconds=${BENCH_SECONDS:-1}
+  release_mib=${BENCH_RELEASE_MIB:-4} file_kib=${BENCH_FILE_KIB:-64}
+else
+  rounds=${BENCH_ROUNDS:-3} seconds=${BENCH_SECONDS:-8}
+  release_mib=${BENCH_RELEASE_MIB:-1024} file_kib=${BENCH_FILE_KIB:-1024}
+fi
 version=2026.07.11-001
+
+# Runs a command quietly; on failure shows what it printed and stops.
+quiet() {
+  local out
+  out=$("$@" 2>&1) || { echo "$out" >&2; echo "bench: $* failed" >&2; exit 1; }
+}
 
 # A free loopback port, picked by the kernel.
 free_port() {
@@ -57,18 +76,18 @@ wait_port() {
 
 now() { date +%s.%N; }
 
-echo "bench: preparing a 1 GiB release in $work"
+echo "bench: preparing a $release_mib MiB release in $work"
 mkdir -p "$work/in"
-head -c 1G /dev/urandom > "$work/in/liken.sqfs"
+head -c "${release_mib}M" /dev/urandom > "$work/in/liken.sqfs"
 for f in vmlinuz boot.cpio microcode.cpio liken systemd-boot.efi grub-boot.img grub-core.img licenses.md; do
   head -c 65536 /dev/urandom > "$work/in/$f"
 done
 in=$work/in
-"$liken" bundle -slot-size 2Gi "$in/vmlinuz" "$in/liken.sqfs" "$in/boot.cpio" "$in/microcode.cpio" \
-  "$in/liken" "$in/systemd-boot.efi" "$in/grub-boot.img" "$in/grub-core.img" "$in/licenses.md" \
-  "$work/channel" "$version" >/dev/null 2>&1
+quiet "$liken" bundle -slot-size 2Gi -microcode "$in/microcode.cpio" "$in/vmlinuz" "$in/liken.sqfs" \
+  "$in/boot.cpio" "$in/liken" "$in/systemd-boot.efi" "$in/grub-boot.img" "$in/grub-core.img" \
+  "$in/licenses.md" "$work/channel" "$version"
 rm -rf "$in"
-head -c 1M /dev/urandom > "$work/channel/one-mib"
+head -c "${file_kib}K" /dev/urandom > "$work/channel/small-file"
 
 serve_port=$(free_port)
 "$liken" serve "$work/channel" "127.0.0.1:$serve_port" > "$work/serve.log" 2>&1 &
@@ -118,7 +137,7 @@ fetch_times=(); curl_times=()
 for r in $(seq "$rounds"); do
   rm -rf "$work/fetched" "$work/curled"
   t0=$(now)
-  "$liken" fetch "$src" "$version" "$work/fetched" >/dev/null 2>&1
+  quiet "$liken" fetch "$src" "$version" "$work/fetched"
   t1=$(now)
   fetch_times+=("$(python3 -c "print($t1-$t0)")")
   rm -rf "$work/fetched"
@@ -133,8 +152,8 @@ for r in $(seq "$rounds"); do
   rm -rf "$work/curled"
 done
 ft=$(best_min "${fetch_times[@]}"); ct=$(best_min "${curl_times[@]}")
-mib=$(python3 -c "print(1024 + 8*64/1024)")
-echo "fetch 1 GiB release:        liken fetch $(python3 -c "print(f'{$mib/$ft:.0f}')") MiB/s ($ft s)   curl -o + sha256sum $(python3 -c "print(f'{$mib/$ct:.0f}')") MiB/s ($ct s)"
+mib=$(python3 -c "print($release_mib + 8*64/1024)")
+echo "fetch $release_mib MiB release: liken fetch $(python3 -c "print(f'{$mib/$ft:.0f}')") MiB/s ($ft s)   curl -o + sha256sum $(python3 -c "print(f'{$mib/$ct:.0f}')") MiB/s ($ct s)"
 echo "RATIO fetch/curl+sha256sum: $(ratio "$ct" "$ft")x (target >= 1.2x)"
 
 # 2. serve against nginx under wrk. A Lua hook prints exact counts.
@@ -156,9 +175,9 @@ wrk_run() {
 
 rps_serve=(); rps_nginx=(); tp_serve=(); tp_nginx=()
 for r in $(seq "$rounds"); do
-  read -r q _ s <<<"$(wrk_run "http://127.0.0.1:$serve_port/one-mib" 2 32)"
+  read -r q _ s <<<"$(wrk_run "http://127.0.0.1:$serve_port/small-file" 2 32)"
   rps_serve+=("$(python3 -c "print($q/$s)")")
-  read -r q _ s <<<"$(wrk_run "http://127.0.0.1:$nginx_port/one-mib" 2 32)"
+  read -r q _ s <<<"$(wrk_run "http://127.0.0.1:$nginx_port/small-file" 2 32)"
   rps_nginx+=("$(python3 -c "print($q/$s)")")
   read -r _ b s <<<"$(wrk_run "http://127.0.0.1:$serve_port/$version/liken.sqfs" 1 1)"
   tp_serve+=("$(python3 -c "print($b/$s/2**20)")")
@@ -167,7 +186,7 @@ for r in $(seq "$rounds"); do
 done
 rs=$(best_max "${rps_serve[@]}"); rn=$(best_max "${rps_nginx[@]}")
 ts=$(best_max "${tp_serve[@]}"); tn=$(best_max "${tp_nginx[@]}")
-printf 'serve 1 MiB file, wrk -c32: liken serve %.0f req/s   nginx %.0f req/s\n' "$rs" "$rn"
+printf "serve %s KiB file, wrk -c32: liken serve %.0f req/s   nginx %.0f req/s\n" "$file_kib" "$rs" "$rn"
 echo "RATIO serve/nginx req/s:    $(ratio "$rs" "$rn")x (target >= 0.7x)"
-printf 'serve 1 GiB file, wrk -c1:  liken serve %.0f MiB/s   nginx %.0f MiB/s\n' "$ts" "$tn"
+printf "serve %s MiB file, wrk -c1:  liken serve %.0f MiB/s   nginx %.0f MiB/s\n" "$release_mib" "$ts" "$tn"
 echo "RATIO serve/nginx MiB/s:    $(ratio "$ts" "$tn")x (target >= 0.8x)"
