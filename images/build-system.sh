@@ -187,6 +187,9 @@ ln -s ../proc/self/mounts "$stage/etc/mtab"
 # The manifests init hands k3s on leaders (liken-init's seed step).
 mkdir -p "$stage/usr/share/liken"
 cp -r "$here/manifests" "$stage/usr/share/liken/manifests"
+# The operators' manifests name their image and template label by the
+# release they ship in.
+find "$stage/usr/share/liken/manifests" -name '*.yaml' -exec sed -i "s/@LIKEN_VERSION@/$version/g" {} +
 # The operator images init preloads into k3s (liken-init's seed step).
 if [ ${#images[@]} -gt 0 ]; then
   mkdir -p "$stage/usr/share/liken/images"

@@ -89,6 +89,11 @@ impl Sightings {
         );
     }
 
+    /// Whether a Lease of this name has been seen.
+    pub fn knows(&self, name: &str) -> bool {
+        self.leases.contains_key(name)
+    }
+
     /// Forgets a deleted Lease: one created again later counts as a
     /// renewal when it arrives.
     pub fn forget(&mut self, name: &str) {

@@ -19,9 +19,21 @@
 //!   reclaims, and the halt of a failed release.
 //! - [`status`]: the Cluster's status, written only when it changed.
 //! - [`channel`]: the release channel poller on its own thread.
+//!
+//! Then the code that carries the decisions out:
+//! - [`watches`]: the informers that feed the sweep.
+//! - [`sweep`]: one sweep, and every write, in order.
+//! - [`events`], [`metrics`]: what the operator tells people and
+//!   Prometheus.
+//! - [`run`]: flags, the election, the loop, shutdown.
 
 pub mod channel;
+pub mod events;
 pub mod fleet;
 pub mod heartbeat;
+pub mod metrics;
 pub mod rollout;
+pub mod run;
 pub mod status;
+pub mod sweep;
+pub mod watches;

@@ -1,0 +1,601 @@
+//! One sweep, carried out: read the stores, decide, write in order.
+//!
+//! Everything this program writes is written here, from the one loop.
+//! The order of the writes is the design:
+//!
+//! 1. **The Cluster's status**, carrying the turn ledger, with the
+//!    resourceVersion the sweep read (a conflict means another copy wrote
+//!    since, and this sweep's grants must not go out). Each condition that
+//!    transitioned posts its Event after the write lands. If the stored
+//!    answer lacks the ledger or halt that was sent (a CRD from an older
+//!    release pruned them), no grant goes out and Progressing says why.
+//! 2. **The grants**, each a merge patch of the Machine's conditions
+//!    conditioned on the resourceVersion recorded in the ledger; then the
+//!    **reclaims**. A conflict means the machine wrote first: skipped,
+//!    not retried (the next sweep decides again from the new version).
+//! 3. **The Lost verdicts**, only onto machines whose heartbeat is stale
+//!    (so their own operator is not writing), again conditioned on the
+//!    version read; a conflict means the machine came back, which is the
+//!    outcome this write exists to allow.
+//!
+//! A Machine or Cluster the wire decoder refuses is skipped with one Event
+//! and one log line naming the field (once per version of the object),
+//! and the sweep goes on with the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use liken_api::annotations::CHECK_RELEASES;
+use liken_api::condition::{self, Condition};
+use liken_api::coordination::{self, GRANT_REASON, REBOOT_APPROVED, VERSION_LABEL};
+use liken_api::{Cluster, ConditionStatus, Machine, Phase, Time, Version};
+use liken_kube::events::{EventType, ObjectReference, Recorder};
+use liken_kube::request::{CLUSTERS, MACHINES};
+use liken_kube::{Api, Client, Error};
+use serde_json::json;
+
+use super::channel::Poller;
+use super::events;
+use super::fleet::{self, FleetSweep, Judged, decide_fleet_sweep};
+use super::heartbeat::Sightings;
+use super::metrics::{ClusterMetrics, ErrorKind};
+use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
+use super::status::{self, Extras};
+use super::watches::Watches;
+use crate::runtime::log;
+
+/// The intervals a sweep judges by.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A heartbeat not renewed for this long is stale.
+    pub stale_after: Duration,
+    /// A turn held this long stalls the rollout.
+    pub stall_after: Duration,
+}
+
+/// Why a sweep could not reach a verdict.
+#[derive(Debug)]
+pub enum SweepError {
+    /// A Machine that holds a ledger entry could not be read fresh.
+    ReadMachine {
+        /// The Machine.
+        name: String,
+        /// What failed.
+        error: Error,
+    },
+}
+
+impl std::fmt::Display for SweepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SweepError::ReadMachine { name, error } => write!(
+                f,
+                "reading machine {name}, which holds a reboot turn, before deciding its turn: {error}"
+            ),
+        }
+    }
+}
+
+/// What a sweep needs that outlives it.
+pub struct Sweeper {
+    /// The leader-guarded client: every write passes the election first.
+    pub client: Client,
+    /// The watches.
+    pub watches: Watches,
+    /// The heartbeat record the Lease watch fills.
+    pub sightings: Arc<Mutex<Sightings>>,
+    /// The Events recorder.
+    pub recorder: Recorder,
+    /// The channel poller.
+    pub poller: Poller,
+    /// The fleet gauges and error counters.
+    pub metrics: ClusterMetrics,
+    /// The intervals.
+    pub limits: Limits,
+    /// Unreadable objects already reported, by kind and key, with the
+    /// resourceVersion reported.
+    reported: BTreeMap<(&'static str, String), String>,
+    /// The Cluster this copy operates, once found (for the log).
+    operating: Option<String>,
+    /// Whether the wait for a Cluster has been logged.
+    waiting_logged: bool,
+}
+
+impl Sweeper {
+    /// A sweeper over running watches.
+    pub fn new(
+        client: Client,
+        watches: Watches,
+        sightings: Arc<Mutex<Sightings>>,
+        recorder: Recorder,
+        poller: Poller,
+        metrics: ClusterMetrics,
+        limits: Limits,
+    ) -> Sweeper {
+        Sweeper {
+            client,
+            watches,
+            sightings,
+            recorder,
+            poller,
+            metrics,
+            limits,
+            reported: BTreeMap::new(),
+            operating: None,
+            waiting_logged: false,
+        }
+    }
+
+    /// One sweep of the whole fleet.
+    pub fn sweep(&mut self) -> Result<(), SweepError> {
+        if !self.watches.synced() {
+            return Ok(());
+        }
+        self.report_unreadable();
+        let Some(cluster) = self.pick_cluster() else {
+            return Ok(());
+        };
+        let mono = Instant::now();
+        let now = Time::from_system(SystemTime::now());
+
+        let machines = self.machines_for(&cluster)?;
+        let unreadable: BTreeSet<String> = lock(&self.watches.unreadable_machines)
+            .keys()
+            .cloned()
+            .collect();
+        let (heartbeats, watched_for) = {
+            let mut s = lock(&self.sightings);
+            s.begin(mono);
+            let beats: Vec<_> = machines
+                .iter()
+                .map(|m| s.judge(&m.metadata.name, mono, self.limits.stale_after))
+                .collect();
+            let names: BTreeSet<&str> = machines.iter().map(|m| m.metadata.name.as_str()).collect();
+            s.retain_machines(&|n| names.contains(n));
+            (beats, s.watched_for(mono))
+        };
+        let judged: Vec<Judged<'_>> = machines
+            .iter()
+            .zip(&heartbeats)
+            .map(|(m, h)| Judged::new(m, *h))
+            .collect();
+        let fleet = decide_fleet_sweep(&judged);
+        let template = self.template();
+        let mut rollout = decide_rollout(&RolloutInput {
+            cluster: &cluster,
+            machines: &judged,
+            unreadable: &unreadable,
+            template: &template,
+            watched_for,
+            stale_after: self.limits.stale_after,
+            stall_after: self.limits.stall_after,
+            now,
+        });
+
+        let releases = cluster.spec.releases.as_ref();
+        self.poller.observe(
+            releases.map_or("", |r| r.source.as_str()),
+            cluster
+                .metadata
+                .annotation(CHECK_RELEASES)
+                .unwrap_or_default(),
+            mono,
+        );
+        let extras = Extras {
+            available: self.poller.available(),
+            ..Extras::default()
+        };
+
+        // 1. The Cluster's status, ledger first.
+        if !self.publish(&cluster, &fleet, &rollout, &extras, now) {
+            rollout = rollout.without_grants();
+        }
+        // 2. Grants, then reclaims.
+        let by_name: BTreeMap<&str, &Machine> = machines
+            .iter()
+            .map(|m| (m.metadata.name.as_str(), m))
+            .collect();
+        self.grant(&cluster, &rollout, &by_name, now);
+        self.reclaim(&rollout, &by_name);
+        // 3. Lost.
+        self.mark_lost(&fleet, &judged, now);
+
+        self.metrics.observe(&fleet, &rollout);
+        Ok(())
+    }
+
+    /// The one Cluster of the fleet, once the store holds one. A fleet has
+    /// exactly one; with several the first by name is operated and the
+    /// others named in the log.
+    fn pick_cluster(&mut self) -> Option<Cluster> {
+        let mut clusters = self.watches.clusters().list();
+        clusters.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let Some(first) = clusters.first() else {
+            if !self.waiting_logged {
+                log::info(
+                    "waiting for a Cluster (the machine operators seed it from the image)",
+                    &[],
+                );
+                self.waiting_logged = true;
+            }
+            return None;
+        };
+        let name = &first.metadata.name;
+        if self.operating.as_deref() != Some(name) {
+            let others: Vec<&str> = clusters[1..]
+                .iter()
+                .map(|c| c.metadata.name.as_str())
+                .collect();
+            if others.is_empty() {
+                log::info("operating cluster", &[("cluster", name)]);
+            } else {
+                log::warn(
+                    "several Clusters exist; a fleet has one, so only the first by name is operated",
+                    &[("cluster", name), ("ignored", &others.join(","))],
+                );
+            }
+            self.operating = Some(name.clone());
+        }
+        Some((**first).clone())
+    }
+
+    /// The Machines as the store holds them, except that each one with a
+    /// ledger entry and no grant in its copy is read fresh: freeing its
+    /// slot depends on its current resourceVersion, and the store may lag
+    /// the Cluster's copy (two watches, two streams).
+    fn machines_for(&self, cluster: &Cluster) -> Result<Vec<Machine>, SweepError> {
+        let mut machines: Vec<Machine> = self
+            .watches
+            .machines()
+            .list()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        machines.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for entry in &cluster.status.reboot_turns {
+            let held = machines
+                .iter()
+                .position(|m| m.metadata.name == entry.machine);
+            if held.is_some_and(|i| coordination::holds_grant(&machines[i].status.conditions)) {
+                continue;
+            }
+            if held.is_none()
+                && lock(&self.watches.unreadable_machines).contains_key(&entry.machine)
+            {
+                continue;
+            }
+            match self
+                .client
+                .get::<Machine>(&Api::all(MACHINES), &entry.machine)
+            {
+                Ok(fresh) => match held {
+                    Some(i) => machines[i] = fresh,
+                    None => machines.push(fresh),
+                },
+                Err(e) if e.is_not_found() => {
+                    if let Some(i) = held {
+                        machines.remove(i);
+                    }
+                }
+                Err(error) => {
+                    self.metrics.error(ErrorKind::Read);
+                    return Err(SweepError::ReadMachine {
+                        name: entry.machine.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+        Ok(machines)
+    }
+
+    /// The release the machine operator DaemonSet's template carries.
+    fn template(&self) -> Template {
+        let key = format!(
+            "{}/{}",
+            coordination::HEARTBEAT_NAMESPACE,
+            coordination::MACHINE_OPERATOR
+        );
+        let Some(ds) = self.watches.daemon_set().get(&key) else {
+            return Template::Unreadable(format!(
+                "DaemonSet {key} does not exist (or this operator may not read it)"
+            ));
+        };
+        let label = format!(
+            "/spec/template/metadata/labels/{}",
+            VERSION_LABEL.replace('~', "~0").replace('/', "~1")
+        );
+        match ds.pointer(&label).and_then(|v| v.as_str()) {
+            Some(v) => Version::parse(v).map_or(Template::Unlabelled, Template::Release),
+            None => Template::Unlabelled,
+        }
+    }
+
+    /// Writes the Cluster's status when it changed and posts the
+    /// transitions. Answers whether the ledger the rollout decided is the
+    /// one the API server holds, so its grants may go out.
+    fn publish(
+        &mut self,
+        cluster: &Cluster,
+        fleet: &FleetSweep,
+        rollout: &Rollout,
+        extras: &Extras,
+        now: Time,
+    ) -> bool {
+        let composed = status::compose_status(cluster, fleet, rollout, extras, now);
+        let Some(next) = status::decide_status_write(cluster, composed) else {
+            return true;
+        };
+        let mut body = cluster.clone();
+        body.status = next;
+        let stored = match self.write_cluster_status(&body) {
+            Some(stored) => stored,
+            None => return false,
+        };
+        for c in condition::transitions(&cluster.status.conditions, &body.status.conditions) {
+            let kind = if status::needs_a_person(c) {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            self.recorder.event(
+                ObjectReference::cluster(cluster),
+                kind,
+                &c.reason,
+                events::ACTION_SWEEP,
+                &c.message,
+            );
+        }
+        if rollout::ledger_kept(rollout, &stored) {
+            return true;
+        }
+        log::warn(
+            "the served Cluster schema does not store status.rebootTurns or status.rolloutHalt; \
+             granting no reboot turn",
+            &[("cluster", &cluster.metadata.name)],
+        );
+        let mut pruned = stored.clone();
+        condition::set(
+            &mut pruned.status.conditions,
+            rollout::pruned_progressing().with_generation(stored.metadata.generation),
+            now,
+        );
+        if pruned.status != stored.status {
+            self.write_cluster_status(&pruned);
+        }
+        false
+    }
+
+    fn write_cluster_status(&self, body: &Cluster) -> Option<Cluster> {
+        let name = &body.metadata.name;
+        match self
+            .client
+            .replace_status::<Cluster, _>(&Api::all(CLUSTERS), name, body)
+        {
+            Ok(stored) => Some(stored),
+            Err(e) if e.is_conflict() => {
+                self.metrics.error(ErrorKind::Conflict);
+                log::info(
+                    "the Cluster changed since this sweep read it; no reboot turn goes out \
+                     until the next sweep",
+                    &[("cluster", name)],
+                );
+                None
+            }
+            Err(e) => {
+                self.metrics.error(ErrorKind::Write);
+                log::warn(
+                    "publishing the cluster status",
+                    &[("cluster", name), ("error", &e)],
+                );
+                None
+            }
+        }
+    }
+
+    /// Merge-patches a Machine's status conditioned on `resource_version`.
+    fn patch_machine(
+        &self,
+        name: &str,
+        resource_version: &str,
+        phase: Option<Phase>,
+        conditions: &[Condition],
+    ) -> Result<Machine, Error> {
+        let mut status = json!({ "conditions": conditions });
+        if let Some(p) = phase {
+            status["phase"] = json!(p);
+        }
+        self.client.merge_patch_status::<Machine>(
+            &Api::all(MACHINES),
+            name,
+            &json!({"metadata": {"resourceVersion": resource_version}, "status": status}),
+        )
+    }
+
+    /// Counts and logs a failed Machine write; a conflict is the machine
+    /// writing first, and is skipped.
+    fn machine_write_failed(&self, what: &str, name: &str, e: &Error) {
+        if e.is_conflict() {
+            self.metrics.error(ErrorKind::Conflict);
+            log::info(
+                "the machine wrote its status first; skipped until the next sweep",
+                &[("machine", &name), ("write", &what)],
+            );
+        } else {
+            self.metrics.error(ErrorKind::Write);
+            log::warn(what, &[("machine", &name), ("error", e)]);
+        }
+    }
+
+    fn grant(
+        &self,
+        cluster: &Cluster,
+        rollout: &Rollout,
+        machines: &BTreeMap<&str, &Machine>,
+        now: Time,
+    ) {
+        let budget = cluster.max_unavailable();
+        for g in &rollout.grants {
+            let Some(m) = machines.get(g.machine.as_str()) else {
+                continue;
+            };
+            if m.metadata.resource_version != g.resource_version {
+                // The copy moved on since the entry was written: a grant
+                // conditioned on the old version cannot land, and the
+                // next sweep frees the entry.
+                continue;
+            }
+            let release = g
+                .release
+                .as_ref()
+                .map(|r| format!(" for release {r}"))
+                .unwrap_or_default();
+            let mut conditions = m.status.conditions.clone();
+            condition::set(
+                &mut conditions,
+                Condition::new(
+                    REBOOT_APPROVED,
+                    ConditionStatus::True,
+                    GRANT_REASON,
+                    format!(
+                        "the cluster operator granted this machine a reboot turn{release} \
+                         (spec.disruptionBudget.maxUnavailable {budget})"
+                    ),
+                )
+                .with_generation(m.metadata.generation),
+                now,
+            );
+            match self.patch_machine(&g.machine, &g.resource_version, None, &conditions) {
+                Ok(_) => {
+                    log::info(
+                        "granted a reboot turn",
+                        &[
+                            ("machine", &g.machine),
+                            ("release", &g.release.as_ref().map_or("", |v| v.as_str())),
+                            ("confirm", &g.confirm),
+                        ],
+                    );
+                    self.recorder.event(
+                        ObjectReference::machine(m),
+                        EventType::Normal,
+                        events::REBOOT_TURN_GRANTED,
+                        events::ACTION_GRANT,
+                        &format!("granted a reboot turn{release} (maxUnavailable {budget})"),
+                    );
+                }
+                Err(e) => self.machine_write_failed("granting a reboot turn", &g.machine, &e),
+            }
+        }
+    }
+
+    fn reclaim(&self, rollout: &Rollout, machines: &BTreeMap<&str, &Machine>) {
+        for name in &rollout.reclaims {
+            let Some(m) = machines.get(name.as_str()) else {
+                continue;
+            };
+            let mut conditions = m.status.conditions.clone();
+            condition::remove(&mut conditions, REBOOT_APPROVED);
+            let failed = rollout.halt.as_ref().filter(|h| &h.machine == name);
+            match self.patch_machine(name, &m.metadata.resource_version, None, &conditions) {
+                Ok(_) => {
+                    let note = match failed {
+                        Some(h) => format!(
+                            "took the reboot turn back: release {} failed on this machine",
+                            h.release
+                        ),
+                        None => "the machine finished its turn; reclaimed it".to_owned(),
+                    };
+                    log::info(&note, &[("machine", name)]);
+                    self.recorder.event(
+                        ObjectReference::machine(m),
+                        EventType::Normal,
+                        events::REBOOT_TURN_RECLAIMED,
+                        events::ACTION_RECLAIM,
+                        &note,
+                    );
+                }
+                Err(e) => self.machine_write_failed("reclaiming a reboot turn", name, &e),
+            }
+        }
+    }
+
+    fn mark_lost(&self, fleet: &FleetSweep, judged: &[Judged<'_>], now: Time) {
+        for j in judged
+            .iter()
+            .filter(|j| fleet.lost.iter().any(|l| l == j.name()))
+        {
+            let m = j.machine;
+            let conditions = fleet::lost_conditions(m, now);
+            match self.patch_machine(
+                j.name(),
+                &m.metadata.resource_version,
+                Some(Phase::Lost),
+                &conditions,
+            ) {
+                Ok(_) => {
+                    let note = fleet::lost_message(&j.heartbeat);
+                    log::info(
+                        "machine has gone silent; marked Lost",
+                        &[("machine", &j.name()), ("detail", &note)],
+                    );
+                    self.recorder.event(
+                        ObjectReference::machine(m),
+                        EventType::Warning,
+                        events::MACHINE_LOST,
+                        events::ACTION_MARK_LOST,
+                        &note,
+                    );
+                }
+                Err(e) => self.machine_write_failed("marking the machine Lost", j.name(), &e),
+            }
+        }
+    }
+
+    /// One Event and one log line per unreadable object (per version).
+    fn report_unreadable(&mut self) {
+        for (kind, held) in [
+            ("Machine", &self.watches.unreadable_machines),
+            ("Cluster", &self.watches.unreadable_clusters),
+        ] {
+            let now: Vec<_> = lock(held).values().cloned().collect();
+            self.reported
+                .retain(|(k, key), _| *k != kind || now.iter().any(|u| &u.key == key));
+            for u in now {
+                let seen = self.reported.get(&(kind, u.key.clone()));
+                if seen == Some(&u.resource_version) {
+                    continue;
+                }
+                self.reported
+                    .insert((kind, u.key.clone()), u.resource_version.clone());
+                self.metrics.error(ErrorKind::Unreadable);
+                let note = format!(
+                    "this {kind} cannot be read by liken-cluster-operator {} and is skipped \
+                     until it is fixed: {}",
+                    liken_api::BUILD_VERSION,
+                    u.message
+                );
+                log::warn(
+                    "skipping an object the decoder refuses",
+                    &[("kind", &kind), ("name", &u.key), ("error", &u.message)],
+                );
+                self.recorder.event(
+                    ObjectReference {
+                        api_version: liken_api::API_VERSION.into(),
+                        kind: kind.into(),
+                        name: u.key.clone(),
+                        ..ObjectReference::default()
+                    },
+                    EventType::Warning,
+                    events::UNREADABLE,
+                    events::ACTION_SWEEP,
+                    &note,
+                );
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

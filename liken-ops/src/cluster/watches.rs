@@ -1,0 +1,195 @@
+//! The watches that feed the sweep: what the cluster operator sees.
+//!
+//! Four informers, all into stores and one capacity-one wake channel:
+//!
+//! - **Machines** (cluster-wide): every change wakes the sweep.
+//! - **Clusters**: every change wakes the sweep (a new target, a budget,
+//!   an annotation asking for a poll or lifting a halt).
+//! - **Heartbeat Leases** in `liken-system`, selected by the
+//!   `liken.sh/heartbeat` label (so the election Lease is not one): each
+//!   event is recorded in the [`Sightings`] on the watch thread the moment
+//!   it arrives, on this program's clock. A renewal wakes nobody: it
+//!   changes no verdict until it stops coming, which the sweep's ticker
+//!   catches, and at 1,000 machines renewing every ten seconds a wake per
+//!   renewal would be a sweep every 10 ms. A Lease that appears or goes
+//!   does wake the sweep.
+//! - **The machine operator's DaemonSet** (by name, in `liken-system`):
+//!   its template's release decides whether leaders go first.
+//!
+//! Machines and Clusters the wire decoder refuses are kept aside, by name
+//! with the field that failed, so the sweep can skip them with one Event
+//! and one log line each and keep the ledger entry of a Machine it cannot
+//! read.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use crossbeam_channel::Sender;
+use liken_api::coordination::{HEARTBEAT_LABEL, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR};
+use liken_api::{Cluster, Machine};
+use liken_kube::election::Lease;
+use liken_kube::metrics::Registry;
+use liken_kube::object::Unreadable;
+use liken_kube::request::{CLUSTERS, LEASES, MACHINES, Resource};
+use liken_kube::{Api, Client, DynamicObject, Event, Informer, Object, Store, Watcher};
+
+use super::heartbeat::Sightings;
+
+/// DaemonSets (`apps/v1`).
+pub const DAEMON_SETS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "daemonsets",
+    kind: "DaemonSet",
+    namespaced: true,
+};
+
+/// Objects a store could not decode, by key.
+pub type Unreadables = Arc<Mutex<BTreeMap<String, Unreadable>>>;
+
+/// The running watches.
+pub struct Watches {
+    machines: Informer<Machine>,
+    clusters: Informer<Cluster>,
+    leases: Informer<Lease>,
+    daemon_set: Informer<DynamicObject>,
+    /// Machines the decoder refused.
+    pub unreadable_machines: Unreadables,
+    /// Clusters the decoder refused.
+    pub unreadable_clusters: Unreadables,
+}
+
+/// Keeps `unreadable` in step with a watch: a relist starts it over, an
+/// unreadable object enters it, a readable version or a deletion leaves.
+fn track<T: Object>(unreadable: &Unreadables) -> impl FnMut(&Event<T>) -> bool + Send + 'static {
+    let unreadable = unreadable.clone();
+    move |event| {
+        let mut held = unreadable.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Event::Restarted(_) => held.clear(),
+            Event::Applied(o) | Event::Deleted(o) => {
+                held.remove(&o.key());
+            }
+            Event::Unreadable(u) => {
+                held.insert(u.key.clone(), u.clone());
+            }
+        }
+        true
+    }
+}
+
+/// Records each heartbeat as it arrives; wakes only when a Lease appears
+/// or goes.
+fn record(sightings: Arc<Mutex<Sightings>>) -> impl FnMut(&Event<Lease>) -> bool + Send + 'static {
+    move |event| {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut s = sightings.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Event::Restarted(leases) => {
+                for l in leases {
+                    s.observe(l.name(), renew_time(l), now, wall);
+                }
+                true
+            }
+            Event::Applied(l) => {
+                let new = !s.knows(l.name());
+                s.observe(l.name(), renew_time(l), now, wall);
+                new
+            }
+            Event::Deleted(l) => {
+                s.forget(l.name());
+                true
+            }
+            Event::Unreadable(_) => false,
+        }
+    }
+}
+
+fn renew_time(l: &Lease) -> &str {
+    l.spec.renew_time.as_deref().unwrap_or_default()
+}
+
+impl Watches {
+    /// Starts the four watches, each waking `wake` as described above.
+    pub fn start(
+        client: &Client,
+        wake: &Sender<()>,
+        sightings: Arc<Mutex<Sightings>>,
+        registry: &Registry,
+        report: liken_kube::watch::Report,
+    ) -> Watches {
+        let unreadable_machines = Unreadables::default();
+        let unreadable_clusters = Unreadables::default();
+        let machines = Informer::spawn_observed(
+            Watcher::new(client.clone(), Api::all(MACHINES)).report(report.clone()),
+            wake.clone(),
+            track::<Machine>(&unreadable_machines),
+        );
+        let clusters = Informer::spawn_observed(
+            Watcher::new(client.clone(), Api::all(CLUSTERS)).report(report.clone()),
+            wake.clone(),
+            track::<Cluster>(&unreadable_clusters),
+        );
+        let leases = Informer::spawn_observed(
+            Watcher::new(client.clone(), Api::namespaced(LEASES, HEARTBEAT_NAMESPACE))
+                .labels(&format!("{HEARTBEAT_LABEL}=true"))
+                .report(report.clone()),
+            wake.clone(),
+            record(sightings),
+        );
+        let daemon_set = Informer::spawn(
+            Watcher::new(
+                client.clone(),
+                Api::namespaced(DAEMON_SETS, HEARTBEAT_NAMESPACE),
+            )
+            .fields(&format!("metadata.name={MACHINE_OPERATOR}"))
+            .report(report),
+            wake.clone(),
+        );
+        machines.stats().register(registry, "machines");
+        clusters.stats().register(registry, "clusters");
+        leases.stats().register(registry, "leases");
+        daemon_set.stats().register(registry, "daemonsets");
+        Watches {
+            machines,
+            clusters,
+            leases,
+            daemon_set,
+            unreadable_machines,
+            unreadable_clusters,
+        }
+    }
+
+    /// The Machines' store.
+    pub fn machines(&self) -> Store<Machine> {
+        self.machines.store()
+    }
+
+    /// The Clusters' store.
+    pub fn clusters(&self) -> Store<Cluster> {
+        self.clusters.store()
+    }
+
+    /// The DaemonSet's store (zero or one object).
+    pub fn daemon_set(&self) -> Store<DynamicObject> {
+        self.daemon_set.store()
+    }
+
+    /// Whether every store holds its first LIST.
+    pub fn synced(&self) -> bool {
+        self.machines.store().is_synced()
+            && self.clusters.store().is_synced()
+            && self.leases.store().is_synced()
+            && self.daemon_set.store().is_synced()
+    }
+
+    /// Stops every watch thread.
+    pub fn stop(self) {
+        self.machines.stop();
+        self.clusters.stop();
+        self.leases.stop();
+        self.daemon_set.stop();
+    }
+}

@@ -1,0 +1,714 @@
+//! The cluster operator against a real control plane (etcd,
+//! kube-apiserver, kube-controller-manager, with the audit log), running
+//! as its own binary under its ServiceAccount's token bound by the shipped
+//! RBAC (`images/manifests/cluster-operator.yaml`), so a missing verb
+//! fails a test. The tests play the machines as their operators would:
+//! they renew (or stop renewing) heartbeat Leases and write Machine
+//! statuses with admin credentials.
+//!
+//! Budgets are judged from the full watch history of the Machines and the
+//! Cluster, recorded from before a scenario starts, never from the end
+//! state; writes are counted in the apiserver's audit log.
+
+mod harness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use harness::*;
+use liken_api::annotations::RESUME_ROLLOUT;
+use liken_api::cluster::HaltCause;
+use liken_api::condition::find;
+use liken_api::coordination::{self, HEARTBEAT_NAMESPACE};
+use liken_api::{ConditionStatus, Machine, Phase};
+use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
+use liken_kube::{Api, DynamicObject, Event};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+fn sims(list: &[(&str, Sim)]) -> BTreeMap<String, Sim> {
+    list.iter()
+        .map(|(n, s)| ((*n).to_owned(), s.clone()))
+        .collect()
+}
+
+fn asking(staged: &str) -> Sim {
+    let mut s = Sim::ready(OLD);
+    s.step = Step::Asking;
+    s.staged = Some(staged.into());
+    s
+}
+
+fn condition_reason(c: &liken_api::Cluster, type_: &str) -> String {
+    find(&c.status.conditions, type_)
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+fn all_run(env: &Env, names: &[&str], release: &str) -> bool {
+    names.iter().all(|n| {
+        env.machine(n)
+            .status
+            .release
+            .and_then(|r| r.running)
+            .is_some_and(|r| r.as_str() == release)
+    })
+}
+
+fn wait_all_run(env: &Env, names: &[&str], release: &str, within: Duration, op: &Operator) {
+    let end = deadline(within);
+    while !all_run(env, names, release) {
+        assert!(
+            Instant::now() < end,
+            "not every machine of {names:?} runs {release} within {within:?}; cluster status: {:?}\noperator log:\n{}",
+            env.cluster("home").status,
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Machines that were ever granted a turn, from the history.
+fn granted_ever(events: &[Event<Machine>]) -> BTreeSet<String> {
+    events
+        .iter()
+        .flat_map(|e| match e {
+            Event::Restarted(items) => items.iter().collect::<Vec<_>>(),
+            Event::Applied(m) => vec![m],
+            _ => vec![],
+        })
+        .filter(|m| coordination::holds_grant(&m.status.conditions))
+        .map(|m| m.metadata.name.clone())
+        .collect()
+}
+
+#[test]
+fn the_fleet_under_the_shipped_rbac() {
+    let env = Env::start();
+    let start = env.cp.audit_mark().unwrap();
+    let mut op = env.operator("copy-a", &[]);
+
+    lost_and_back(&env, &op);
+    rollout_within_budget(&env, &op);
+    failed_release_halts(&env, &op);
+    settled_fleet_writes_nothing(&env, &op);
+    unreadable_machine_is_skipped(&env, &op);
+
+    // SIGTERM: the loop ends, Events flush, the Lease is released.
+    let status = op.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}\n{}", op.log_text());
+    assert!(
+        op.log_text().contains("released the leader Lease"),
+        "{}",
+        op.log_text()
+    );
+    let lease: DynamicObject = env
+        .admin
+        .get(
+            &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+            "liken-cluster-operator",
+        )
+        .unwrap();
+    assert!(
+        lease.0["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{}",
+        lease.0
+    );
+
+    rbac_is_exactly_what_was_used(&env, start);
+}
+
+/// A machine that stops renewing its heartbeat becomes Lost (only after
+/// the stale limit, with a MachineLost Event naming the last renewal), the
+/// Cluster says so, and the machine's own next status puts it back.
+fn lost_and_back(env: &Env, op: &Operator) {
+    env.clear();
+    env.create_cluster("home", &["a"], OLD, 1);
+    let player = Player::start(env, sims(&[("a", Sim::ready(OLD)), ("b", Sim::ready(OLD))]));
+    let c = env.wait_cluster(
+        "home",
+        "the fleet reads ready",
+        Duration::from_secs(30),
+        |c| {
+            condition_reason(c, "MachinesReady") == "AllMachinesReady"
+                && condition_reason(c, "Progressing") == "RolloutComplete"
+        },
+    );
+    assert_eq!(c.status.machines.summary, "2/2");
+    assert_eq!(c.status.phase, Some(Phase::Ready));
+    assert_eq!(c.status.observed_generation, c.metadata.generation);
+
+    player.with("b", |s| s.up = false);
+    let silent = Instant::now();
+    let end = deadline(Duration::from_secs(30));
+    let lost = loop {
+        let m = env.machine("b");
+        if m.status.phase == Some(Phase::Lost) {
+            break m;
+        }
+        assert!(
+            Instant::now() < end,
+            "b was not marked Lost\n{}",
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        silent.elapsed() >= STALE - Duration::from_millis(300),
+        "marked Lost {:?} after the last renewal, before the stale limit",
+        silent.elapsed()
+    );
+    let ready = find(&lost.status.conditions, coordination::READY).unwrap();
+    assert_eq!(ready.status, ConditionStatus::Unknown);
+    assert_eq!(ready.reason, coordination::HEARTBEAT_STALE);
+    assert_eq!(env.machine("a").status.phase, Some(Phase::Ready));
+    let c = env.wait_cluster(
+        "home",
+        "the Cluster names b unwell",
+        Duration::from_secs(10),
+        |c| {
+            find(&c.status.conditions, "MachinesReady")
+                .is_some_and(|m| m.message == "1/2 machines ready; unwell: b")
+        },
+    );
+    assert_eq!(c.status.phase, Some(Phase::Degraded));
+    let end = deadline(Duration::from_secs(10));
+    while env.events("b", "MachineLost").is_empty() {
+        assert!(Instant::now() < end, "no MachineLost Event on b");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let event = &env.events("b", "MachineLost")[0];
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"].as_str().unwrap().contains("last renewed at"),
+        "{event}"
+    );
+
+    player.with("b", |s| s.up = true);
+    env.wait_cluster(
+        "home",
+        "the fleet reads ready again",
+        Duration::from_secs(30),
+        |c| condition_reason(c, "MachinesReady") == "AllMachinesReady",
+    );
+    assert_eq!(env.machine("b").status.phase, Some(Phase::Ready));
+    assert!(!env.events("home", "MachinesDegraded").is_empty());
+    assert!(!env.events("home", "AllMachinesReady").is_empty());
+}
+
+/// Three machines take release NEW one at a time: the leader first while
+/// the machine operator DaemonSet lags, one of them silent long enough
+/// during its reboot to be marked Lost, and never more than the budget
+/// down at once in the whole recorded history.
+fn rollout_within_budget(env: &Env, op: &Operator) {
+    env.clear();
+    env.daemon_set(OLD);
+    let history = History::record(env);
+    env.create_cluster("home", &["a"], NEW, 1);
+    let mut slow = asking(NEW);
+    slow.reboot_for = STALE + Duration::from_secs(2);
+    let player = Player::start(
+        env,
+        sims(&[("a", asking(NEW)), ("b", slow), ("c", asking(NEW))]),
+    );
+
+    // Leaders first: the followers wait while the template says OLD.
+    env.wait_cluster(
+        "home",
+        "followers wait for the leader",
+        Duration::from_secs(30),
+        |c| {
+            find(&c.status.conditions, "Progressing")
+                .is_some_and(|p| p.message.contains("leaders first"))
+        },
+    );
+    wait_all_run(env, &["a"], NEW, Duration::from_secs(60), op);
+    assert!(!all_run(env, &["b"], NEW) && !all_run(env, &["c"], NEW));
+    // The leader booted NEW, and k3s applied its manifests.
+    env.daemon_set(NEW);
+    wait_all_run(env, &["a", "b", "c"], NEW, Duration::from_secs(90), op);
+    let c = env.wait_cluster(
+        "home",
+        "the rollout completes",
+        Duration::from_secs(30),
+        |c| {
+            condition_reason(c, "Progressing") == "RolloutComplete"
+                && c.status.reboot_turns.is_empty()
+        },
+    );
+    assert_eq!(
+        find(&c.status.conditions, "Progressing").unwrap().message,
+        format!("all 3 machines run {NEW}")
+    );
+    drop(player);
+    let (machines, clusters) = history.stop();
+    let (peak, at) = peak_disruption(&machines);
+    assert!(
+        peak <= 1,
+        "{peak} machines down at once ({at}) under maxUnavailable 1"
+    );
+    assert!(peak_ledger(&clusters) <= 1);
+    assert_eq!(
+        granted_ever(&machines),
+        BTreeSet::from(["a".into(), "b".into(), "c".into()])
+    );
+    // b was silent past the limit during its reboot: Lost, while holding
+    // its turn.
+    assert!(machines.iter().any(|e| matches!(e,
+        Event::Applied(m) if m.metadata.name == "b" && m.status.phase == Some(Phase::Lost))));
+    for m in ["a", "b", "c"] {
+        assert!(!env.events(m, "RebootTurnGranted").is_empty(), "{m}");
+        assert!(!env.events(m, "RebootTurnReclaimed").is_empty(), "{m}");
+    }
+}
+
+/// The leader boots NEW and falls back: NEW halts (ReleaseFailed, the
+/// leader's grant taken back, the follower never granted), until the
+/// resume annotation takes a new value.
+fn failed_release_halts(env: &Env, op: &Operator) {
+    env.clear();
+    env.daemon_set(NEW);
+    env.create_cluster("home", &["a"], NEW, 1);
+    let mut failing = asking(NEW);
+    failing.fails = true;
+    let player = Player::start(env, sims(&[("a", failing), ("b", asking(NEW))]));
+    let c = env.wait_cluster("home", "NEW halts", Duration::from_secs(60), |c| {
+        condition_reason(c, "Progressing") == "ReleaseFailed"
+    });
+    let halt = c.status.rollout_halt.clone().unwrap();
+    assert_eq!(
+        (halt.release.as_str(), halt.machine.as_str(), halt.cause),
+        (NEW, "a", HaltCause::FellBack)
+    );
+    let p = find(&c.status.conditions, "Progressing").unwrap();
+    assert_eq!(p.status, ConditionStatus::False);
+    assert!(
+        p.message
+            .contains(&format!("release {NEW} failed on machine a")),
+        "{}",
+        p.message
+    );
+    // Held for a while: nobody is granted NEW, and a's grant is gone.
+    std::thread::sleep(Duration::from_secs(4));
+    for m in ["a", "b"] {
+        assert!(
+            !coordination::holds_grant(&env.machine(m).status.conditions),
+            "{m} holds a grant during the halt\n{}",
+            op.log_text()
+        );
+    }
+    assert!(env.events("b", "RebootTurnGranted").is_empty());
+    let event = &env.events("home", "ReleaseFailed")[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(
+        env.cluster("home").status.rollout_halt.as_ref(),
+        Some(&halt),
+        "the halt holds"
+    );
+    metrics_are_promtool_clean(op, true);
+
+    // The person fixes the release and resumes.
+    player.with("a", |s| s.fails = false);
+    env.admin
+        .merge_patch::<DynamicObject>(
+            &Api::all(CLUSTERS),
+            "home",
+            &json!({"metadata": {"annotations": {RESUME_ROLLOUT: "fixed-1"}}}),
+        )
+        .unwrap();
+    wait_all_run(env, &["a", "b"], NEW, Duration::from_secs(60), op);
+    let c = env.wait_cluster(
+        "home",
+        "the resumed rollout completes",
+        Duration::from_secs(30),
+        |c| condition_reason(c, "Progressing") == "RolloutComplete",
+    );
+    assert_eq!(c.status.rollout_halt, None);
+    drop(player);
+}
+
+/// A settled fleet: ten sweeps and more, and the operator writes nothing
+/// but its own election Lease's renewals (counted in the audit log).
+fn settled_fleet_writes_nothing(env: &Env, op: &Operator) {
+    env.clear();
+    env.create_cluster("home", &["a"], NEW, 1);
+    let player = Player::start(
+        env,
+        sims(&[
+            ("a", Sim::ready(NEW)),
+            ("b", Sim::ready(NEW)),
+            ("c", Sim::ready(NEW)),
+        ]),
+    );
+    env.wait_cluster("home", "the fleet settles", Duration::from_secs(30), |c| {
+        condition_reason(c, "MachinesReady") == "AllMachinesReady"
+            && condition_reason(c, "Progressing") == "RolloutComplete"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let mark = env.cp.audit_mark().unwrap();
+    let sweeps_before = sweeps(op);
+    std::thread::sleep(Duration::from_secs(12));
+    let swept = sweeps(op) - sweeps_before;
+    assert!(swept >= 10.0, "only {swept} sweeps ran");
+    let writes: Vec<String> = env
+        .cp
+        .writes_by(&operator_user(), mark)
+        .unwrap()
+        .into_iter()
+        .filter(|e| !(e.resource == "leases" && e.name == "liken-cluster-operator"))
+        .map(|e| e.describe())
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "a settled fleet was written to: {writes:?}"
+    );
+    drop(player);
+}
+
+/// The operator's /metrics text (its address is in its log).
+fn metrics_text(op: &Operator) -> String {
+    let log = op.log_text();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("metrics=").nth(1))
+        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
+        .expect("the operator logs its metrics address");
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    match text.split_once("\r\n\r\n") {
+        Some((_, body)) => body.to_owned(),
+        None => text,
+    }
+}
+
+/// The value of one series in a metrics text.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// How many sweeps the operator has run.
+fn sweeps(op: &Operator) -> f64 {
+    metric(&metrics_text(op), "liken_reconcile_duration_seconds_count")
+}
+
+/// The exposition passes promtool's checks, and carries the operator's
+/// own series.
+fn metrics_are_promtool_clean(op: &Operator, halted: bool) {
+    let text = metrics_text(op);
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is missing: run scripts/setup.sh (it installs Debian's prometheus)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        metric(&text, "liken_cluster_rollout_halted"),
+        if halted { 1.0 } else { 0.0 }
+    );
+    for series in [
+        "liken_cluster_machines{phase=\"Ready\"}",
+        "liken_cluster_machines{phase=\"Lost\"}",
+        "liken_cluster_machines_awaiting_approval",
+        "liken_cluster_reboot_turns_outstanding",
+        "liken_cluster_operator_errors_total{kind=\"conflict\"}",
+        "liken_reconcile_errors_total",
+        "liken_watch_restarts_total{resource=\"machines\"}",
+        "leader_election_master_status{name=\"liken-system/liken-cluster-operator\"}",
+    ] {
+        metric(&text, series);
+    }
+}
+
+/// A Machine whose status the decoder refuses (a phase a newer release
+/// might add) is skipped with one Event and one log line naming the
+/// field, and the sweep goes on with the others.
+fn unreadable_machine_is_skipped(env: &Env, op: &Operator) {
+    // Let the CRD accept what this build cannot read.
+    let crds = Api::all(liken_kube::request::Resource {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+    });
+    let mut crd: DynamicObject = env.admin.get(&crds, "machines.liken.sh").unwrap();
+    let phase = crd.0["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["phase"]
+        .as_object_mut()
+        .unwrap();
+    phase.remove("enum");
+    env.admin
+        .replace::<DynamicObject, _>(&crds, "machines.liken.sh", &crd)
+        .unwrap();
+    let m = json!({"apiVersion": "liken.sh/v1alpha1", "kind": "Machine",
+                   "metadata": {"name": "odd"}, "spec": {}});
+    env.admin
+        .create::<DynamicObject, _>(&Api::all(MACHINES), &m)
+        .unwrap();
+    let end = deadline(Duration::from_secs(30));
+    loop {
+        let r = env.admin.merge_patch_status::<DynamicObject>(
+            &Api::all(MACHINES),
+            "odd",
+            &json!({"status": {"phase": "Hibernating"}}),
+        );
+        if r.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the loosened CRD refused phase Hibernating: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let end = deadline(Duration::from_secs(20));
+    while env.events("odd", "UnreadableObject").is_empty() {
+        assert!(
+            Instant::now() < end,
+            "no UnreadableObject Event\n{}",
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let events = env.events("odd", "UnreadableObject");
+    assert_eq!(events.len(), 1);
+    assert!(
+        events[0]["note"].as_str().unwrap().contains("status.phase"),
+        "{}",
+        events[0]
+    );
+    // The sweep goes on: the other machines are still judged.
+    std::thread::sleep(Duration::from_secs(3));
+    let c = env.cluster("home");
+    assert_eq!(c.status.machines.total, 3, "{:?}", c.status.machines);
+    let lines: Vec<String> = op
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("refuses") && l.contains("odd"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("status.phase"), "{}", lines[0]);
+    assert!(!op.log_text().contains("panicked"));
+    let _ = env
+        .admin
+        .delete(&Api::all(MACHINES), "odd", &Default::default());
+}
+
+/// The verbs the operator used (from the audit log, since `start`) are
+/// exactly the ones its Role and ClusterRole grant: nothing it used was
+/// refused or ungranted, and nothing granted went unused.
+fn rbac_is_exactly_what_was_used(env: &Env, start: liken_testenv::audit::AuditMark) {
+    let used: Vec<liken_testenv::audit::AuditEvent> = env
+        .cp
+        .audit_since(start)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.user == operator_user())
+        .collect();
+    let refused: Vec<String> = used
+        .iter()
+        .filter(|e| e.code == 403)
+        .map(|e| e.describe())
+        .collect();
+    assert!(refused.is_empty(), "refused by RBAC: {refused:?}");
+
+    let text = std::fs::read_to_string(
+        liken_testenv::workspace_root().join("images/manifests/cluster-operator.yaml"),
+    )
+    .unwrap();
+    // (namespace or "" for a ClusterRole, group, resource, name or "*", verb)
+    let mut granted: BTreeSet<(String, String, String, String, String)> = BTreeSet::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc).unwrap();
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if kind != "Role" && kind != "ClusterRole" {
+            continue;
+        }
+        let ns = v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for rule in v["rules"].as_array().unwrap() {
+            let names: Vec<String> = rule["resourceNames"]
+                .as_array()
+                .map(|a| a.iter().map(|n| n.as_str().unwrap().to_owned()).collect())
+                .unwrap_or_else(|| vec!["*".into()]);
+            for g in rule["apiGroups"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        for n in &names {
+                            granted.insert((
+                                ns.clone(),
+                                g.as_str().unwrap().into(),
+                                r.as_str().unwrap().into(),
+                                n.clone(),
+                                verb.as_str().unwrap().into(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let grants = |e: &liken_testenv::audit::AuditEvent,
+                  g: &(String, String, String, String, String)| {
+        let resource = if e.subresource.is_empty() {
+            e.resource.clone()
+        } else {
+            format!("{}/{}", e.resource, e.subresource)
+        };
+        (g.0.is_empty() || g.0 == e.namespace)
+            && g.1 == e.api_group
+            && g.2 == resource
+            && (g.3 == "*" || g.3 == e.name)
+            && g.4 == e.verb
+    };
+    let mut ungranted = Vec::new();
+    for e in &used {
+        if !granted.iter().any(|g| grants(e, g)) {
+            ungranted.push(e.describe());
+        }
+    }
+    assert!(ungranted.is_empty(), "used but not granted: {ungranted:?}");
+    let unused: Vec<String> = granted
+        .iter()
+        .filter(|g| !used.iter().any(|e| grants(e, g)))
+        .map(|g| format!("{g:?}"))
+        .collect();
+    assert!(unused.is_empty(), "granted but never used: {unused:?}");
+    let verbs: BTreeSet<String> = used
+        .iter()
+        .map(|e| {
+            let r = if e.subresource.is_empty() {
+                e.resource.clone()
+            } else {
+                format!("{}/{}", e.resource, e.subresource)
+            };
+            format!("{} {r}", e.verb)
+        })
+        .collect();
+    eprintln!("the operator used: {verbs:?}");
+}
+
+/// Two copies; the acting one is paused with SIGSTOP at a random moment
+/// of a rollout and resumed after the other took over, over several
+/// randomized runs (`LIKEN_PAUSE_RUNS`, default 3). Never more machines
+/// down than the budget in the recorded history.
+#[test]
+fn two_copies_one_paused_never_exceed_the_budget() {
+    let env = Env::start();
+    let runs: u64 = std::env::var("LIKEN_PAUSE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed} (runs {runs})");
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut copies = [
+        ("copy-a".to_owned(), env.operator("copy-a", &[])),
+        ("copy-b".to_owned(), env.operator("copy-b", &[])),
+    ];
+    for run in 0..runs {
+        env.clear();
+        env.daemon_set(NEW);
+        let budget = 1 + rand(2) as u32;
+        let history = History::record(&env);
+        env.create_cluster("home", &["m0"], NEW, budget);
+        let names = ["m0", "m1", "m2", "m3"];
+        let player = Player::start(
+            &env,
+            names
+                .iter()
+                .map(|n| ((*n).to_owned(), asking(NEW)))
+                .collect(),
+        );
+        let end = deadline(Duration::from_secs(180));
+        let mut pauses = 0;
+        while !all_run(&env, &names, NEW) {
+            assert!(
+                Instant::now() < end,
+                "run {run}: the rollout did not finish\n{}\n{}",
+                copies[0].1.log_text(),
+                copies[1].1.log_text()
+            );
+            if pauses < 2 {
+                std::thread::sleep(Duration::from_millis(rand(2500)));
+                let holder: DynamicObject = env
+                    .admin
+                    .get(
+                        &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+                        "liken-cluster-operator",
+                    )
+                    .unwrap();
+                let who = holder.0["spec"]["holderIdentity"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some((_, op)) = copies.iter().find(|(n, _)| *n == who) {
+                    op.pause();
+                    let held = 3500 + rand(3000);
+                    eprintln!("run {run}: paused {who} for {held} ms");
+                    std::thread::sleep(Duration::from_millis(held));
+                    op.resume();
+                    pauses += 1;
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            // A copy that lost the lead exits; the kubelet would start it
+            // again as a standby.
+            for (i, slot) in ["a", "b"].iter().enumerate() {
+                if copies[i].1.proc.try_wait().unwrap().is_some() {
+                    let log = copies[i].1.log_text();
+                    assert!(log.contains("lost the leader Lease"), "{log}");
+                    let name = format!("copy-{slot}-{run}-{pauses}");
+                    copies[i] = (name.clone(), env.operator(&name, &[]));
+                }
+            }
+        }
+        drop(player);
+        std::thread::sleep(Duration::from_secs(1));
+        let (machines, clusters) = history.stop();
+        let (peak, at) = peak_disruption(&machines);
+        assert!(
+            peak <= budget as usize,
+            "run {run}: {peak} machines down at once ({at}) under maxUnavailable {budget}"
+        );
+        assert!(peak_ledger(&clusters) <= budget as usize);
+        eprintln!("run {run}: budget {budget}, peak {peak}, {pauses} pauses");
+    }
+}
