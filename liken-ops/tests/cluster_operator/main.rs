@@ -91,6 +91,7 @@ fn the_fleet_under_the_shipped_rbac() {
     lost_and_back(&env, &op);
     rollout_within_budget(&env, &op);
     failed_release_halts(&env, &op);
+    the_channel_is_polled(&env, &op);
     settled_fleet_writes_nothing(&env, &op);
     unreadable_machine_is_skipped(&env, &op);
 
@@ -328,6 +329,91 @@ fn failed_release_halts(env: &Env, op: &Operator) {
     );
     assert_eq!(c.status.rollout_halt, None);
     drop(player);
+}
+
+/// The channel poller asks the Cluster's source (Debian's nginx serving
+/// a channel directory), again on a new check-releases value, and keeps
+/// its last answer when the server is gone.
+fn the_channel_is_polled(env: &Env, op: &Operator) {
+    // Not under the control plane's (private) directory: nginx's workers
+    // drop root, and the channel must be world-readable.
+    let www = liken_testenv::scratch::TempDir::new("cluster-operator-channel");
+    let root = www.path().join("root");
+    let channel = root.join("stable");
+    std::fs::create_dir_all(&channel).unwrap();
+    for d in [www.path(), &root, &channel] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let write_latest = |v: &str| {
+        std::fs::write(
+            channel.join("channel.yaml"),
+            format!("apiVersion: liken.sh/v1alpha1\nkind: Channel\nlatest: {v}\n"),
+        )
+        .unwrap()
+    };
+    write_latest(NEW);
+    let mut nginx = Nginx::start(www.path(), &root);
+    let patch = |v: Value| {
+        env.admin
+            .merge_patch::<DynamicObject>(&Api::all(CLUSTERS), "home", &v)
+            .unwrap();
+    };
+    patch(json!({"spec": {"releases": {"source": nginx.url}}}));
+    env.wait_cluster(
+        "home",
+        "the channel's latest shows",
+        Duration::from_secs(30),
+        |c| c.status.releases.available.as_ref().map(|v| v.as_str()) == Some(NEW),
+    );
+    // A new release is published; a person asks for a poll now.
+    write_latest("2026.12.24-001");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        env.cluster("home")
+            .status
+            .releases
+            .available
+            .unwrap()
+            .as_str(),
+        NEW,
+        "polled again before the interval with no request"
+    );
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "1"}}}));
+    env.wait_cluster(
+        "home",
+        "the new latest shows",
+        Duration::from_secs(30),
+        |c| c.status.releases.available.as_ref().map(|v| v.as_str()) == Some("2026.12.24-001"),
+    );
+    // The server goes away: the last answer stays, the failure is counted.
+    nginx.stop();
+    let failures = || {
+        metric(
+            &metrics_text(op),
+            "liken_cluster_operator_errors_total{kind=\"channel\"}",
+        )
+    };
+    let before = failures();
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "2"}}}));
+    let end = deadline(Duration::from_secs(30));
+    while failures() <= before {
+        assert!(
+            Instant::now() < end,
+            "the failed poll was not counted\n{}",
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        env.cluster("home")
+            .status
+            .releases
+            .available
+            .unwrap()
+            .as_str(),
+        "2026.12.24-001"
+    );
+    assert!(op.log_text().contains("keeping the last answer"));
 }
 
 /// A settled fleet: ten sweeps and more, and the operator writes nothing
