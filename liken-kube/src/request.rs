@@ -141,6 +141,33 @@ pub const NAMESPACES: Resource = Resource {
     namespaced: false,
 };
 
+/// Core Secrets.
+pub const SECRETS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "secrets",
+    kind: "Secret",
+    namespaced: true,
+};
+
+/// apps/v1 Deployments.
+pub const DEPLOYMENTS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "deployments",
+    kind: "Deployment",
+    namespaced: true,
+};
+
+/// apps/v1 DaemonSets.
+pub const DAEMON_SETS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "daemonsets",
+    kind: "DaemonSet",
+    namespaced: true,
+};
+
 /// HTTP methods the client uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -708,6 +735,22 @@ mod tests {
         assert_eq!(r.uri(), "/api/v1/namespaces/default/configmaps/c");
         let r = Api::all(NAMESPACES).get("kube-system").unwrap();
         assert_eq!(r.uri(), "/api/v1/namespaces/kube-system");
+        let r = Api::namespaced(SECRETS, "flux-system").get("s").unwrap();
+        assert_eq!(r.uri(), "/api/v1/namespaces/flux-system/secrets/s");
+        let r = Api::namespaced(DEPLOYMENTS, "flux-system")
+            .get("d")
+            .unwrap();
+        assert_eq!(
+            r.uri(),
+            "/apis/apps/v1/namespaces/flux-system/deployments/d"
+        );
+        let r = Api::namespaced(DAEMON_SETS, "liken-system")
+            .get("o")
+            .unwrap();
+        assert_eq!(
+            r.uri(),
+            "/apis/apps/v1/namespaces/liken-system/daemonsets/o"
+        );
     }
 
     #[test]
