@@ -20,6 +20,9 @@
 #   /etc/ssl/certs/ca-certificates.crt  Mozilla's roots from ca-certificates
 #   /usr/share/liken/manifests  images/manifests (the CRDs), which init
 #                            gives k3s to auto-deploy on leaders
+#   /usr/share/liken/features   images/features: each feature's manifests,
+#                            which init gives k3s only while the Cluster
+#                            declares that feature
 #   /usr/share/liken/images  the --image archives, which init links into
 #                            k3s's airgap images directory (absent without)
 #   /etc/os-release, passwd, group, hosts, nsswitch.conf, mtab
@@ -91,6 +94,7 @@ inputs=$(
   echo "kernel $(cat "$kdir/package")"
   echo "os-release-version $version"
   echo "manifests $(cd "$here/manifests" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+  echo "features $(cd "$here/features" && find . -type f -name '*.yaml' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   if [ -n "$k3s" ]; then echo "k3s $(sha256sum < "$k3s" | cut -d' ' -f1)"; else echo "k3s none"; fi
   for img in "${images[@]}"; do echo "image $(basename "$img") $(sha256sum < "$img" | cut -d' ' -f1)"; done
   awk '{ print "deb " $1 " " $2 }' <<< "$debs"
@@ -190,6 +194,13 @@ cp -r "$here/manifests" "$stage/usr/share/liken/manifests"
 # The operators' manifests name their image and template label by the
 # release they ship in.
 find "$stage/usr/share/liken/manifests" -name '*.yaml' -exec sed -i "s/@LIKEN_VERSION@/$version/g" {} +
+# Each feature's manifests, by slug (liken-init's seed step places
+# features/<slug>/** only while the Cluster declares <slug>). Only the
+# manifests: a feature directory may hold the scripts that generate them.
+(cd "$here/features" && find . -type f -name '*.yaml' -print0) |
+  while IFS= read -r -d '' f; do
+    install -D -m 0644 "$here/features/$f" "$stage/usr/share/liken/features/$f"
+  done
 # The operator images init preloads into k3s (liken-init's seed step).
 if [ ${#images[@]} -gt 0 ]; then
   mkdir -p "$stage/usr/share/liken/images"

@@ -42,6 +42,7 @@ packages=(
   nginx             # the reference static file server (plain HTTP and https)
   wrk               # the HTTP load generator both servers are measured with
   python3           # arithmetic and free-port picking in scripts/bench/releases.sh
+  openssh-client    # ssh-keygen reads the flux deploy key the cluster operator mints (liken-ops/tests/upkeep/key.rs)
 )
 # No kubectl package: the tests run the kubectl testenv/build.sh builds
 # from the control plane's own Kubernetes release (Debian 12's

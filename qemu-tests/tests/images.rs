@@ -158,6 +158,7 @@ fn check_tree(entries: &[Entry]) {
         "/usr/lib/x86_64-linux-gnu/libc.so.6",
         "/usr/share/liken/manifests/crds/machines.liken.sh.yaml",
         "/usr/share/liken/manifests/crds/clusters.liken.sh.yaml",
+        "/usr/share/liken/features/flux/manifests/flux-system.yaml",
     ] {
         assert!(find(entries, file).mode.starts_with('-'), "{file}");
     }

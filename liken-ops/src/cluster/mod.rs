@@ -19,6 +19,9 @@
 //!   reclaims, and the halt of a failed release.
 //! - [`status`]: the Cluster's status, written only when it changed.
 //! - [`channel`]: the release channel poller on its own thread.
+//! - [`flux`]: the flux feature's deploy key (built by the helper
+//!   `flux`, which also builds the engine seed, the flux teardown, the
+//!   feature janitor and the steward).
 //!
 //! Then the code that carries the decisions out:
 //! - [`watches`]: the informers that feed the sweep.
@@ -30,6 +33,7 @@
 pub mod channel;
 pub mod events;
 pub mod fleet;
+pub mod flux;
 pub mod heartbeat;
 pub mod metrics;
 pub mod rollout;

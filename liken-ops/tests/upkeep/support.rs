@@ -1,0 +1,151 @@
+//! What the upkeep tests share: the control plane, clients, the shipped
+//! RBAC, and locks on the namespaces the code under test names.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use liken_api::Cluster;
+use liken_api::cluster::ClusterSpec;
+use liken_kube::events::{Recorder, RecorderConfig};
+use liken_kube::request::CLUSTERS;
+use liken_kube::{Api, Client, Config};
+use liken_testenv::{ControlPlane, Options};
+
+/// The cluster operator's ServiceAccount.
+pub const SA_NAMESPACE: &str = "liken-system";
+/// Its name.
+pub const SA_NAME: &str = "liken-cluster-operator";
+
+/// The control plane of this test binary.
+pub fn cp() -> &'static ControlPlane {
+    static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    let cp = CP.get_or_init(|| {
+        liken_testenv::start(Options {
+            controller_manager: true,
+            kwok: true,
+            scheduler: true,
+            audit: true,
+            ..Options::default()
+        })
+        .map_err(|e| e.0)
+    });
+    match cp {
+        Ok(cp) => cp,
+        Err(e) => panic!("liken-testenv: the test control plane is not available: {e}"),
+    }
+}
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    liken_testenv::workspace_root()
+}
+
+/// An admin client.
+pub fn admin() -> Client {
+    Client::new(&Config::from_kubeconfig(cp().kubeconfig(), None).unwrap()).unwrap()
+}
+
+/// A client under the cluster operator's ServiceAccount token, named as
+/// the operator names itself.
+pub fn operator() -> Client {
+    let kubeconfig = cp().kubeconfig_for(SA_NAMESPACE, SA_NAME).unwrap();
+    Client::new(&Config::from_kubeconfig(&kubeconfig, None).unwrap())
+        .unwrap()
+        .identify("liken-cluster-operator", "test")
+}
+
+/// The audit log's name for the operator.
+pub fn operator_user() -> String {
+    liken_testenv::audit::service_account_user(SA_NAMESPACE, SA_NAME)
+}
+
+/// An Events recorder writing as admin: the Events RBAC is the cluster
+/// operator's manifest's, tested with the operator itself.
+pub fn recorder() -> Recorder {
+    Recorder::start(
+        admin(),
+        RecorderConfig::new("liken.sh/cluster-operator", "upkeep-test"),
+    )
+    .unwrap()
+}
+
+/// Runs kubectl as admin and fails the test when it fails.
+pub fn kubectl(args: &[&str]) -> String {
+    run(cp().kubectl().args(args))
+}
+
+fn run(c: &mut Command) -> String {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Applies a manifest file of the repository as admin (as k3s would).
+pub fn apply(rel: &str) {
+    let path = root().join(rel);
+    assert!(path.exists(), "{} is missing", path.display());
+    kubectl(&["apply", "-f", path.to_str().unwrap()]);
+}
+
+/// The flux feature's manifest.
+pub const FLUX_FEATURE: &str = "images/features/flux/manifests/flux-system.yaml";
+
+/// Holds flux-system for one test.
+pub fn flux_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A Cluster, created (or replaced) on the apiserver, with `features`.
+pub fn cluster(name: &str, features: &[(&str, Option<serde_json::Value>)]) -> Cluster {
+    let mut c = Cluster::new(
+        name,
+        ClusterSpec {
+            endpoint: "https://10.0.0.1:6443".into(),
+            leaders: vec!["node-1".into()],
+            ..ClusterSpec::default()
+        },
+    );
+    for (slug, config) in features {
+        let config = config.clone().map(|v| serde_json::from_value(v).unwrap());
+        c.spec.features.insert((*slug).into(), config);
+    }
+    let admin = admin();
+    let api = Api::all(CLUSTERS);
+    let _ = admin.delete(&api, name, &Default::default());
+    wait_gone(&admin, &api, name);
+    admin.create(&api, &c).unwrap()
+}
+
+/// Waits until `name` is gone (up to a minute).
+pub fn wait_gone(client: &Client, api: &Api, name: &str) {
+    wait(
+        Duration::from_secs(60),
+        &format!("{name} to be gone"),
+        || {
+            matches!(
+                client.get_opt::<liken_kube::DynamicObject>(api, name),
+                Ok(None)
+            )
+        },
+    );
+}
+
+/// Polls `check` every 200 ms until it holds, failing after `within`.
+pub fn wait(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
