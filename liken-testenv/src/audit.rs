@@ -188,6 +188,115 @@ impl ControlPlane {
     }
 }
 
+/// One permission a Role or ClusterRole grants, unrolled: the namespace
+/// ("" for a ClusterRole, which grants in every namespace), the API group,
+/// the resource (`pods/eviction` for a subresource), the object name ("*"
+/// when the rule names none) and the verb.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// The Role's namespace, or "" for a ClusterRole.
+    pub namespace: String,
+    /// The API group.
+    pub group: String,
+    /// The resource, with `/subresource`.
+    pub resource: String,
+    /// The object name, or "*".
+    pub name: String,
+    /// The verb.
+    pub verb: String,
+}
+
+impl Grant {
+    /// Whether this grant allows the request `e`.
+    pub fn allows(&self, e: &AuditEvent) -> bool {
+        let resource = if e.subresource.is_empty() {
+            e.resource.clone()
+        } else {
+            format!("{}/{}", e.resource, e.subresource)
+        };
+        (self.namespace.is_empty() || self.namespace == e.namespace)
+            && self.group == e.api_group
+            && self.resource == resource
+            && (self.name == "*" || self.name == e.name)
+            && self.verb == e.verb
+    }
+}
+
+/// Every grant of the Roles and ClusterRoles in a manifest (YAML, several
+/// documents), unrolled one per (group, resource, name, verb).
+pub fn grants(manifest: &str) -> Result<Vec<Grant>, Error> {
+    use serde::Deserialize as _;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(manifest) {
+        let v = Value::deserialize(doc).map_err(|e| Error(format!("reading RBAC: {e}")))?;
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if kind != "Role" && kind != "ClusterRole" {
+            continue;
+        }
+        let namespace = v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for rule in v["rules"].as_array().into_iter().flatten() {
+            let mut names = strings(&rule["resourceNames"]);
+            if names.is_empty() {
+                names.push("*".into());
+            }
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        for name in &names {
+                            out.push(Grant {
+                                namespace: namespace.clone(),
+                                group: group.clone(),
+                                resource: resource.clone(),
+                                name: name.clone(),
+                                verb: verb.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// How a program's requests compare with the RBAC it ships.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RbacUse {
+    /// Requests no grant allows (or that RBAC refused), described.
+    pub ungranted: Vec<String>,
+    /// Grants no request used.
+    pub unused: Vec<Grant>,
+}
+
+/// Compares the requests `used` (one program's, from the audit log) with
+/// `grants`: a least-privilege RBAC is one where both lists are empty.
+pub fn compare_rbac(grants: &[Grant], used: &[AuditEvent]) -> RbacUse {
+    RbacUse {
+        ungranted: used
+            .iter()
+            .filter(|e| e.code == 403 || !grants.iter().any(|g| g.allows(e)))
+            .map(AuditEvent::describe)
+            .collect(),
+        unused: grants
+            .iter()
+            .filter(|g| !used.iter().any(|e| g.allows(e)))
+            .cloned()
+            .collect(),
+    }
+}
+
 /// The user name kube-apiserver gives ServiceAccount `namespace/name`.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
@@ -196,6 +305,33 @@ pub fn service_account_user(namespace: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rbac_grants_and_their_use() {
+        let manifest = "kind: ClusterRole\nmetadata: {name: c}\nrules:\n- apiGroups: [\"\"]\n  resources: [namespaces]\n  resourceNames: [a]\n  verbs: [get, delete]\n---\nkind: Role\nmetadata: {name: r, namespace: s}\nrules:\n- apiGroups: [\"\"]\n  resources: [pods/eviction]\n  verbs: [create]\n---\nkind: RoleBinding\nmetadata: {name: b}\n";
+        let g = grants(manifest).unwrap();
+        assert_eq!(g.len(), 3);
+        let event =
+            |verb: &str, resource: &str, sub: &str, ns: &str, name: &str, code| AuditEvent {
+                verb: verb.into(),
+                resource: resource.into(),
+                subresource: sub.into(),
+                namespace: ns.into(),
+                name: name.into(),
+                code,
+                ..AuditEvent::default()
+            };
+        let used = [
+            event("get", "namespaces", "", "a", "a", 200),
+            event("create", "pods", "eviction", "s", "p", 201),
+            event("create", "pods", "eviction", "t", "p", 201),
+            event("delete", "namespaces", "", "b", "b", 403),
+        ];
+        let r = compare_rbac(&g, &used);
+        assert_eq!(r.ungranted.len(), 2, "{r:?}");
+        assert_eq!(r.unused.len(), 1);
+        assert_eq!(r.unused[0].verb, "delete");
+    }
 
     #[test]
     fn parses_complete_events_and_skips_the_rest() {
