@@ -131,9 +131,32 @@ fn secret_field(name: &str) -> Option<String> {
     Some(String::from_utf8(BASE64.decode(b64).unwrap()).unwrap())
 }
 
-#[test]
-fn the_key_lives_in_the_flux_system_secret_under_the_shipped_role() {
-    let _flux = support::flux_lock();
+/// Without the feature's grant the operator cannot read the Secret: the
+/// pass publishes nothing new and writes nothing.
+pub fn without_the_grant() {
+    let admin = support::admin();
+    let secrets = Api::namespaced(SECRETS, "flux-system");
+    let cluster = support::cluster("keyless", &[("flux", None)]);
+    support::apply(FLUX_FEATURE);
+    support::kubectl(&[
+        "-n",
+        "flux-system",
+        "delete",
+        "rolebinding/liken-cluster-operator-flux",
+    ]);
+    let _ = admin.delete(&secrets, "flux-system", &Default::default());
+    support::wait_gone(&admin, &secrets, "flux-system");
+    let recorder = support::recorder();
+    assert_eq!(
+        ensure_deploy_key(&support::operator(), &recorder, &cluster),
+        None
+    );
+    assert_eq!(secret_field("identity"), None);
+    recorder.shutdown(Duration::from_secs(5));
+}
+
+/// The deploy key in the Secret, under the Role the feature ships.
+pub fn scenario() {
     let admin = support::admin();
     let secrets = Api::namespaced(SECRETS, "flux-system");
     let hosts = "forge.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOne\n";
@@ -146,21 +169,6 @@ fn the_key_lives_in_the_flux_system_secret_under_the_shipped_role() {
     );
     let operator = support::operator();
     let recorder = support::recorder();
-
-    // Without the feature's grant the operator cannot read the Secret:
-    // the pass publishes nothing new and writes nothing.
-    support::apply(FLUX_FEATURE);
-    support::kubectl(&[
-        "-n",
-        "flux-system",
-        "delete",
-        "--ignore-not-found",
-        "rolebinding/liken-cluster-operator-flux",
-    ]);
-    let _ = admin.delete(&secrets, "flux-system", &Default::default());
-    support::wait_gone(&admin, &secrets, "flux-system");
-    assert_eq!(ensure_deploy_key(&operator, &recorder, &cluster), None);
-    assert_eq!(secret_field("identity"), None);
 
     // With it (as k3s applies the feature), the first pass mints.
     support::apply(FLUX_FEATURE);

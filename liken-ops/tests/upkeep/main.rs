@@ -1,14 +1,54 @@
 //! The cluster operator's upkeep against real parts: the flux feature
-//! (deploy key, engine seed, teardown), the feature janitor and the
-//! steward.
+//! (deploy key, engine seed, teardown).
 //!
-//! One control plane serves the whole binary (kube-apiserver with its
-//! audit log, kube-controller-manager for namespace deletion, garbage
+//! One control plane serves the binary (kube-apiserver with its audit
+//! log, kube-controller-manager for namespace deletion, garbage
 //! collection and DaemonSets, kube-scheduler and kwok for pods on fake
 //! nodes). The code under test runs under the cluster operator's own
 //! ServiceAccount token, bound by the RBAC files the release ships, so a
-//! missing verb fails a test. Tests that share a namespace the code
-//! names (flux-system, liken-system) hold that namespace's lock.
+//! missing verb fails. The scenarios share namespaces the code names
+//! (flux-system), so they run in order in one test, which then holds the
+//! shipped rules to exactly what the scenarios used.
 
+mod engine;
 mod key;
 mod support;
+mod teardown;
+
+use liken_testenv::audit::{compare_rbac, grants};
+
+use support::{FLUX_FEATURE, UPKEEP_RBAC};
+
+#[test]
+fn upkeep_under_exactly_the_shipped_rbac() {
+    let cp = support::cp();
+    key::without_the_grant();
+
+    let mark = cp.audit_mark().unwrap();
+    support::apply(UPKEEP_RBAC);
+    key::scenario();
+    engine::scenario();
+    teardown::scenario();
+
+    let used = support::operator_requests(mark);
+    let mut granted = Vec::new();
+    for file in [UPKEEP_RBAC, FLUX_FEATURE] {
+        let text = std::fs::read_to_string(support::root().join(file)).unwrap();
+        granted.extend(grants(&text).unwrap());
+    }
+    let rbac = compare_rbac(&granted, &used);
+    assert!(
+        rbac.ungranted.is_empty(),
+        "used but not granted: {:#?}",
+        rbac.ungranted
+    );
+    // `escalate` and `bind` are checks RBAC makes inside a create of a
+    // ClusterRole or a binding, never requests of their own: the planted
+    // ClusterRoles and ClusterRoleBindings prove them.
+    let unused: Vec<_> = rbac
+        .unused
+        .iter()
+        .filter(|g| g.verb != "escalate" && g.verb != "bind")
+        .collect();
+    assert!(unused.is_empty(), "granted but never used: {unused:#?}");
+}

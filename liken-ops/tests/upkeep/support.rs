@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use liken_api::Cluster;
@@ -96,11 +96,18 @@ pub fn apply(rel: &str) {
 
 /// The flux feature's manifest.
 pub const FLUX_FEATURE: &str = "images/features/flux/manifests/flux-system.yaml";
+/// The cluster operator's standing upkeep rights.
+pub const UPKEEP_RBAC: &str = "images/manifests/cluster-operator-upkeep.yaml";
 
-/// Holds flux-system for one test.
-pub fn flux_lock() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The requests the operator made since `mark`, from the audit log.
+pub fn operator_requests(
+    mark: liken_testenv::audit::AuditMark,
+) -> Vec<liken_testenv::audit::AuditEvent> {
+    cp().audit_since(mark)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.user == operator_user())
+        .collect()
 }
 
 /// A Cluster, created (or replaced) on the apiserver, with `features`.

@@ -1,0 +1,138 @@
+//! The engine seed, planted into a real apiserver under the planter's
+//! grant the flux feature ships.
+
+use std::time::{Duration, Instant};
+
+use liken_kube::request::DEPLOYMENTS;
+use liken_kube::{Api, DynamicObject};
+use liken_ops::cluster::flux::engine::{self, EngineProbe, ensure_engine, resolve};
+use serde_json::json;
+
+use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
+
+/// An absent engine is planted, once a probe, and present objects stay.
+pub fn scenario() {
+    let admin = support::admin();
+    let operator = support::operator();
+    let recorder = support::recorder();
+    support::apply(UPKEEP_RBAC);
+    support::apply(FLUX_FEATURE);
+    let cluster = support::cluster("seeded", &[("flux", None)]);
+    let deployments = Api::namespaced(DEPLOYMENTS, "flux-system");
+    for name in ["kustomize-controller", "source-controller"] {
+        let _ = admin.delete(&deployments, name, &Default::default());
+        support::wait_gone(&admin, &deployments, name);
+    }
+    let seed = engine::embedded_seed().as_ref().unwrap();
+
+    // The first pass probes, finds no applier, and plants every object;
+    // the Namespace (made by the feature's manifest) is left as it is.
+    let t0 = Instant::now();
+    let mut probe = EngineProbe::default();
+    let mark = support::cp().audit_mark().unwrap();
+    ensure_engine(&operator, &recorder, &cluster, &mut probe, t0);
+    let requests = support::operator_requests(mark);
+    let creates: Vec<_> = requests.iter().filter(|e| e.verb == "create").collect();
+    assert_eq!(creates.len(), seed.len(), "{requests:#?}");
+    // Nothing refused: every create landed or found its name taken.
+    let refused: Vec<_> = requests
+        .iter()
+        .filter(|e| e.verb == "create" && !matches!(e.code, 201 | 409))
+        .collect();
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+    for o in seed {
+        let got: Option<DynamicObject> = admin.get_opt(&resolve(o).unwrap(), &o.name).unwrap();
+        assert!(got.is_some(), "{} {} was not planted", o.kind, o.name);
+    }
+    let ns: DynamicObject = admin
+        .get(&Api::all(liken_kube::request::NAMESPACES), "flux-system")
+        .unwrap();
+    assert_eq!(
+        ns.pointer("/metadata/annotations/liken.sh~1feature"),
+        Some(&json!("flux"))
+    );
+
+    // Within the minute no request at all; at the minute, one GET.
+    let mark = support::cp().audit_mark().unwrap();
+    ensure_engine(
+        &operator,
+        &recorder,
+        &cluster,
+        &mut probe,
+        t0 + Duration::from_secs(10),
+    );
+    ensure_engine(
+        &operator,
+        &recorder,
+        &cluster,
+        &mut probe,
+        t0 + Duration::from_secs(59),
+    );
+    assert!(support::operator_requests(mark).is_empty());
+    ensure_engine(
+        &operator,
+        &recorder,
+        &cluster,
+        &mut probe,
+        t0 + Duration::from_secs(60),
+    );
+    let requests = support::operator_requests(mark);
+    let seen: Vec<(&str, &str, &str)> = requests
+        .iter()
+        .map(|e| (e.verb.as_str(), e.resource.as_str(), e.name.as_str()))
+        .collect();
+    assert_eq!(seen, [("get", "deployments", "kustomize-controller")]);
+
+    // The applier deleted, the source controller changed by hand: only
+    // the applier comes back, and the hand edit stays.
+    admin
+        .merge_patch::<DynamicObject>(
+            &deployments,
+            "source-controller",
+            &json!({"metadata": {"labels": {"edited": "by-hand"}}}),
+        )
+        .unwrap();
+    admin
+        .delete(&deployments, "kustomize-controller", &Default::default())
+        .unwrap();
+    support::wait_gone(&admin, &deployments, "kustomize-controller");
+    let mark = support::cp().audit_mark().unwrap();
+    ensure_engine(
+        &operator,
+        &recorder,
+        &cluster,
+        &mut probe,
+        t0 + Duration::from_secs(120),
+    );
+    let created: Vec<String> = support::operator_requests(mark)
+        .iter()
+        .filter(|e| e.verb == "create" && e.code == 201)
+        .map(|e| format!("{}/{}", e.resource, e.name))
+        .collect();
+    assert_eq!(created, ["deployments/kustomize-controller"], "{created:?}");
+    let source: DynamicObject = admin.get(&deployments, "source-controller").unwrap();
+    assert_eq!(
+        source.pointer("/metadata/labels/edited"),
+        Some(&json!("by-hand"))
+    );
+
+    // Both plantings posted FluxEngineSeeded; as client-go's recorder
+    // does, the second one (same reason, action and object, within the
+    // series window) counts in the first Event's series.
+    recorder.shutdown(Duration::from_secs(10));
+    let notes = support::kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        "default",
+        "--field-selector",
+        "reason=FluxEngineSeeded,regarding.name=seeded",
+        "-o",
+        "jsonpath={range .items[*]}{.type} {.series.count} {.note}{\"\\n\"}{end}",
+    ]);
+    let first = format!(
+        "Normal 2 the flux engine was absent; planted its seed: {} objects created, 1 present already, 0 failed",
+        seed.len() - 1
+    );
+    assert_eq!(notes.trim(), first, "{notes}");
+}
