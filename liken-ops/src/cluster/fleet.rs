@@ -35,6 +35,24 @@ pub const MACHINES_DEGRADED: &str = "MachinesDegraded";
 /// MachinesReady False: machines are changing, none unwell.
 pub const MACHINES_UPDATING: &str = "MachinesUpdating";
 
+/// How many names a condition message lists before it only counts: a
+/// message is capped at 32 KiB by the CRD, and a fleet of thousands must
+/// still be able to write its status.
+pub const LISTED_NAMES: usize = 20;
+
+/// `a, b, c` or, past [`LISTED_NAMES`], `a, b, ... t and 80 more`;
+/// `names` must be sorted.
+pub fn name_list(names: &[&str]) -> String {
+    if names.len() <= LISTED_NAMES {
+        return names.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        names[..LISTED_NAMES].join(", "),
+        names.len() - LISTED_NAMES
+    )
+}
+
 /// One machine as the sweep judges it.
 #[derive(Clone, Copy, Debug)]
 pub struct Judged<'a> {
@@ -127,7 +145,7 @@ pub fn decide_fleet_sweep(machines: &[Judged<'_>]) -> FleetSweep {
                 format!(
                     "{} machines ready; unwell: {}",
                     tally.summary,
-                    unwell.join(", ")
+                    name_list(&unwell)
                 ),
             ),
         )
@@ -141,7 +159,7 @@ pub fn decide_fleet_sweep(machines: &[Judged<'_>]) -> FleetSweep {
                 format!(
                     "{} machines ready; mid-transition: {}",
                     tally.summary,
-                    transitioning.join(", ")
+                    name_list(&transitioning)
                 ),
             ),
         )
@@ -326,6 +344,16 @@ pub(crate) mod tests {
             let counted: u32 = s.phases.values().sum();
             assert_eq!(counted as usize, row.fleet.len(), "row {i}");
         }
+    }
+
+    #[test]
+    fn long_name_lists_are_counted() {
+        let names: Vec<String> = (0..25).map(|i| format!("m{i:02}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(name_list(&refs[..2]), "m00, m01");
+        let long = name_list(&refs);
+        assert!(long.starts_with("m00, m01, "), "{long}");
+        assert!(long.ends_with("m19 and 5 more"), "{long}");
     }
 
     #[test]

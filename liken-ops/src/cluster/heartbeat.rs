@@ -54,13 +54,20 @@ struct Sighting {
     wall: SystemTime,
 }
 
+/// What is known of one name: its Lease's last sighting, and when the
+/// sweep first saw a Machine of that name. One map for both, so judging a
+/// machine is one lookup.
+#[derive(Clone, Debug, Default)]
+struct Record {
+    lease: Option<Sighting>,
+    first_seen: Option<Instant>,
+}
+
 /// The record of renewals. The Lease watch writes it as events arrive and
 /// the sweep reads it, so the caller keeps it behind a mutex.
 #[derive(Debug, Default)]
 pub struct Sightings {
-    leases: HashMap<String, Sighting>,
-    /// When the sweep first saw each Machine, for machines with no Lease.
-    machines: HashMap<String, Instant>,
+    records: HashMap<String, Record>,
     /// When the record began: the first sweep that read the Leases.
     began: Option<Instant>,
 }
@@ -74,30 +81,40 @@ impl Sightings {
     /// Records that the Lease `name` holds `renewed` at `now`. A value
     /// different from the recorded one is a renewal.
     pub fn observe(&mut self, name: &str, renewed: &str, now: Instant, wall: SystemTime) {
-        if let Some(held) = self.leases.get(name)
-            && held.renewed == renewed
-        {
-            return;
+        let seen = Sighting {
+            renewed: renewed.to_owned(),
+            at: now,
+            wall,
+        };
+        match self.records.get_mut(name) {
+            Some(r) if r.lease.as_ref().is_some_and(|l| l.renewed == renewed) => {}
+            Some(r) => r.lease = Some(seen),
+            None => {
+                self.records.insert(
+                    name.to_owned(),
+                    Record {
+                        lease: Some(seen),
+                        first_seen: None,
+                    },
+                );
+            }
         }
-        self.leases.insert(
-            name.to_owned(),
-            Sighting {
-                renewed: renewed.to_owned(),
-                at: now,
-                wall,
-            },
-        );
     }
 
     /// Whether a Lease of this name has been seen.
     pub fn knows(&self, name: &str) -> bool {
-        self.leases.contains_key(name)
+        self.records.get(name).is_some_and(|r| r.lease.is_some())
     }
 
     /// Forgets a deleted Lease: one created again later counts as a
     /// renewal when it arrives.
     pub fn forget(&mut self, name: &str) {
-        self.leases.remove(name);
+        if let Some(r) = self.records.get_mut(name) {
+            r.lease = None;
+            if r.first_seen.is_none() {
+                self.records.remove(name);
+            }
+        }
     }
 
     /// Marks the start of the record (the first sweep's read of the
@@ -117,11 +134,14 @@ impl Sightings {
     /// `stale` ago. Records the Machine as seen.
     pub fn judge(&mut self, machine: &str, now: Instant, stale: Duration) -> Heartbeat {
         let began = *self.began.get_or_insert(now);
-        let first_seen = *self
-            .machines
-            .entry(machine.to_owned())
-            .or_insert_with(|| now.max(began));
-        let (since, last_renewal) = match self.leases.get(machine) {
+        // Looked up before inserting: a sweep judges every machine, and
+        // only a new one needs its name copied.
+        let record = match self.records.get_mut(machine) {
+            Some(r) => r,
+            None => self.records.entry(machine.to_owned()).or_default(),
+        };
+        let first_seen = *record.first_seen.get_or_insert(now.max(began));
+        let (since, last_renewal) = match &record.lease {
             Some(s) => (s.at, Some(s.wall)),
             None => (first_seen, None),
         };
@@ -134,7 +154,12 @@ impl Sightings {
     /// Drops every Machine not in `present`, so one deleted and created
     /// again starts a new grace period.
     pub fn retain_machines(&mut self, present: &dyn Fn(&str) -> bool) {
-        self.machines.retain(|name, _| present(name));
+        self.records.retain(|name, r| {
+            if !present(name) {
+                r.first_seen = None;
+            }
+            r.lease.is_some() || r.first_seen.is_some()
+        });
     }
 }
 

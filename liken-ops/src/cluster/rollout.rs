@@ -46,7 +46,7 @@
 //!   `status.rolloutHalt`; a new `spec.version`, or a new value of the
 //!   `liken.sh/resume-rollout` annotation, lifts it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use liken_api::annotations::RESUME_ROLLOUT;
@@ -55,7 +55,7 @@ use liken_api::condition::find;
 use liken_api::coordination::{self, reason};
 use liken_api::{Cluster, Condition, ConditionStatus, Phase, Time, Version};
 
-use super::fleet::Judged;
+use super::fleet::{Judged, name_list};
 
 /// The Progressing condition type.
 pub const PROGRESSING: &str = "Progressing";
@@ -210,8 +210,6 @@ fn duration_text(d: Duration) -> String {
 pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
     let cluster = input.cluster;
     let target = cluster.spec.version.as_ref();
-    let by_name: HashMap<&str, &Judged<'_>> =
-        input.machines.iter().map(|j| (j.name(), j)).collect();
     let resume = cluster
         .metadata
         .annotation(RESUME_ROLLOUT)
@@ -234,7 +232,9 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         if turns.iter().any(|t| t.machine == e.machine) {
             continue;
         }
-        let Some(j) = by_name.get(e.machine.as_str()) else {
+        // The ledger holds a handful of entries: a scan costs less than
+        // indexing ten thousand names.
+        let Some(j) = input.machines.iter().find(|j| j.name() == e.machine) else {
             if input.unreadable.contains(&e.machine) {
                 turns.push(e.clone());
             } else {
@@ -407,6 +407,7 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         })
         .map(|t| format!("{} (since {})", t.machine, t.since))
         .collect();
+    let stalled: Vec<&str> = stalled.iter().map(String::as_str).collect();
 
     let progressing = progressing(&ProgressFacts {
         cluster,
@@ -432,7 +433,7 @@ struct ProgressFacts<'a> {
     cluster: &'a Cluster,
     input: &'a RolloutInput<'a>,
     halt: Option<&'a RolloutHalt>,
-    stalled: &'a [String],
+    stalled: &'a [&'a str],
     turns: &'a [RebootTurn],
     waiting: &'a [&'a str],
     hold: Option<&'a str>,
@@ -469,7 +470,7 @@ fn progressing(f: &ProgressFacts<'_>) -> Condition {
                 "reboot turns held longer than {} without finishing: {}; \
                  see those machines' conditions and Events",
                 duration_text(f.input.stall_after),
-                f.stalled.join(", ")
+                name_list(f.stalled)
             ),
         );
     }
@@ -484,7 +485,7 @@ fn progressing(f: &ProgressFacts<'_>) -> Condition {
     if !f.turns.is_empty() {
         let mut held: Vec<&str> = f.turns.iter().map(|t| t.machine.as_str()).collect();
         held.sort_unstable();
-        parts.push(format!("turns held: {}", held.join(", ")));
+        parts.push(format!("turns held: {}", name_list(&held)));
     }
     if !f.waiting.is_empty() {
         let mut waiting = f.waiting.to_vec();
@@ -499,7 +500,7 @@ fn progressing(f: &ProgressFacts<'_>) -> Condition {
             ),
             None => format!(" (budget {})", f.cluster.max_unavailable()),
         };
-        parts.push(format!("waiting for a turn: {}{why}", waiting.join(", ")));
+        parts.push(format!("waiting for a turn: {}{why}", name_list(&waiting)));
     }
     if !f.turns.is_empty() || !f.waiting.is_empty() || behind {
         return Condition::new(

@@ -158,7 +158,7 @@ impl Sweeper {
         let judged: Vec<Judged<'_>> = machines
             .iter()
             .zip(&heartbeats)
-            .map(|(m, h)| Judged::new(m, *h))
+            .map(|(m, h)| Judged::new(m.as_ref(), *h))
             .collect();
         let fleet = decide_fleet_sweep(&judged);
         let template = self.template();
@@ -194,7 +194,7 @@ impl Sweeper {
         // 2. Grants, then reclaims.
         let by_name: BTreeMap<&str, &Machine> = machines
             .iter()
-            .map(|m| (m.metadata.name.as_str(), m))
+            .map(|m| (m.metadata.name.as_str(), m.as_ref()))
             .collect();
         self.grant(&cluster, &rollout, &by_name, now);
         self.reclaim(&rollout, &by_name);
@@ -244,14 +244,8 @@ impl Sweeper {
     /// ledger entry and no grant in its copy is read fresh: freeing its
     /// slot depends on its current resourceVersion, and the store may lag
     /// the Cluster's copy (two watches, two streams).
-    fn machines_for(&self, cluster: &Cluster) -> Result<Vec<Machine>, SweepError> {
-        let mut machines: Vec<Machine> = self
-            .watches
-            .machines()
-            .list()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
+    fn machines_for(&self, cluster: &Cluster) -> Result<Vec<Arc<Machine>>, SweepError> {
+        let mut machines = self.watches.machines().list();
         machines.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for entry in &cluster.status.reboot_turns {
             let held = machines
@@ -270,8 +264,8 @@ impl Sweeper {
                 .get::<Machine>(&Api::all(MACHINES), &entry.machine)
             {
                 Ok(fresh) => match held {
-                    Some(i) => machines[i] = fresh,
-                    None => machines.push(fresh),
+                    Some(i) => machines[i] = Arc::new(fresh),
+                    None => machines.push(Arc::new(fresh)),
                 },
                 Err(e) if e.is_not_found() => {
                     if let Some(i) = held {
