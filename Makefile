@@ -62,8 +62,18 @@ unit:
 ## vs kubectl (fresh processes) in the same run, and the RSS of a store of
 ## 10,000 (starts its own control plane).
 .PHONY: bench bench-smoke
-bench: setup bench-releases
+bench: setup bench-releases bench-cluster-operator
 	cargo bench -p liken-kube --bench list
+
+## bench-cluster-operator: one sweep's decisions over 10,000 Machines, a
+## settled fleet of 100 writing nothing over 10 sweeps (audit log), the
+## stripped static binary's size and its RSS with 1,000 Machines watched
+## beside kubectl's (liken-ops/benches/cluster.rs).
+.PHONY: bench-cluster-operator
+bench-cluster-operator:
+	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops --bin liken-cluster-operator
+	LIKEN_CLUSTER_OPERATOR_BINARY=$(CARGO_TARGET_DIR)/$(TARGET)/release-abort/liken-cluster-operator \
+	  cargo bench -p liken-ops --bench cluster
 
 ## bench-releases: liken fetch vs curl + sha256sum, and liken serve vs
 ## nginx under wrk, on loopback (scripts/bench/releases.sh prints ratios).
@@ -81,6 +91,7 @@ bench-smoke:
 	$(STATIC) cargo build -q --release --target $(TARGET) -p liken-cli
 	LIKEN_BENCH_SMOKE=1 ./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-kube --bench list
+	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench cluster
 
 # Fuzzing (liken-cli/fuzz): cargo-fuzz on the nightly toolchain, with
 # cargo-fuzz installed once from crates.io into the cache. The corpus

@@ -43,6 +43,7 @@ packages=(
   wrk               # the HTTP load generator both servers are measured with
   python3           # arithmetic and free-port picking in scripts/bench/releases.sh
   openssh-client    # ssh-keygen reads the flux deploy key the cluster operator mints (liken-ops/tests/upkeep/key.rs)
+  time              # GNU time: kubectl's peak RSS, the reference of the cluster operator's (liken-ops/benches/cluster.rs)
 )
 # No kubectl package: the tests run the kubectl testenv/build.sh builds
 # from the control plane's own Kubernetes release (Debian 12's

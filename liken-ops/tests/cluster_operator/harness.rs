@@ -99,22 +99,12 @@ impl Env {
 
     /// Starts the operator binary as the operator's ServiceAccount.
     pub fn operator(&self, name: &str, extra: &[&str]) -> Operator {
-        let log = self.cp.dir().join(format!("{name}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"));
-        cmd.arg(format!(
-            "--kubeconfig={}",
-            self.operator_kubeconfig.display()
-        ))
-        .arg("--metrics-address=127.0.0.1:0")
-        .arg(format!("--identity={name}"))
-        .args(FAST)
-        .args(extra)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .stdout(File::create(&log).unwrap())
-        .stderr(File::create(&log).unwrap());
-        let proc = spawn(name, cmd).unwrap();
-        Operator { proc, log }
+        operator_binary(
+            self,
+            env!("CARGO_BIN_EXE_liken-cluster-operator"),
+            name,
+            extra,
+        )
     }
 
     /// The Cluster as stored.
@@ -208,8 +198,8 @@ impl Env {
                 Instant::now() < end,
                 "{what}: not within {within:?}; the Cluster is {}",
                 self.admin
-                    .get::<DynamicObject>(&Api::all(CLUSTERS), name)
-                    .map(|d| serde_json::to_string_pretty(&d.0).unwrap_or_default())
+                    .get::<Cluster>(&Api::all(CLUSTERS), name)
+                    .map(|c| serde_json::to_string_pretty(&c).unwrap_or_default())
                     .unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -236,6 +226,27 @@ impl Env {
             .cloned()
             .collect()
     }
+}
+
+/// Starts `binary` as the operator's ServiceAccount, with [`FAST`] and
+/// then `extra` (a later flag wins).
+pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> Operator {
+    let log = env.cp.dir().join(format!("{name}.log"));
+    let mut cmd = Command::new(binary);
+    cmd.arg(format!(
+        "--kubeconfig={}",
+        env.operator_kubeconfig.display()
+    ))
+    .arg("--metrics-address=127.0.0.1:0")
+    .arg(format!("--identity={name}"))
+    .args(FAST)
+    .args(extra)
+    .env_remove("KUBECONFIG")
+    .stdin(Stdio::null())
+    .stdout(File::create(&log).unwrap())
+    .stderr(File::create(&log).unwrap());
+    let proc = spawn(name, cmd).unwrap();
+    Operator { proc, log }
 }
 
 /// Intervals short enough for tests: sweeps every second, heartbeats
@@ -696,4 +707,38 @@ impl Nginx {
     pub fn stop(&mut self) {
         self.proc.take();
     }
+}
+
+/// The operator's /metrics text (its address is in its log).
+pub fn metrics_text(op: &Operator) -> String {
+    let log = op.log_text();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("metrics=").nth(1))
+        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
+        .expect("the operator logs its metrics address");
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    match text.split_once("\r\n\r\n") {
+        Some((_, body)) => body.to_owned(),
+        None => text,
+    }
+}
+
+/// The value of one series in a metrics text.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// How many sweeps the operator has run.
+pub fn sweeps(op: &Operator) -> f64 {
+    metric(&metrics_text(op), "liken_reconcile_duration_seconds_count")
 }

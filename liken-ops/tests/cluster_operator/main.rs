@@ -454,40 +454,6 @@ fn settled_fleet_writes_nothing(env: &Env, op: &Operator) {
     drop(player);
 }
 
-/// The operator's /metrics text (its address is in its log).
-fn metrics_text(op: &Operator) -> String {
-    let log = op.log_text();
-    let addr = log
-        .lines()
-        .find_map(|l| l.split("metrics=").nth(1))
-        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-        .expect("the operator logs its metrics address");
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    use std::io::{Read, Write};
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    match text.split_once("\r\n\r\n") {
-        Some((_, body)) => body.to_owned(),
-        None => text,
-    }
-}
-
-/// The value of one series in a metrics text.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
-/// How many sweeps the operator has run.
-fn sweeps(op: &Operator) -> f64 {
-    metric(&metrics_text(op), "liken_reconcile_duration_seconds_count")
-}
-
 /// The exposition passes promtool's checks, and carries the operator's
 /// own series.
 fn metrics_are_promtool_clean(op: &Operator, halted: bool) {
