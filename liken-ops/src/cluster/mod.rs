@@ -19,9 +19,11 @@
 //!   reclaims, and the halt of a failed release.
 //! - [`status`]: the Cluster's status, written only when it changed.
 //! - [`channel`]: the release channel poller on its own thread.
-//! - [`flux`]: the flux feature's deploy key (built by the helper
-//!   `flux`, which also builds the engine seed, the flux teardown, the
-//!   feature janitor and the steward).
+//! - [`flux`]: the flux feature: the deploy key, the engine seed, the
+//!   ordered teardown of a retracted feature.
+//! - [`janitor`]: the workloads of retracted features.
+//! - [`steward`]: the OS's own DaemonSet pods, refreshed on machines that
+//!   already run the template's release.
 //!
 //! Then the code that carries the decisions out:
 //! - [`watches`]: the informers that feed the sweep.
@@ -35,9 +37,11 @@ pub mod events;
 pub mod fleet;
 pub mod flux;
 pub mod heartbeat;
+pub mod janitor;
 pub mod metrics;
 pub mod rollout;
 pub mod run;
 pub mod status;
+pub mod steward;
 pub mod sweep;
 pub mod watches;

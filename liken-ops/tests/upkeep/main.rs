@@ -1,5 +1,6 @@
 //! The cluster operator's upkeep against real parts: the flux feature
-//! (deploy key, engine seed, teardown).
+//! (deploy key, engine seed, teardown), the feature janitor and the
+//! steward.
 //!
 //! One control plane serves the binary (kube-apiserver with its audit
 //! log, kube-controller-manager for namespace deletion, garbage
@@ -7,11 +8,13 @@
 //! nodes). The code under test runs under the cluster operator's own
 //! ServiceAccount token, bound by the RBAC files the release ships, so a
 //! missing verb fails. The scenarios share namespaces the code names
-//! (flux-system), so they run in order in one test, which then holds the
+//! (flux-system, liken-system), so they run in order in one test, which then holds the
 //! shipped rules to exactly what the scenarios used.
 
 mod engine;
+mod janitor;
 mod key;
+mod steward;
 mod support;
 mod teardown;
 
@@ -29,6 +32,8 @@ fn upkeep_under_exactly_the_shipped_rbac() {
     key::scenario();
     engine::scenario();
     teardown::scenario();
+    janitor::scenario();
+    steward::scenario();
 
     let used = support::operator_requests(mark);
     let mut granted = Vec::new();

@@ -131,18 +131,32 @@ pub fn cluster(name: &str, features: &[(&str, Option<serde_json::Value>)]) -> Cl
     admin.create(&api, &c).unwrap()
 }
 
-/// Waits until `name` is gone (up to a minute).
+/// Waits until `name` is gone (up to two minutes); on a timeout the
+/// failure shows the object as it stands.
 pub fn wait_gone(client: &Client, api: &Api, name: &str) {
-    wait(
-        Duration::from_secs(60),
-        &format!("{name} to be gone"),
-        || {
-            matches!(
-                client.get_opt::<liken_kube::DynamicObject>(api, name),
-                Ok(None)
-            )
-        },
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let found = client.get_opt::<liken_kube::DynamicObject>(api, name);
+        if matches!(found, Ok(None)) {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let status = found
+                .as_ref()
+                .ok()
+                .and_then(|o| o.as_ref())
+                .and_then(|o| o.pointer("/status").cloned());
+            panic!(
+                "{name} was not gone within 120s: status {status:?}, finalizers {:?}",
+                found
+                    .as_ref()
+                    .ok()
+                    .and_then(|o| o.as_ref())
+                    .map(|o| o.finalizers())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Polls `check` every 200 ms until it holds, failing after `within`.

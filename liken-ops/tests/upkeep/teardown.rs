@@ -68,6 +68,30 @@ pub fn scenario() {
     support::wait(Duration::from_secs(90), "both controllers running", || {
         running_controller_pods(&admin) == 2
     });
+    // As in a running cluster, every CRD of the engine is served before
+    // anything is torn down (the apiserver's own cleanup of a CRD deleted
+    // seconds after its creation can stall behind its retry backoff).
+    for (resource, name) in CLUSTER_REMAINS {
+        if resource.plural != "customresourcedefinitions" {
+            continue;
+        }
+        support::wait(
+            Duration::from_secs(60),
+            &format!("{name} established"),
+            || {
+                admin
+                    .get_opt::<DynamicObject>(&Api::all(*resource), name)
+                    .ok()
+                    .flatten()
+                    .and_then(|crd| crd.pointer("/status/conditions").cloned())
+                    .and_then(|c| c.as_array().cloned())
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Established" && c["status"] == "True")
+                    })
+            },
+        );
+    }
     // The sync objects, with the finalizer Flux's controllers add, and
     // something the repository deployed.
     let sync = |kind: &str, spec: serde_json::Value| {

@@ -1,0 +1,103 @@
+//! The feature janitor against a real apiserver, with the garbage
+//! collector and kwok running the DaemonSets' pods.
+
+use std::time::Duration;
+
+use liken_kube::request::{DAEMON_SETS, PODS};
+use liken_kube::{Api, DynamicObject, ListParams};
+use liken_ops::cluster::janitor;
+use serde_json::json;
+
+use crate::support;
+
+fn daemon_set(name: &str, feature: Option<&str>) -> serde_json::Value {
+    let mut ds = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": "liken-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "registry.example/c:1"}]},
+            },
+        },
+    });
+    if let Some(f) = feature {
+        ds["metadata"]["annotations"] = json!({"liken.sh/feature": f});
+    }
+    ds
+}
+
+fn pods_of(admin: &liken_kube::Client, app: &str) -> usize {
+    admin
+        .list::<DynamicObject>(
+            &Api::namespaced(PODS, "liken-system"),
+            &ListParams::labels(format!("app={app}")),
+        )
+        .unwrap()
+        .items
+        .len()
+}
+
+/// A retracted feature's DaemonSet goes (and its pods with it); a
+/// declared feature's and an unannotated one stay; a settled namespace
+/// costs one LIST.
+pub fn scenario() {
+    let cp = support::cp();
+    let admin = support::admin();
+    let operator = support::operator();
+    cp.create_node("care-node", &[("kubernetes.io/os", "linux")])
+        .unwrap();
+    let api = Api::namespaced(DAEMON_SETS, "liken-system");
+    for (name, feature) in [
+        ("iscsid", Some("iscsi")),
+        ("flux-agent", Some("flux")),
+        ("plain", None),
+    ] {
+        admin
+            .create::<DynamicObject, _>(&api, &daemon_set(name, feature))
+            .unwrap();
+    }
+    support::wait(Duration::from_secs(60), "iscsid's pods", || {
+        pods_of(&admin, "iscsid") > 0
+    });
+    let cluster = support::cluster("janitored", &[("flux", None)]);
+
+    let mark = cp.audit_mark().unwrap();
+    janitor::sweep(&operator, &cluster);
+    let requests: Vec<String> = support::operator_requests(mark)
+        .iter()
+        .map(|e| e.describe())
+        .collect();
+    let user = support::operator_user();
+    assert_eq!(
+        requests,
+        [
+            format!("list daemonsets liken-system/ -> 200 by {user}"),
+            format!("delete daemonsets liken-system/iscsid -> 200 by {user}"),
+        ]
+    );
+    support::wait_gone(&admin, &api, "iscsid");
+    support::wait(
+        Duration::from_secs(60),
+        "iscsid's pods to be collected",
+        || pods_of(&admin, "iscsid") == 0,
+    );
+    for name in ["flux-agent", "plain"] {
+        assert!(
+            admin
+                .get_opt::<DynamicObject>(&api, name)
+                .unwrap()
+                .is_some(),
+            "{name}"
+        );
+    }
+
+    let mark = cp.audit_mark().unwrap();
+    janitor::sweep(&operator, &cluster);
+    assert!(cp.writes_by(&user, mark).unwrap().is_empty());
+
+    for name in ["flux-agent", "plain"] {
+        admin.delete(&api, name, &Default::default()).unwrap();
+    }
+}
