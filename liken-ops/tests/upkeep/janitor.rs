@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use liken_kube::request::{DAEMON_SETS, PODS};
-use liken_kube::{Api, DynamicObject, ListParams};
+use liken_kube::request::DAEMON_SETS;
+use liken_kube::{Api, DynamicObject};
 use liken_ops::cluster::janitor;
 use serde_json::json;
 
@@ -28,17 +28,6 @@ fn daemon_set(name: &str, feature: Option<&str>) -> serde_json::Value {
     ds
 }
 
-fn pods_of(admin: &liken_kube::Client, app: &str) -> usize {
-    admin
-        .list::<DynamicObject>(
-            &Api::namespaced(PODS, "liken-system"),
-            &ListParams::labels(format!("app={app}")),
-        )
-        .unwrap()
-        .items
-        .len()
-}
-
 /// A retracted feature's DaemonSet goes (and its pods with it); a
 /// declared feature's and an unannotated one stay; a settled namespace
 /// costs one LIST.
@@ -59,7 +48,7 @@ pub fn scenario() {
             .unwrap();
     }
     support::wait(Duration::from_secs(60), "iscsid's pods", || {
-        pods_of(&admin, "iscsid") > 0
+        !support::pods("liken-system", "app=iscsid").is_empty()
     });
     let cluster = support::cluster("janitored", &[("flux", None)]);
 
@@ -81,7 +70,7 @@ pub fn scenario() {
     support::wait(
         Duration::from_secs(60),
         "iscsid's pods to be collected",
-        || pods_of(&admin, "iscsid") == 0,
+        || support::pods("liken-system", "app=iscsid").is_empty(),
     );
     for name in ["flux-agent", "plain"] {
         assert!(
@@ -95,7 +84,7 @@ pub fn scenario() {
 
     let mark = cp.audit_mark().unwrap();
     janitor::sweep(&operator, &cluster);
-    assert!(cp.writes_by(&user, mark).unwrap().is_empty());
+    assert!(support::operator_writes(mark).is_empty());
 
     for name in ["flux-agent", "plain"] {
         admin.delete(&api, name, &Default::default()).unwrap();

@@ -192,9 +192,7 @@ pub fn scenario() {
         ensure_deploy_key(&operator, &recorder, &cluster),
         Some(minted.clone())
     );
-    let writes = support::cp()
-        .writes_by(&support::operator_user(), mark)
-        .unwrap();
+    let writes = support::operator_writes(mark);
     assert!(writes.is_empty(), "a settled key wrote: {writes:?}");
 
     // The forge rotated its host key: one patch of the Secret, same key.
@@ -208,9 +206,7 @@ pub fn scenario() {
         ensure_deploy_key(&operator, &recorder, &cluster),
         Some(minted.clone())
     );
-    let writes = support::cp()
-        .writes_by(&support::operator_user(), mark)
-        .unwrap();
+    let writes = support::operator_writes(mark);
     assert_eq!(writes.len(), 1, "{writes:?}");
     assert_eq!(
         (writes[0].verb.as_str(), writes[0].resource.as_str()),

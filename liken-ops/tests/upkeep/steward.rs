@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use liken_api::machine::{MachineSpec, ReleaseStatus};
 use liken_api::{Machine, Version};
-use liken_kube::request::{DAEMON_SETS, PODS};
-use liken_kube::{Api, DynamicObject, ListParams};
+use liken_kube::request::DAEMON_SETS;
+use liken_kube::{Api, DynamicObject};
 use liken_ops::cluster::rollout::Template;
 use liken_ops::cluster::steward::Steward;
 use serde_json::json;
@@ -26,30 +26,27 @@ fn machine(name: &str, running: &str) -> Machine {
 }
 
 /// (node, release label, uid) of each operator pod.
-fn operator_pods(admin: &liken_kube::Client) -> Vec<(String, String, String)> {
-    let mut pods: Vec<(String, String, String)> = admin
-        .list::<DynamicObject>(
-            &Api::namespaced(PODS, "liken-system"),
-            &ListParams::labels("app.kubernetes.io/name=liken-machine-operator"),
+fn operator_pods() -> Vec<(String, String, String)> {
+    let mut pods: Vec<(String, String, String)> = support::pods(
+        "liken-system",
+        "app.kubernetes.io/name=liken-machine-operator",
+    )
+    .iter()
+    .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+    .map(|p| {
+        let s = |ptr: &str| {
+            p.pointer(ptr)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (
+            s("/spec/nodeName"),
+            s("/metadata/labels/liken.sh~1version"),
+            s("/metadata/uid"),
         )
-        .unwrap()
-        .items
-        .iter()
-        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        .map(|p| {
-            let s = |ptr: &str| {
-                p.pointer(ptr)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            (
-                s("/spec/nodeName"),
-                s("/metadata/labels/liken.sh~1version"),
-                s("/metadata/uid"),
-            )
-        })
-        .collect();
+    })
+    .collect();
     pods.sort();
     pods
 }
@@ -98,11 +95,11 @@ pub fn scenario() {
         Duration::from_secs(60),
         "an operator pod on both nodes",
         || {
-            let pods = operator_pods(&admin);
+            let pods = operator_pods();
             on(&pods, "node-new").is_some() && on(&pods, "node-old").is_some()
         },
     );
-    let before = operator_pods(&admin);
+    let before = operator_pods();
     let old_on_old = on(&before, "node-old").unwrap();
     assert_eq!(old_on_old.0, OLD);
 
@@ -122,9 +119,7 @@ pub fn scenario() {
     let mark = cp.audit_mark().unwrap();
     let ds: DynamicObject = admin.get(&api, "liken-machine-operator").unwrap();
     steward.sweep(&operator, &ds, &new, &machines);
-    let writes: Vec<String> = cp
-        .writes_by(&support::operator_user(), mark)
-        .unwrap()
+    let writes: Vec<String> = support::operator_writes(mark)
         .iter()
         .map(|e| {
             format!(
@@ -145,24 +140,17 @@ pub fn scenario() {
         Duration::from_secs(60),
         "the refreshed pod on node-new",
         || {
-            on(&operator_pods(&admin), "node-new")
+            on(&operator_pods(), "node-new")
                 .is_some_and(|(release, uid)| release == NEW && uid != evicted.1)
         },
     );
-    assert_eq!(
-        on(&operator_pods(&admin), "node-old"),
-        Some(old_on_old.clone())
-    );
+    assert_eq!(on(&operator_pods(), "node-old"), Some(old_on_old.clone()));
 
     // Settled: the machine not upgraded keeps its pod, nothing is written.
     let mark = cp.audit_mark().unwrap();
     let ds: DynamicObject = admin.get(&api, "liken-machine-operator").unwrap();
     steward.sweep(&operator, &ds, &new, &machines);
-    assert!(
-        cp.writes_by(&support::operator_user(), mark)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(support::operator_writes(mark).is_empty());
 
     // Its turn comes: that machine now runs the release, and its pod is
     // refreshed too.
@@ -171,6 +159,6 @@ pub fn scenario() {
     support::wait(
         Duration::from_secs(60),
         "the refreshed pod on node-old",
-        || on(&operator_pods(&admin), "node-old").is_some_and(|(release, _)| release == NEW),
+        || on(&operator_pods(), "node-old").is_some_and(|(release, _)| release == NEW),
     );
 }

@@ -94,6 +94,24 @@ pub fn apply(rel: &str) {
     kubectl(&["apply", "-f", path.to_str().unwrap()]);
 }
 
+/// The writes the operator made since `mark`, from the audit log.
+pub fn operator_writes(
+    mark: liken_testenv::audit::AuditMark,
+) -> Vec<liken_testenv::audit::AuditEvent> {
+    cp().writes_by(&operator_user(), mark).unwrap()
+}
+
+/// The pods in `namespace` that `selector` (labels) selects, as admin.
+pub fn pods(namespace: &str, selector: &str) -> Vec<liken_kube::DynamicObject> {
+    admin()
+        .list::<liken_kube::DynamicObject>(
+            &Api::namespaced(liken_kube::request::PODS, namespace),
+            &liken_kube::ListParams::labels(selector),
+        )
+        .unwrap()
+        .items
+}
+
 /// The flux feature's manifest.
 pub const FLUX_FEATURE: &str = "images/features/flux/manifests/flux-system.yaml";
 /// The cluster operator's standing upkeep rights.

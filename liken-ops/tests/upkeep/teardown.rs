@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use liken_kube::request::{CONFIG_MAPS, DEPLOYMENTS, NAMESPACES, PODS, SECRETS};
-use liken_kube::{Api, DynamicObject, ListParams};
+use liken_kube::request::{CONFIG_MAPS, DEPLOYMENTS, NAMESPACES, SECRETS};
+use liken_kube::{Api, DynamicObject};
 use liken_ops::cluster::flux::teardown::{
     CLUSTER_REMAINS, CONTROLLERS, GIT_REPOSITORIES, KUSTOMIZATIONS, refusal,
 };
@@ -15,25 +15,10 @@ use serde_json::json;
 
 use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
 
-fn controller_pods(admin: &liken_kube::Client) -> usize {
-    admin
-        .list::<DynamicObject>(
-            &Api::namespaced(PODS, "flux-system"),
-            &ListParams::labels("app in (source-controller,kustomize-controller)"),
-        )
-        .unwrap()
-        .items
-        .len()
-}
+const CONTROLLER_PODS: &str = "app in (source-controller,kustomize-controller)";
 
-fn running_controller_pods(admin: &liken_kube::Client) -> usize {
-    admin
-        .list::<DynamicObject>(
-            &Api::namespaced(PODS, "flux-system"),
-            &ListParams::labels("app in (source-controller,kustomize-controller)"),
-        )
-        .unwrap()
-        .items
+fn running_controller_pods() -> usize {
+    support::pods("flux-system", CONTROLLER_PODS)
         .iter()
         .filter(|p| p.pointer("/status/phase") == Some(&json!("Running")))
         .count()
@@ -66,7 +51,7 @@ pub fn scenario() {
         "{report:?}"
     );
     support::wait(Duration::from_secs(90), "both controllers running", || {
-        running_controller_pods(&admin) == 2
+        running_controller_pods() == 2
     });
     // As in a running cluster, every CRD of the engine is served before
     // anything is torn down (the apiserver's own cleanup of a CRD deleted
@@ -151,7 +136,7 @@ pub fn scenario() {
             .all(|e| e.verb == "get" && e.resource == "namespaces" && e.name == "flux-system"),
         "a refused teardown did more than read the namespace: {seen:#?}"
     );
-    assert_eq!(running_controller_pods(&admin), 2);
+    assert_eq!(running_controller_pods(), 2);
 
     // The mark back: the teardown proceeds, one stage a sweep.
     support::kubectl(&[
@@ -276,7 +261,7 @@ pub fn scenario() {
     );
 
     // Everything of the engine is gone; what the repository deployed stays.
-    assert_eq!(controller_pods(&admin), 0);
+    assert!(support::pods("flux-system", CONTROLLER_PODS).is_empty());
     for (resource, name) in CLUSTER_REMAINS {
         support::wait_gone(&admin, &Api::all(*resource), name);
     }
