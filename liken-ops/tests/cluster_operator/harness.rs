@@ -63,7 +63,11 @@ impl Env {
         .unwrap_or_else(|e| panic!("liken-testenv: the test control plane is not available: {e}"));
         let admin = Client::new(&Config::from_kubeconfig(cp.kubeconfig(), None).unwrap()).unwrap();
         let root = liken_testenv::workspace_root().join("images/manifests");
-        for file in ["liken-system.yaml", "cluster-operator.yaml"] {
+        for file in [
+            "liken-system.yaml",
+            "cluster-operator.yaml",
+            "cluster-operator-upkeep.yaml",
+        ] {
             let text = std::fs::read_to_string(root.join(file)).unwrap();
             apply(&cp, &text.replace("@LIKEN_VERSION@", OLD));
         }
