@@ -130,9 +130,11 @@ pub fn decide_steward(
 
 /// The release each machine runs, by the node name k3s registers it under
 /// (its hostname: `spec.hostname`, else its name).
-pub fn running_by_node(machines: &[Machine]) -> BTreeMap<String, Version> {
+pub fn running_by_node<'a>(
+    machines: impl IntoIterator<Item = &'a Machine>,
+) -> BTreeMap<String, Version> {
     machines
-        .iter()
+        .into_iter()
         .filter_map(|m| {
             let running = m.status.release.as_ref()?.running.clone()?;
             Some((m.hostname().to_owned(), running))
@@ -187,12 +189,12 @@ impl Steward {
 
     /// One pass over the pods of `daemon_set` (the machine operator's, as
     /// the sweep's watch holds it), whose template carries `template`.
-    pub fn sweep(
+    pub fn sweep<'a>(
         &mut self,
         client: &Client,
         daemon_set: &DynamicObject,
         template: &Template,
-        machines: &[Machine],
+        machines: impl IntoIterator<Item = &'a Machine>,
     ) {
         if !matches!(template, Template::Release(_)) {
             return;

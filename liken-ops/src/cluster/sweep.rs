@@ -3,6 +3,11 @@
 //! Everything this program writes is written here, from the one loop.
 //! The order of the writes is the design:
 //!
+//! 0. **The upkeep**, whose writes touch no Machine and no Cluster: the
+//!    steward's evictions of stale OS pods ([`super::steward`]), the
+//!    feature janitor's deletes ([`super::janitor`]), then the flux
+//!    feature's key, engine or teardown ([`super::flux`]), whose public
+//!    key and refusal the status below carries.
 //! 1. **The Cluster's status**, carrying the turn ledger, with the
 //!    resourceVersion the sweep read (a conflict means another copy wrote
 //!    since, and this sweep's grants must not go out). Each condition that
@@ -32,16 +37,19 @@ use liken_api::coordination::{self, GRANT_REASON, REBOOT_APPROVED, VERSION_LABEL
 use liken_api::{Cluster, ConditionStatus, Machine, Phase, Time, Version};
 use liken_kube::events::{EventType, ObjectReference, Recorder};
 use liken_kube::request::{CLUSTERS, MACHINES};
-use liken_kube::{Api, Client, Error};
+use liken_kube::{Api, Client, DynamicObject, Error};
 use serde_json::json;
 
 use super::channel::Poller;
 use super::events;
 use super::fleet::{self, FleetSweep, Judged, decide_fleet_sweep};
+use super::flux::Flux;
 use super::heartbeat::Sightings;
+use super::janitor;
 use super::metrics::{ClusterMetrics, ErrorKind};
 use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
 use super::status::{self, Extras};
+use super::steward::Steward;
 use super::watches::Watches;
 use crate::runtime::log;
 
@@ -93,6 +101,10 @@ pub struct Sweeper {
     pub metrics: ClusterMetrics,
     /// The intervals.
     pub limits: Limits,
+    /// The flux feature's upkeep (when it last probed for the engine).
+    flux: Flux,
+    /// The steward (the terminating OS pods it has reported).
+    steward: Steward,
     /// Unreadable objects already reported, by kind and key, with the
     /// resourceVersion reported.
     reported: BTreeMap<(&'static str, String), String>,
@@ -121,6 +133,8 @@ impl Sweeper {
             poller,
             metrics,
             limits,
+            flux: Flux::new(),
+            steward: Steward::new(),
             reported: BTreeMap::new(),
             operating: None,
             waiting_logged: false,
@@ -182,9 +196,22 @@ impl Sweeper {
                 .unwrap_or_default(),
             mono,
         );
+        // The upkeep, in the seed's order: the OS's own pods on machines
+        // that already run the template's release, the workloads of
+        // retracted features, then the flux feature (its key and engine,
+        // or its teardown), whose answer the status carries.
+        if let Some(ds) = self.machine_operator() {
+            let machines = machines.iter().map(|m| m.as_ref());
+            self.steward.sweep(&self.client, &ds, &template, machines);
+        }
+        janitor::sweep(&self.client, &cluster);
+        let flux = self
+            .flux
+            .sweep(&self.client, &self.recorder, &cluster, mono);
         let extras = Extras {
             available: self.poller.available(),
-            ..Extras::default()
+            public_key: flux.public_key,
+            flux_teardown: flux.teardown,
         };
 
         // 1. The Cluster's status, ledger first.
@@ -284,14 +311,15 @@ impl Sweeper {
         Ok(machines)
     }
 
+    /// The machine operator's DaemonSet, as the watch holds it.
+    fn machine_operator(&self) -> Option<Arc<DynamicObject>> {
+        self.watches.daemon_set().get(&machine_operator_key())
+    }
+
     /// The release the machine operator DaemonSet's template carries.
     fn template(&self) -> Template {
-        let key = format!(
-            "{}/{}",
-            coordination::HEARTBEAT_NAMESPACE,
-            coordination::MACHINE_OPERATOR
-        );
-        let Some(ds) = self.watches.daemon_set().get(&key) else {
+        let Some(ds) = self.machine_operator() else {
+            let key = machine_operator_key();
             return Template::Unreadable(format!(
                 "DaemonSet {key} does not exist (or this operator may not read it)"
             ));
@@ -588,6 +616,15 @@ impl Sweeper {
             }
         }
     }
+}
+
+/// The store key of the machine operator's DaemonSet.
+fn machine_operator_key() -> String {
+    format!(
+        "{}/{}",
+        coordination::HEARTBEAT_NAMESPACE,
+        coordination::MACHINE_OPERATOR
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

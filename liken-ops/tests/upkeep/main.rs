@@ -1,6 +1,7 @@
 //! The cluster operator's upkeep against real parts: the flux feature
 //! (deploy key, engine seed, teardown), the feature janitor and the
-//! steward.
+//! steward, each on its own and then through the liken-cluster-operator
+//! binary's sweep.
 //!
 //! One control plane serves the binary (kube-apiserver with its audit
 //! log, kube-controller-manager for namespace deletion, garbage
@@ -11,6 +12,7 @@
 //! (flux-system, liken-system), so they run in order in one test, which then holds the
 //! shipped rules to exactly what the scenarios used.
 
+mod binary;
 mod engine;
 mod janitor;
 mod key;
@@ -34,19 +36,27 @@ fn upkeep_under_exactly_the_shipped_rbac() {
     teardown::scenario();
     janitor::scenario();
     steward::scenario();
+    binary::scenario();
 
+    // Every request (the binary's too) is granted by the files the
+    // release ships; every rule of the upkeep's own files was used (the
+    // cluster operator's own file is held to its sweep by its own tests).
     let used = support::operator_requests(mark);
-    let mut granted = Vec::new();
-    for file in [UPKEEP_RBAC, FLUX_FEATURE] {
-        let text = std::fs::read_to_string(support::root().join(file)).unwrap();
-        granted.extend(grants(&text).unwrap());
-    }
-    let rbac = compare_rbac(&granted, &used);
+    let read =
+        |file: &str| grants(&std::fs::read_to_string(support::root().join(file)).unwrap()).unwrap();
+    let upkeep: Vec<_> = [UPKEEP_RBAC, FLUX_FEATURE]
+        .into_iter()
+        .flat_map(read)
+        .collect();
+    let mut shipped = upkeep.clone();
+    shipped.extend(binary::OPERATOR_MANIFESTS.into_iter().flat_map(read));
+    let rbac = compare_rbac(&shipped, &used);
     assert!(
         rbac.ungranted.is_empty(),
         "used but not granted: {:#?}",
         rbac.ungranted
     );
+    let rbac = compare_rbac(&upkeep, &used);
     // `escalate` and `bind` are checks RBAC makes inside a create of a
     // ClusterRole or a binding, never requests of their own: the planted
     // ClusterRoles and ClusterRoleBindings prove them.

@@ -87,6 +87,31 @@ fn run(c: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Applies one object as admin.
+pub fn apply_json(object: &serde_json::Value) {
+    use std::io::Write as _;
+    let mut child = cp()
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(object.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Applies a manifest file of the repository as admin (as k3s would).
 pub fn apply(rel: &str) {
     let path = root().join(rel);
