@@ -24,8 +24,8 @@
 //!    outcome this write exists to allow.
 //!
 //! A Machine or Cluster the wire decoder refuses is skipped with one Event
-//! and one log line naming the field (once per version of the object),
-//! and the sweep goes on with the rest.
+//! and one log line naming the field (once per object and reason, however
+//! often it is written), and the sweep goes on with the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -106,7 +106,7 @@ pub struct Sweeper {
     /// The steward (the terminating OS pods it has reported).
     steward: Steward,
     /// Unreadable objects already reported, by kind and key, with the
-    /// resourceVersion reported.
+    /// [`refusal_key`] of what the decoder said.
     reported: BTreeMap<(&'static str, String), String>,
     /// The Cluster this copy operates, once found (for the log).
     operating: Option<String>,
@@ -574,7 +574,11 @@ impl Sweeper {
         }
     }
 
-    /// One Event and one log line per unreadable object (per version).
+    /// One Event and one log line per unreadable object and reason: a
+    /// newer machine operator that keeps writing a status this build
+    /// cannot read (a download's progress) is reported once, and again
+    /// only when the decoder names another problem, or after the object
+    /// was readable or gone in between.
     fn report_unreadable(&mut self) {
         for (kind, held) in [
             ("Machine", &self.watches.unreadable_machines),
@@ -585,11 +589,12 @@ impl Sweeper {
                 .retain(|(k, key), _| *k != kind || now.iter().any(|u| &u.key == key));
             for u in now {
                 let seen = self.reported.get(&(kind, u.key.clone()));
-                if seen == Some(&u.resource_version) {
+                let refusal = refusal_key(&u.message);
+                if seen.is_some_and(|s| s == refusal) {
                     continue;
                 }
                 self.reported
-                    .insert((kind, u.key.clone()), u.resource_version.clone());
+                    .insert((kind, u.key.clone()), refusal.to_owned());
                 self.metrics.error(ErrorKind::Unreadable);
                 let note = format!(
                     "this {kind} cannot be read by liken-cluster-operator {} and is skipped \
@@ -618,6 +623,18 @@ impl Sweeper {
     }
 }
 
+/// What makes two refusals of one object the same problem: the field the
+/// decoder stopped at (`status.phase: GET /apis/...: unknown variant ...`),
+/// else its message without the request it came from or the position,
+/// both of which change as the object is written again.
+fn refusal_key(message: &str) -> &str {
+    let (head, rest) = message.split_once(": ").unwrap_or(("", message));
+    if !head.is_empty() && !head.contains(char::is_whitespace) {
+        return head;
+    }
+    rest.rfind(" at line ").map_or(rest, |i| &rest[..i])
+}
+
 /// The store key of the machine operator's DaemonSet.
 fn machine_operator_key() -> String {
     format!(
@@ -629,4 +646,32 @@ fn machine_operator_key() -> String {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal_key;
+
+    #[test]
+    fn a_refusal_is_its_field_else_its_message_without_where_it_was_read() {
+        for (message, key) in [
+            (
+                "status.phase: GET /apis/liken.sh/v1alpha1/machines: unknown variant \
+                 `Hibernating` at line 1 column 670",
+                "status.phase",
+            ),
+            (
+                "status.phase: WATCH /apis/liken.sh/v1alpha1/machines: unknown variant \
+                 `Hibernating` at line 1 column 749",
+                "status.phase",
+            ),
+            (
+                "GET /apis/liken.sh/v1alpha1/clusters: expected value at line 1 column 2",
+                "expected value",
+            ),
+            ("unreadable", "unreadable"),
+        ] {
+            assert_eq!(refusal_key(message), key, "{message}");
+        }
+    }
 }

@@ -643,6 +643,66 @@ pub fn peak_disruption(events: &[Event<Machine>]) -> (usize, String) {
     peak
 }
 
+/// Every Machine state in the history that holds a grant while the
+/// Cluster's ledger, as last stored before it, does not list that
+/// machine: the grant went out before (or outlived) its ledger entry.
+///
+/// The two watches are replayed in the order etcd wrote them: Machines
+/// and Clusters live in the test's one etcd, whose revision (the
+/// resourceVersion it serves, opaque to clients but a single counter
+/// here) orders every write to both.
+pub fn grants_outside_the_ledger(
+    machines: &[Event<Machine>],
+    clusters: &[Event<Cluster>],
+) -> Vec<String> {
+    let revision = |rv: &str| -> u64 {
+        rv.parse()
+            .unwrap_or_else(|_| panic!("resourceVersion {rv:?} is not an etcd revision"))
+    };
+    // (revision, the machines the ledger lists from then on).
+    let mut ledgers: Vec<(u64, Vec<String>)> = Vec::new();
+    let mut record = |c: &Cluster, deleted: bool| {
+        let names = if deleted {
+            Vec::new()
+        } else {
+            c.status
+                .reboot_turns
+                .iter()
+                .map(|t| t.machine.clone())
+                .collect()
+        };
+        ledgers.push((revision(&c.metadata.resource_version), names));
+    };
+    for e in clusters {
+        match e {
+            Event::Restarted(items) => items.iter().for_each(|c| record(c, false)),
+            Event::Applied(c) => record(c, false),
+            Event::Deleted(c) => record(c, true),
+            Event::Unreadable(_) => {}
+        }
+    }
+    ledgers.sort_by_key(|(rv, _)| *rv);
+    let holding = machines.iter().flat_map(|e| match e {
+        Event::Restarted(items) => items.iter().collect::<Vec<_>>(),
+        Event::Applied(m) => vec![m],
+        _ => vec![],
+    });
+    holding
+        .filter(|m| coordination::holds_grant(&m.status.conditions))
+        .filter_map(|m| {
+            let at = revision(&m.metadata.resource_version);
+            let before = ledgers.iter().rev().find(|(rv, _)| *rv < at);
+            let listed = before.is_some_and(|(_, names)| names.contains(&m.metadata.name));
+            (!listed).then(|| {
+                format!(
+                    "{} holds a grant at revision {at}; the ledger before it: {:?}",
+                    m.metadata.name, before
+                )
+            })
+        })
+        .collect()
+}
+
 /// The longest ledger the Cluster's history ever held.
 pub fn peak_ledger(events: &[Event<Cluster>]) -> usize {
     events
