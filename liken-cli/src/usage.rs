@@ -231,16 +231,21 @@ system image carries the kernel's whole module tree.",
 /// `liken fetch`.
 pub const FETCH: Entry = Entry {
     name: "fetch",
-    synopsis: "liken fetch [-digest sha256:<hex>] <source-url> <version|latest> <channel-dir>",
+    synopsis: "liken fetch [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>",
     about: "\
 Copy one release from a channel into a local channel directory,
 checking every file against the release's release.yaml while it
 downloads; a file gets its final name only once it matches. \"latest\"
 takes the version the channel's channel.yaml names. -digest pins
 release.yaml itself to a catalog entry's digest, so the whole download
-is checked against what your cluster trusts. An interrupted download
-resumes where it stopped when run again.",
-    options: &[Opt::value("digest", "sha256:<hex>")],
+is checked against what your cluster trusts. An https source is
+checked against the usual public CAs, or with -ca against only the CA
+certificates in that PEM file (a channel behind a private CA).
+An interrupted download resumes where it stopped when run again.",
+    options: &[
+        Opt::value("digest", "sha256:<hex>"),
+        Opt::value("ca", "ca.pem"),
+    ],
     hidden: false,
 };
 

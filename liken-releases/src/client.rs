@@ -14,6 +14,11 @@
 //! a hop to another host or to plain http would hand the download to a
 //! party nobody chose. Digests still decide what is used, but a
 //! download from the wrong place is refused before it starts.
+//!
+//! https is checked against the built-in Mozilla roots, or, for a
+//! channel served under a private CA, against only the CA certificates a
+//! person names ([`agent_with_ca`], fetch's `-ca`, as curl's `--cacert`).
+//! Verification is never turned off.
 
 use std::fmt;
 use std::time::Duration;
@@ -31,6 +36,31 @@ pub const MAX_REDIRECTS: usize = 5;
 /// An agent with liken's timeouts and user agent. It follows no
 /// redirect itself: [`get`] decides each one.
 pub fn agent() -> ureq::Agent {
+    config().build().into()
+}
+
+/// As [`agent`], trusting for https only the CA certificates in
+/// `ca_pem` (one or more PEM certificates) in place of the built-in
+/// roots. Errors name what is wrong with the bundle.
+pub fn agent_with_ca(ca_pem: &[u8]) -> Result<ureq::Agent, String> {
+    use ureq::tls::{PemItem, RootCerts, TlsConfig};
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(ca_pem) {
+        match item.map_err(|e| format!("is not PEM: {e}"))? {
+            PemItem::Certificate(c) => certs.push(c),
+            _ => return Err("holds something other than certificates".into()),
+        }
+    }
+    if certs.is_empty() {
+        return Err("holds no PEM certificate".into());
+    }
+    let tls = TlsConfig::builder()
+        .root_certs(RootCerts::new_with_certs(&certs))
+        .build();
+    Ok(config().tls_config(tls).build().into())
+}
+
+fn config() -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -41,8 +71,6 @@ pub fn agent() -> ureq::Agent {
         .user_agent(format!("liken/{}", liken_api::BUILD_VERSION))
         // Bulk reads go straight to the socket in large pieces.
         .input_buffer_size(256 << 10)
-        .build()
-        .into()
 }
 
 /// Why a request failed.

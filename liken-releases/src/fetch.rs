@@ -73,6 +73,9 @@ pub struct FetchRequest {
     pub digest: Option<Digest>,
     /// The local channel directory.
     pub channel: PathBuf,
+    /// A PEM file of the CA certificates an https source is checked
+    /// against, in place of the built-in roots.
+    pub ca: Option<PathBuf>,
     /// How to show progress.
     pub progress: Style,
 }
@@ -349,7 +352,14 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
             req.source
         ))
     })?;
-    let agent = client::agent();
+    let agent = match &req.ca {
+        None => client::agent(),
+        Some(path) => {
+            let ca = |why: String| FetchError::Usage(format!("-ca {}: {why}", path.display()));
+            let pem = std::fs::read(path).map_err(|e| ca(format!("cannot be read: {e}")))?;
+            client::agent_with_ca(&pem).map_err(ca)?
+        }
+    };
     let version = match &req.wanted {
         Wanted::Version(v) => v.clone(),
         Wanted::Latest => latest(&agent, source)?,

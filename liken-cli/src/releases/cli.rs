@@ -69,7 +69,7 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
     bundle::run(&req, io.out).map_err(|e| super::Error::Bundle(e).into())
 }
 
-/// `liken fetch [-digest sha256:<hex>] <source-url> <version|latest> <channel-dir>`.
+/// `liken fetch [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>`.
 pub fn fetch(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
     if parsed.positionals().len() != 3 {
         return Err(parsed.usage());
@@ -87,6 +87,7 @@ pub fn fetch(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         wanted: Wanted::parse(&utf8(parsed, 1)?).map_err(super::Error::Fetch)?,
         digest,
         channel: PathBuf::from(&parsed.positionals()[2]),
+        ca: parsed.value("ca").map(PathBuf::from),
         progress: Style::detect(),
     };
     fetch::run(&req, io.out).map_err(|e| super::Error::Fetch(e).into())
