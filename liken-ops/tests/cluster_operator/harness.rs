@@ -254,10 +254,11 @@ pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> O
 }
 
 /// Intervals short enough for tests: sweeps every second, heartbeats
-/// stale after 3 s, a 3 s election term.
+/// stale after 3 s, a turn stalled after 4 s, a 3 s election term.
 pub const FAST: &[&str] = &[
     "--sweep-interval=1s",
     "--heartbeat-stale-after=3s",
+    "--rollout-stall-after=4s",
     "--lease-duration=3s",
     "--renew-deadline=2s",
     "--retry-period=500ms",

@@ -94,6 +94,7 @@ fn the_fleet_under_the_shipped_rbac() {
     the_channel_is_polled(&env, &op);
     settled_fleet_writes_nothing(&env, &op);
     unreadable_objects_are_skipped(&env, &op);
+    a_pruning_schema_stops_grants(&env, &op);
 
     // SIGTERM: the loop ends, Events flush, the Lease is released.
     let status = op.terminate(Duration::from_secs(20));
@@ -188,15 +189,15 @@ fn lost_and_back(env: &Env, op: &Operator) {
 
 /// Three machines take release NEW one at a time: the leader first while
 /// the machine operator DaemonSet lags, one of them silent long enough
-/// during its reboot to be marked Lost, and never more than the budget
-/// down at once in the whole recorded history.
+/// during its reboot to be marked Lost and to stall the rollout, and never
+/// more than the budget down at once in the whole recorded history.
 fn rollout_within_budget(env: &Env, op: &Operator) {
     env.clear();
     env.daemon_set(OLD);
     let history = History::record(env);
     env.create_cluster("home", &["a"], NEW, 1);
     let mut slow = asking(NEW);
-    slow.reboot_for = STALE + Duration::from_secs(2);
+    slow.reboot_for = STALE + Duration::from_secs(3);
     let player = Player::start(
         env,
         sims(&[("a", asking(NEW)), ("b", slow), ("c", asking(NEW))]),
@@ -248,9 +249,19 @@ fn rollout_within_budget(env: &Env, op: &Operator) {
         BTreeSet::from(["a".into(), "b".into(), "c".into()])
     );
     // b was silent past the limit during its reboot: Lost, while holding
-    // its turn.
+    // its turn, which it held past the stall limit.
     assert!(machines.iter().any(|e| matches!(e,
         Event::Applied(m) if m.metadata.name == "b" && m.status.phase == Some(Phase::Lost))));
+    assert!(
+        clusters.iter().any(|e| matches!(e, Event::Applied(c)
+            if find(&c.status.conditions, "Progressing").is_some_and(|p| p.reason == "RolloutStalled"
+                && p.status == ConditionStatus::False
+                && p.message.contains("held longer than 4s without finishing: b (since")))),
+        "the rollout never read stalled on b"
+    );
+    let stalled = env.events("home", "RolloutStalled");
+    assert_eq!(stalled.len(), 1, "{stalled:#?}");
+    assert_eq!(stalled[0]["type"], "Warning");
     for m in ["a", "b", "c"] {
         assert!(!env.events(m, "RebootTurnGranted").is_empty(), "{m}");
         assert!(!env.events(m, "RebootTurnReclaimed").is_empty(), "{m}");
@@ -349,12 +360,22 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
             .merge_patch::<DynamicObject>(&Api::all(CLUSTERS), "home", &v)
             .unwrap();
     };
-    patch(json!({"spec": {"releases": {"source": nginx.url}}}));
-    env.wait_cluster(
+    // The catalog (what the fleet may run) names the newest release; the
+    // channel (what is published) its latest.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    patch(
+        json!({"spec": {"releases": {"source": nginx.url, "catalog": [
+        {"version": OLD, "digest": digest}, {"version": "2026.11.15-002", "digest": digest}]}}}),
+    );
+    let c = env.wait_cluster(
         "home",
         "the channel's latest shows",
         Duration::from_secs(30),
         |c| c.status.releases.available.as_ref().map(|v| v.as_str()) == Some(NEW),
+    );
+    assert_eq!(
+        c.status.releases.newest.as_ref().map(|v| v.as_str()),
+        Some("2026.11.15-002")
     );
     // A new release is published; a person asks for a poll now.
     write_latest("2026.12.24-001");
@@ -488,10 +509,10 @@ fn metrics_are_promtool_clean(op: &Operator, halted: bool) {
     }
 }
 
-/// Drops one check (`key`) from a CRD's schema at `path` (property names
-/// from the root), as a newer release's CRD might, so the apiserver
-/// stores what this build cannot read.
-fn loosen(env: &Env, crd_name: &str, path: &[&str], key: &str) {
+/// Edits a CRD's served schema (its openAPIV3Schema), as another
+/// release's CRD might differ, so the apiserver stores (or prunes) what
+/// this build does not expect.
+fn edit_schema(env: &Env, crd_name: &str, edit: impl FnOnce(&mut Value)) {
     let crds = Api::all(liken_kube::request::Resource {
         group: "apiextensions.k8s.io",
         version: "v1",
@@ -500,17 +521,25 @@ fn loosen(env: &Env, crd_name: &str, path: &[&str], key: &str) {
         namespaced: false,
     });
     let mut crd: DynamicObject = env.admin.get(&crds, crd_name).unwrap();
-    let mut at = &mut crd.0["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    for p in path {
-        at = &mut at["properties"][*p];
-    }
-    assert!(
-        at.as_object_mut().unwrap().remove(key).is_some(),
-        "{crd_name} has no {key} at {path:?}"
-    );
+    edit(&mut crd.0["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
     env.admin
         .replace::<DynamicObject, _>(&crds, crd_name, &crd)
         .unwrap();
+}
+
+/// Drops one check (`key`) from a CRD's schema at `path` (property names
+/// from the root), as a newer release's CRD might.
+fn loosen(env: &Env, crd_name: &str, path: &[&str], key: &str) {
+    edit_schema(env, crd_name, |schema| {
+        let mut at = schema;
+        for p in path {
+            at = &mut at["properties"][*p];
+        }
+        assert!(
+            at.as_object_mut().unwrap().remove(key).is_some(),
+            "{crd_name} has no {key} at {path:?}"
+        );
+    });
 }
 
 /// Retries `write` until the loosened CRD takes it.
@@ -639,6 +668,43 @@ fn unreadable_objects_are_skipped(env: &Env, op: &Operator) {
     let _ = env
         .admin
         .delete(&Api::all(CLUSTERS), "aaa-odd", &Default::default());
+}
+
+/// An older release's Cluster schema, without status.rebootTurns, prunes
+/// the ledger from every status write: no grant goes out (none could be
+/// counted), and Progressing says why.
+fn a_pruning_schema_stops_grants(env: &Env, op: &Operator) {
+    env.clear();
+    env.daemon_set(NEW);
+    edit_schema(env, "clusters.liken.sh", |schema| {
+        let status = schema["properties"]["status"]["properties"]
+            .as_object_mut()
+            .unwrap();
+        assert!(status.remove("rebootTurns").is_some());
+    });
+    env.create_cluster("home", &["a"], NEW, 2);
+    let player = Player::start(env, sims(&[("a", asking(NEW)), ("b", asking(NEW))]));
+    env.wait_cluster(
+        "home",
+        "Progressing says the schema holds the turns back",
+        Duration::from_secs(30),
+        |c| {
+            find(&c.status.conditions, "Progressing")
+                .is_some_and(|p| p.message.contains("reboot turns wait for a Cluster schema"))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    for m in ["a", "b"] {
+        assert!(
+            !coordination::holds_grant(&env.machine(m).status.conditions),
+            "{m} was granted a turn that no ledger counts\n{}",
+            op.log_text()
+        );
+        assert!(env.events(m, "RebootTurnGranted").is_empty(), "{m}");
+    }
+    assert!(env.cluster("home").status.reboot_turns.is_empty());
+    assert!(op.log_text().contains("does not store status.rebootTurns"));
+    drop(player);
 }
 
 /// The verbs the operator used (from the audit log, since `start`) are
@@ -820,5 +886,57 @@ fn two_copies_one_paused_never_exceed_the_budget() {
         );
         assert!(pauses > 0, "run {run}: the rollout ended before any pause");
         eprintln!("run {run}: budget {budget}, peak {peak}, {pauses} pauses");
+    }
+}
+
+/// The binary alone: `--help` lists every flag with its default and exits
+/// 0; a bad flag, a zero interval and missing credentials each end it
+/// with status 1 and a message that says what to do.
+#[test]
+fn the_binary_explains_itself() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"))
+            .args(args)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, help, _) = run(&["--help"], &[]);
+    assert_eq!(code, Some(0));
+    for flag in liken_ops::cluster::run::PROGRAM.flags {
+        assert!(help.contains(&format!("--{}", flag.name)), "{help}");
+        if let Some(default) = flag.default {
+            assert!(help.contains(default), "{}: {help}", flag.name);
+        }
+    }
+    for (args, env, says) in [
+        (
+            &["--bogus"][..],
+            &[][..],
+            "unknown flag --bogus; run liken-cluster-operator --help",
+        ),
+        (
+            &["--sweep-interval=0s"],
+            &[],
+            "liken-cluster-operator: --sweep-interval must be longer than zero",
+        ),
+        (
+            &["--kubeconfig=/nonexistent/kubeconfig"],
+            &[],
+            "/nonexistent/kubeconfig",
+        ),
+        // No flag, no KUBECONFIG, no service account, no home.
+        (&[], &[], "liken-cluster-operator: "),
+    ] {
+        let (code, _, err) = run(args, env);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
 }
