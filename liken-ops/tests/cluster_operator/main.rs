@@ -86,6 +86,7 @@ fn granted_ever(events: &[Event<Machine>]) -> BTreeSet<String> {
 fn the_fleet_under_the_shipped_rbac() {
     let env = Env::start();
     let start = env.cp.audit_mark().unwrap();
+    the_deployment_is_restricted(&env);
     let mut op = env.operator("copy-a", &[]);
 
     lost_and_back(&env, &op);
@@ -107,6 +108,69 @@ fn the_fleet_under_the_shipped_rbac() {
     assert_eq!(lease_holder(&env), "", "the Lease was not released");
 
     rbac_is_exactly_what_was_used(&env, start);
+}
+
+/// The shipped Deployment: two replicas, a read-only root filesystem, and
+/// a pod the apiserver's Pod Security admission admits at the restricted
+/// level (non-root, no privilege escalation, every capability dropped,
+/// RuntimeDefault seccomp, no host namespaces or paths), tried with a
+/// server-side dry run in a namespace that enforces it.
+fn the_deployment_is_restricted(env: &Env) {
+    let path = liken_testenv::workspace_root().join("images/manifests/cluster-operator.yaml");
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("@LIKEN_VERSION@", NEW);
+    let deployment: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|d: &Value| d["kind"] == "Deployment")
+        .expect("cluster-operator.yaml holds a Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod_spec = &deployment["spec"]["template"]["spec"];
+    let containers = pod_spec["containers"].as_array().unwrap();
+    for c in containers {
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{c}");
+        assert_eq!(
+            c["image"],
+            format!("liken.sh/liken-cluster-operator:{NEW}"),
+            "{c}"
+        );
+    }
+
+    let ns = "restricted-check";
+    let sa = pod_spec["serviceAccountName"].as_str().unwrap();
+    let create = |path: &str, body: Value| {
+        let (code, v) = env.cp.request("POST", path, Some(&body)).unwrap();
+        assert_eq!(code, 201, "POST {path}: {v}");
+    };
+    create(
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest"}}}),
+    );
+    create(
+        &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}}),
+    );
+    // The check has teeth: the same pod with a capability back is refused.
+    let pod = |spec: &Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "liken-cluster-operator", "namespace": ns}, "spec": spec})
+    };
+    let path = format!("/api/v1/namespaces/{ns}/pods?dryRun=All");
+    let (code, v) = env.cp.request("POST", &path, Some(&pod(pod_spec))).unwrap();
+    assert_eq!(code, 201, "the restricted level refused the pod: {v}");
+    let mut weaker = pod_spec.clone();
+    weaker["containers"][0]["securityContext"]["capabilities"] = json!({"add": ["NET_RAW"]});
+    let (code, v) = env.cp.request("POST", &path, Some(&pod(&weaker))).unwrap();
+    assert_eq!(code, 403, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("restricted"),
+        "{v}"
+    );
 }
 
 /// A machine that stops renewing its heartbeat becomes Lost (only after
