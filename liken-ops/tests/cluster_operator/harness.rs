@@ -390,7 +390,7 @@ impl Sim {
 pub struct Player {
     pub sims: Arc<Mutex<BTreeMap<String, Sim>>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Player {
@@ -415,8 +415,32 @@ impl Player {
         }
         let sims = Arc::new(Mutex::new(sims));
         let stop = Arc::new(AtomicBool::new(false));
+        // Heartbeats on a thread of their own, as a machine operator renews
+        // its Lease apart from its passes: on a loaded machine the status
+        // writes of a tick could otherwise hold every renewal back past
+        // the tests' 3 s stale limit.
+        let (t_sims, t_stop, t_admin) = (sims.clone(), stop.clone(), admin.clone());
+        let heartbeats = std::thread::spawn(move || {
+            while !t_stop.load(Ordering::SeqCst) {
+                let up: Vec<String> = t_sims
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(_, s)| s.up)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in up {
+                    let _ = t_admin.merge_patch::<DynamicObject>(
+                        &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+                        &name,
+                        &json!({"spec": {"renewTime": liken_kube::microtime::now()}}),
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
         let (t_sims, t_stop) = (sims.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
+        let passes = std::thread::spawn(move || {
             while !t_stop.load(Ordering::SeqCst) {
                 let names: Vec<String> = t_sims.lock().unwrap().keys().cloned().collect();
                 for name in names {
@@ -428,7 +452,7 @@ impl Player {
         let p = Player {
             sims,
             stop,
-            thread: Some(thread),
+            threads: vec![heartbeats, passes],
         };
         // The first statuses land before the test goes on.
         std::thread::sleep(Duration::from_millis(400));
@@ -443,7 +467,7 @@ impl Player {
 impl Drop for Player {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -477,13 +501,6 @@ fn play(admin: &Client, sims: &Mutex<BTreeMap<String, Sim>>, name: &str) {
             sim.running = staged.unwrap_or_else(|| sim.running.clone());
             sim.step = Step::Idle;
         }
-    }
-    if sim.up {
-        let _ = admin.merge_patch::<DynamicObject>(
-            &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
-            name,
-            &json!({"spec": {"renewTime": liken_kube::microtime::now()}}),
-        );
     }
     let Ok(m) = admin.get::<Machine>(&Api::all(MACHINES), name) else {
         return;
@@ -528,6 +545,13 @@ fn play(admin: &Client, sims: &Mutex<BTreeMap<String, Sim>>, name: &str) {
     let written = if status == m.status {
         true
     } else {
+        // Its heartbeat first, as a returning machine operator renews
+        // before it reports, so no status arrives while its Lease is stale.
+        let _ = admin.merge_patch::<DynamicObject>(
+            &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+            name,
+            &json!({"spec": {"renewTime": liken_kube::microtime::now()}}),
+        );
         let mut body = m.clone();
         body.status = status;
         // Conditioned on the version read: a grant that landed since makes

@@ -45,6 +45,11 @@ fn condition_reason(c: &liken_api::Cluster, type_: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Whether the Cluster's Progressing message contains `text`.
+fn progressing_says(c: &liken_api::Cluster, text: &str) -> bool {
+    find(&c.status.conditions, "Progressing").is_some_and(|p| p.message.contains(text))
+}
+
 fn all_run(env: &Env, names: &[&str], release: &str) -> bool {
     names.iter().all(|n| {
         env.machine(n)
@@ -87,7 +92,17 @@ fn the_fleet_under_the_shipped_rbac() {
     let env = Env::start();
     let start = env.cp.audit_mark().unwrap();
     the_deployment_is_restricted(&env);
-    let mut op = env.operator("copy-a", &[]);
+    // The one copy keeps the default election term: a renewal slowed past
+    // the tests' 2 s deadline on a loaded machine would end it, and no
+    // copy would be left to act. The paused-copy test shortens it.
+    let mut op = env.operator(
+        "copy-a",
+        &[
+            "--lease-duration=15s",
+            "--renew-deadline=10s",
+            "--retry-period=2s",
+        ],
+    );
 
     lost_and_back(&env, &op);
     rollout_within_budget(&env, &op);
@@ -272,10 +287,7 @@ fn rollout_within_budget(env: &Env, op: &Operator) {
         "home",
         "followers wait for the leader",
         Duration::from_secs(30),
-        |c| {
-            find(&c.status.conditions, "Progressing")
-                .is_some_and(|p| p.message.contains("leaders first"))
-        },
+        |c| progressing_says(c, "leaders first"),
     );
     wait_all_run(env, &["a"], NEW, Duration::from_secs(60), op);
     assert!(!all_run(env, &["b"], NEW) && !all_run(env, &["c"], NEW));
@@ -752,10 +764,7 @@ fn a_pruning_schema_stops_grants(env: &Env, op: &Operator) {
         "home",
         "Progressing says the schema holds the turns back",
         Duration::from_secs(30),
-        |c| {
-            find(&c.status.conditions, "Progressing")
-                .is_some_and(|p| p.message.contains("reboot turns wait for a Cluster schema"))
-        },
+        |c| progressing_says(c, "reboot turns wait for a Cluster schema"),
     );
     std::thread::sleep(Duration::from_secs(4));
     for m in ["a", "b"] {
