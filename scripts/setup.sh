@@ -35,6 +35,8 @@ packages=(
   # images/oci-image.sh writes with tools that did not write them.
   skopeo            # reads an oci-archive: and copies it into a registry
   docker-registry   # a real registry, started by the test on loopback
+  chrony            # chronyd serves NTP on loopback to init's SNTP client (liken-init/tests/chrony_dnsmasq.rs)
+  dnsmasq-base      # dnsmasq answers init's DNS stub resolver on loopback (the same test)
   prometheus        # promtool check metrics reads every exposition liken-kube serves (liken-kube/tests/exposition.rs)
   # The benchmarks' references (`make bench`; `make test` runs each once
   # at a tiny size) and the tests that fetch releases from a real web
@@ -77,8 +79,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   trap - EXIT
   # They also enable their service for the next boot (a registry on
   # port 5000, a web server on port 80, a Prometheus server on 9090, of
-  # every interface); the tests need none of them, so they are disabled.
-  for service in docker-registry nginx prometheus; do
+  # every interface, and chronyd steering this machine's clock from the
+  # Internet); the tests need none of them, so they are disabled.
+  for service in docker-registry nginx prometheus chrony; do
     if [[ " ${missing[*]} " == *" $service "* ]] && [ -d /run/systemd/system ]; then
       systemctl disable --now "$service.service" >/dev/null 2>&1 \
         || echo "setup: could not stop the $service service; stop it with: systemctl disable --now $service" >&2

@@ -19,8 +19,10 @@
 //! it echoes the transmit timestamp we sent in its originate field (so
 //! a stray or forged packet cannot set the clock), its leap indicator is
 //! not "alarm" (an unsynchronised server), its stratum is 1 to 15
-//! (stratum 0 is a kiss-o'-death, whose code the console shows), and
-//! its transmit time is not zero. A time before [`PLAUSIBLE_AFTER`] is
+//! (stratum 0 with a kiss code in the reference id is a kiss-o'-death,
+//! whose code the console shows; without one, as chronyd answers before
+//! its first sync, the server is unsynchronised), and its transmit time
+//! is not zero. A time before [`PLAUSIBLE_AFTER`] is
 //! refused too, as no working server is that far behind.
 //!
 //! [`decide_reply`] and [`offset_nanos`] are pure; [`query`] and
@@ -210,7 +212,8 @@ pub enum Refusal {
     Unsynchronised,
     /// Stratum 0: a kiss-o'-death, with its four-letter code.
     Kiss(String),
-    /// Stratum 16 or more: the server has no usable source.
+    /// Stratum 16 or more, or 0 without a kiss code: the server has no
+    /// usable source.
     Stratum(u8),
     /// The transmit timestamp is zero.
     NoTransmitTime,
@@ -260,24 +263,18 @@ pub fn decide_reply(packet: &[u8], sent: NtpTime) -> Result<Reply, Refusal> {
     if !(3..=4).contains(&version) {
         return Err(Refusal::Version(version));
     }
-    if stratum == 0 {
-        let code = header.get(12..16).unwrap_or(&[]);
-        let code: String = code
-            .iter()
-            .map(|&b| {
-                if b.is_ascii_graphic() {
-                    char::from(b)
-                } else {
-                    '?'
-                }
-            })
-            .collect();
+    if stratum == 0
+        && let Some(code) = kiss_code(header)
+    {
         return Err(Refusal::Kiss(code));
     }
+    // A server with no source at all (chronyd before its first sync)
+    // answers stratum 0 with leap indicator 3 and no kiss code: it is
+    // unsynchronised, not refusing us.
     if leap == 3 {
         return Err(Refusal::Unsynchronised);
     }
-    if stratum > 15 {
+    if stratum == 0 || stratum > 15 {
         return Err(Refusal::Stratum(stratum));
     }
     if transmit == NtpTime::ZERO {
@@ -288,6 +285,20 @@ pub fn decide_reply(packet: &[u8], sent: NtpTime) -> Result<Reply, Refusal> {
         receive,
         transmit,
     })
+}
+
+/// A stratum-0 answer's kiss code (RFC 5905 section 7.4): the
+/// reference id as up to four ASCII capitals or digits, zero filled.
+fn kiss_code(header: &[u8]) -> Option<String> {
+    let id = header.get(12..16)?;
+    let len = id.iter().position(|&b| b == 0).unwrap_or(id.len());
+    let (code, fill) = id.split_at(len);
+    let valid = !code.is_empty()
+        && code
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        && fill.iter().all(|&b| b == 0);
+    valid.then(|| code.iter().map(|&b| char::from(b)).collect())
 }
 
 /// The clock's offset from the server, RFC 5905's
@@ -677,7 +688,12 @@ mod tests {
         // Version 3 servers are fine too.
         assert!(decide_reply(&reply_for(&req, now, 0b00_011_100, 1), sent).is_ok());
 
-        let cases: [(Vec<u8>, Refusal); 7] = [
+        let no_refid = |first: u8| {
+            let mut p = reply_for(&req, now, first, 0);
+            p[12..16].fill(0);
+            p
+        };
+        let cases: [(Vec<u8>, Refusal); 10] = [
             (good[..40].to_vec(), Refusal::Short(40)),
             (reply_for(&req, now, 0b00_100_011, 2), Refusal::Mode(3)),
             (reply_for(&req, now, 0b00_010_100, 2), Refusal::Version(2)),
@@ -689,6 +705,18 @@ mod tests {
                 reply_for(&req, now, 0b00_100_100, 0),
                 Refusal::Kiss("RATE".into()),
             ),
+            (
+                {
+                    let mut p = reply_for(&req, now, 0b11_100_100, 0);
+                    p[12..16].copy_from_slice(b"DEN\0");
+                    p
+                },
+                Refusal::Kiss("DEN".into()),
+            ),
+            // What chronyd with no source answers (the chrony_dnsmasq
+            // test asks a real one): unsynchronised, not a kiss.
+            (no_refid(0b11_100_100), Refusal::Unsynchronised),
+            (no_refid(0b00_100_100), Refusal::Stratum(0)),
             (reply_for(&req, now, 0b00_100_100, 16), Refusal::Stratum(16)),
             (
                 {
