@@ -36,7 +36,7 @@ use crate::channel::{self, ChannelError};
 use crate::client::{self, ClientError};
 use crate::files;
 use crate::layout;
-use crate::progress::{Progress, Style};
+use crate::progress::{Observer, Progress, Style};
 use crate::size::human;
 use crate::stream::{self, CopyError};
 use crate::terminal::{escape, escape_text};
@@ -78,6 +78,8 @@ pub struct FetchRequest {
     pub ca: Option<PathBuf>,
     /// How to show progress.
     pub progress: Style,
+    /// Told the bytes of the whole release as they arrive.
+    pub observer: Option<Observer>,
 }
 
 /// Why fetch failed.
@@ -416,12 +418,16 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         human(release.total_size())
     )
     .map_err(w)?;
+    let total = release.total_size();
+    let mut before = 0u64;
     for a in &release.artifacts {
         let url = format!(
             "{source}/{version}/{}",
             layout::url_segment(a.file.as_str())
         );
-        let how = fetch_artifact(&agent, &url, &dir, a, req.progress)?;
+        let observe = (req.observer.as_ref(), before, total);
+        let how = fetch_artifact(&agent, &url, &dir, a, req.progress, observe)?;
+        before = before.saturating_add(a.size);
         writeln!(out, "{} {}: {how}", a.name, escape(a.file.as_str())).map_err(w)?;
     }
     files::replace(&local_doc, &bytes, files::PUBLIC).map_err(|error| FetchError::Io {
@@ -496,7 +502,9 @@ fn fetch_artifact(
     dir: &Path,
     a: &Artifact,
     style: Style,
+    observe: (Option<&Observer>, u64, u64),
 ) -> Result<String, FetchError> {
+    let (observer, offset, total) = observe;
     let io = |doing: String| move |error| FetchError::Io { doing, error };
     let final_path = layout::artifact_path(dir, &a.file).ok_or_else(|| {
         FetchError::Unsafe(format!(
@@ -538,7 +546,8 @@ fn fetch_artifact(
         have = n;
     }
     let label = escape(a.file.as_str()).into_owned();
-    let mut progress = Progress::new(style, label.clone(), a.size, have);
+    let mut progress =
+        Progress::new(style, label.clone(), a.size, have).observed(observer, offset, total);
     let mut attempts = 0;
     while have < a.size {
         attempts += 1;
@@ -572,14 +581,16 @@ fn fetch_artifact(
                     .map_err(io(format!("truncating {}", partial.display())))?;
                 hasher = Sha256::default();
                 have = 0;
-                progress = Progress::new(style, label.clone(), a.size, 0);
+                progress = Progress::new(style, label.clone(), a.size, 0)
+                    .observed(observer, offset, total);
             }
             Answer::Retry if attempts == 1 => {
                 file.set_len(0)
                     .map_err(io(format!("truncating {}", partial.display())))?;
                 hasher = Sha256::default();
                 have = 0;
-                progress = Progress::new(style, label.clone(), a.size, 0);
+                progress = Progress::new(style, label.clone(), a.size, 0)
+                    .observed(observer, offset, total);
                 continue;
             }
             // Not an answer to a resume at all: say what the server said.

@@ -9,7 +9,9 @@
 //! The drawing is a pure function of the counts ([`render_bar`],
 //! [`quarter_crossed`]) so it is tested without a terminal.
 
+use std::fmt;
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::size::human;
@@ -36,6 +38,18 @@ impl Style {
     }
 }
 
+/// Told the bytes of a whole transfer as they arrive, `(done, total)`:
+/// how a program with no terminal (the machine operator, which reports
+/// progress in a condition) follows a download.
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 /// Files smaller than this get no quarter lines, only the final one.
 const QUARTERS_FROM: u64 = 64 << 20;
 const REDRAW: Duration = Duration::from_millis(100);
@@ -49,6 +63,9 @@ pub struct Progress {
     started: Instant,
     resumed_at: u64,
     last_draw: Option<Instant>,
+    /// The observer, with the bytes before this file and the transfer's
+    /// total.
+    observer: Option<(Observer, u64, u64)>,
 }
 
 impl Progress {
@@ -63,13 +80,27 @@ impl Progress {
             started: Instant::now(),
             resumed_at: done,
             last_draw: None,
+            observer: None,
         }
+    }
+
+    /// The same progress, also told to `observer` as part of a transfer
+    /// of `total` bytes of which `offset` came before this file.
+    pub fn observed(mut self, observer: Option<&Observer>, offset: u64, total: u64) -> Progress {
+        if let Some(o) = observer {
+            (o.0)(offset.saturating_add(self.done), total);
+            self.observer = Some((o.clone(), offset, total));
+        }
+        self
     }
 
     /// Counts `n` more bytes.
     pub fn advance(&mut self, n: u64) {
         let before = self.done;
         self.done = self.done.saturating_add(n);
+        if let Some((o, offset, total)) = &self.observer {
+            (o.0)(offset.saturating_add(self.done), *total);
+        }
         match self.style {
             Style::Quiet => {}
             Style::Bar => {

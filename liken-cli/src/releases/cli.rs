@@ -89,6 +89,7 @@ pub fn fetch(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         channel: PathBuf::from(&parsed.positionals()[2]),
         ca: parsed.value("ca").map(PathBuf::from),
         progress: Style::detect(),
+        observer: None,
     };
     fetch::run(&req, io.out).map_err(|e| super::Error::Fetch(e).into())
 }
