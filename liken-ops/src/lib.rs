@@ -19,6 +19,10 @@
 //! - [`runtime`]: what both binaries share to run like a controller:
 //!   flags, structured logs, signals, where the credentials come from.
 //! - [`cluster`]: the cluster operator.
+//! - [`kinds`]: the core Kubernetes kinds the operators read (Node, Pod).
+//! - [`machine`]: the machine operator.
 
 pub mod cluster;
+pub mod kinds;
+pub mod machine;
 pub mod runtime;

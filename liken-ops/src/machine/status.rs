@@ -1,0 +1,174 @@
+//! The Machine's status as this pass writes it, and whether it changed.
+//!
+//! The operator composes the whole status and writes it only when it
+//! differs from the stored one, so a converged machine writes nothing.
+//! Conditions keep their lastTransitionTime unless their status flips
+//! (`liken_api::condition::set`); conditions of types the operator does
+//! not own (the cluster operator's grant) are carried along unchanged.
+//! A pass that could not read its facts keeps the last known boot,
+//! release, role and pending list: they are still the machine's last
+//! word, and only the conditions say that it cannot judge now.
+
+use liken_api::condition::{self, transitions};
+use liken_api::coordination::{self, machine_owned, reason};
+use liken_api::machine::MachineStatus;
+use liken_api::{Condition, Time};
+use liken_kube::events::EventType;
+
+use crate::machine::pass::Pass;
+
+/// The status to write after `pass`, from the `stored` one.
+pub fn compose(stored: &MachineStatus, pass: &Pass, generation: i64, now: Time) -> MachineStatus {
+    let mut owned: Vec<Condition> = stored
+        .conditions
+        .iter()
+        .filter(|c| machine_owned(&c.type_))
+        .cloned()
+        .collect();
+    owned.retain(|c| pass.conditions.iter().any(|p| p.type_ == c.type_));
+    for c in &pass.conditions {
+        condition::set(&mut owned, c.clone().with_generation(generation), now);
+    }
+    // The pass's order, then whatever the operator does not own.
+    let mut conditions: Vec<Condition> = pass
+        .conditions
+        .iter()
+        .filter_map(|p| owned.iter().find(|c| c.type_ == p.type_).cloned())
+        .collect();
+    conditions.extend(coordination::carry_foreign(&stored.conditions).cloned());
+    MachineStatus {
+        phase: Some(pass.phase),
+        conditions,
+        role: pass.role.or(stored.role),
+        boot: pass.boot.clone().or_else(|| stored.boot.clone()),
+        release: pass.release.clone().or_else(|| stored.release.clone()),
+        pending: if pass.blind {
+            stored.pending.clone()
+        } else {
+            pass.pending.clone()
+        },
+        observed_generation: generation,
+    }
+}
+
+/// The Events a status write earns: one per convergence condition that
+/// transitioned (new, or a changed status or reason), with its reason.
+/// The Ready roll-up repeats them and posts none.
+pub fn transition_events(
+    stored: &[Condition],
+    written: &[Condition],
+) -> Vec<(EventType, String, String)> {
+    transitions(stored, written)
+        .into_iter()
+        .filter(|c| coordination::CONVERGENCE.contains(&c.type_.as_str()))
+        .map(|c| {
+            let kind = match c.reason.as_str() {
+                reason::BLOCKED
+                | reason::DRAIN_BLOCKED
+                | reason::NOT_APPLIED
+                | reason::FACTS_UNREADABLE => EventType::Warning,
+                _ => EventType::Normal,
+            };
+            (
+                kind,
+                c.reason.clone(),
+                format!("{}: {}", c.type_, c.message),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liken_api::coordination::{GRANT_REASON, REBOOT_APPROVED, SYSCTLS_APPLIED};
+    use liken_api::{ConditionStatus, Phase};
+
+    fn pass_with(conditions: Vec<Condition>, blind: bool) -> Pass {
+        Pass {
+            phase: crate::machine::phase::decide_phase(&conditions),
+            conditions,
+            pending: Vec::new(),
+            boot: None,
+            release: None,
+            role: None,
+            staging: Vec::new(),
+            approval: crate::machine::approval::Approval::None,
+            request: crate::machine::approval::RebootRequest::None,
+            wanted: None,
+            turn: crate::machine::turn::TurnStep::Idle,
+            node_patch: None,
+            intent: crate::machine::release::Intent::None,
+            boot_id: None,
+            machine_hash: liken_api::hash::sha256(b""),
+            blind,
+        }
+    }
+
+    #[test]
+    fn unchanged_verdicts_compose_an_unchanged_status() {
+        let t0 = Time::from_unix(100);
+        let t1 = Time::from_unix(200);
+        let converged = vec![Condition::new(
+            SYSCTLS_APPLIED,
+            ConditionStatus::True,
+            reason::CONVERGED,
+            "ok",
+        )];
+        let first = compose(
+            &MachineStatus::default(),
+            &pass_with(converged.clone(), false),
+            3,
+            t0,
+        );
+        assert_eq!(first.phase, Some(Phase::Ready));
+        assert_eq!(first.conditions[0].last_transition_time, t0);
+        assert_eq!(first.conditions[0].observed_generation, 3);
+        // The same verdict later: the same status, to the byte.
+        assert_eq!(compose(&first, &pass_with(converged, false), 3, t1), first);
+
+        // A flip moves the time and is one transition.
+        let pending = vec![Condition::new(
+            SYSCTLS_APPLIED,
+            ConditionStatus::False,
+            reason::AWAITING_TURN,
+            "sysctls: vm.swappiness 60 → 10",
+        )];
+        let second = compose(&first, &pass_with(pending, false), 4, t1);
+        assert_eq!(second.conditions[0].last_transition_time, t1);
+        assert_eq!(second.phase, Some(Phase::UpdatePending));
+        let events = transition_events(&first.conditions, &second.conditions);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].1, reason::AWAITING_TURN);
+        assert_eq!(events[0].0, EventType::Normal);
+    }
+
+    #[test]
+    fn the_grant_is_carried_and_a_blind_pass_keeps_the_last_known_facts() {
+        let mut stored = MachineStatus::default();
+        stored.conditions.push(Condition::new(
+            REBOOT_APPROVED,
+            ConditionStatus::True,
+            GRANT_REASON,
+            "",
+        ));
+        stored.pending.push(liken_api::machine::PendingDisruption {
+            condition: SYSCTLS_APPLIED.into(),
+            kind: liken_api::machine::DisruptionKind::Reboot,
+            hash: liken_api::hash::sha256(b"x"),
+            summary: "s".into(),
+        });
+        let unknown = vec![Condition::new(
+            SYSCTLS_APPLIED,
+            ConditionStatus::Unknown,
+            reason::FACTS_UNREADABLE,
+            "init does not answer",
+        )];
+        let s = compose(&stored, &pass_with(unknown, true), 1, Time::from_unix(5));
+        assert_eq!(s.phase, Some(Phase::Unknown));
+        assert_eq!(s.pending, stored.pending);
+        assert_eq!(s.conditions.last().unwrap().type_, REBOOT_APPROVED);
+        let events = transition_events(&stored.conditions, &s.conditions);
+        assert_eq!(events[0].0, EventType::Warning);
+    }
+}

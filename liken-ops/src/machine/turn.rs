@@ -1,0 +1,337 @@
+//! The turn: from a granted reboot turn to init's reboot (or k3s's
+//! restart), and back to a schedulable node afterwards.
+//!
+//! A machine that wants a disruption asks the cluster for a turn (reason
+//! AwaitingTurn) and waits. Once the cluster operator grants it
+//! (`RebootApproved`), the machine cordons its Node, drains it
+//! ([`crate::machine::drain`]), and asks init to reboot or to restart
+//! k3s. After the boot nothing is wanted any more: the machine uncordons
+//! and its conditions stop asking, so the cluster operator reclaims the
+//! turn.
+//!
+//! What a restarted operator must know is kept where it survives the
+//! restart: the cordon and the drain's start on the Node (annotations),
+//! and what was already asked of init this boot in a small record under
+//! the state directory on /run (a tmpfs, so a reboot forgets it, which is
+//! exactly when it stops being true). A cordon the operator did not set
+//! (a person's) is left in place afterwards.
+
+use liken_api::machine::DisruptionKind;
+use liken_api::{Sha256Hex, Time};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::kinds::Node;
+
+/// Marks a cordon as the operator's own, so only that one is lifted.
+pub const CORDONED_ANNOTATION: &str = "liken.sh/cordoned";
+/// When the drain started, so its timeout survives an operator restart.
+pub const DRAINING_SINCE_ANNOTATION: &str = "liken.sh/draining-since";
+/// How long after asking init to reboot, with the machine still up, the
+/// operator asks again.
+pub const ASK_AGAIN_SECS: i64 = 300;
+
+/// What was asked of init this boot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Asked {
+    /// The boot it was asked in.
+    pub boot: Sha256Hex,
+    /// Reboot or Restart.
+    pub kind: DisruptionKind,
+    /// The staged Machine document a restart applied, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<Sha256Hex>,
+    /// When.
+    pub at: Time,
+}
+
+impl Asked {
+    /// Whether this record says a restart already applied `hash` in
+    /// `boot`.
+    pub fn restarted_for(&self, boot: &Sha256Hex, hash: &Sha256Hex) -> bool {
+        self.kind == DisruptionKind::Restart
+            && &self.boot == boot
+            && self.hash.as_ref() == Some(hash)
+    }
+}
+
+/// One pass's step of the turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TurnStep {
+    /// Nothing wanted, nothing to undo.
+    Idle,
+    /// Lift the operator's cordon and the drain's bookkeeping.
+    Uncordon,
+    /// Wanted, not granted: ask (the conditions say AwaitingTurn).
+    Await,
+    /// Granted: cordon and note the drain's start.
+    Cordon,
+    /// Granted and cordoned: drain, since this time.
+    Drain {
+        /// When the drain started.
+        since: Time,
+    },
+    /// init was already asked for this this boot; wait for it, or ask
+    /// again once [`ASK_AGAIN_SECS`] have passed.
+    Asked {
+        /// What was asked.
+        kind: DisruptionKind,
+        /// Whether to ask again now.
+        again: bool,
+    },
+}
+
+/// Whether the Node carries the operator's cordon or drain bookkeeping.
+fn drain_marks(node: &Node) -> (bool, Option<Time>) {
+    let a = &node.metadata.annotations;
+    let ours = a.get(CORDONED_ANNOTATION).is_some_and(|v| v == "true");
+    let since = a
+        .get(DRAINING_SINCE_ANNOTATION)
+        .and_then(|t| t.parse().ok());
+    (ours, since)
+}
+
+/// Decides this pass's step from what is wanted, the grant, the Node and
+/// what init was asked this boot.
+pub fn decide_turn(
+    wanted: Option<DisruptionKind>,
+    grant: bool,
+    node: Option<&Node>,
+    asked: Option<&Asked>,
+    boot: &Sha256Hex,
+    now: Time,
+) -> TurnStep {
+    let (ours, since) = node.map_or((false, None), drain_marks);
+    let marked = ours || since.is_some();
+    let Some(kind) = wanted else {
+        return if marked {
+            TurnStep::Uncordon
+        } else {
+            TurnStep::Idle
+        };
+    };
+    if !grant {
+        return if marked {
+            TurnStep::Uncordon
+        } else {
+            TurnStep::Await
+        };
+    }
+    if let Some(a) = asked.filter(|a| &a.boot == boot && a.kind == kind) {
+        return TurnStep::Asked {
+            kind,
+            again: now.seconds_since(a.at) >= ASK_AGAIN_SECS,
+        };
+    }
+    match (node, since) {
+        (Some(_), None) => TurnStep::Cordon,
+        (Some(_), Some(since)) => TurnStep::Drain { since },
+        // No Node to cordon (deleted, or k3s never registered it): the
+        // pods bound to its name are still drained.
+        (None, _) => TurnStep::Drain { since: now },
+    }
+}
+
+/// The merge patch that cordons the Node: unschedulable, the drain's
+/// start, and the mark that the cordon is the operator's (only when the
+/// Node was schedulable; a person's cordon stays theirs).
+pub fn cordon_patch(node: &Node, now: Time) -> Value {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(
+        DRAINING_SINCE_ANNOTATION.into(),
+        Value::String(now.to_string()),
+    );
+    if !node.spec.unschedulable {
+        annotations.insert(CORDONED_ANNOTATION.into(), Value::String("true".into()));
+    }
+    json!({"metadata": {"annotations": annotations}, "spec": {"unschedulable": true}})
+}
+
+/// The merge patch that lifts the operator's cordon (only its own) and
+/// removes the drain's bookkeeping.
+pub fn uncordon_patch(node: &Node) -> Value {
+    let (ours, _) = drain_marks(node);
+    let mut patch = json!({"metadata": {"annotations": {
+        CORDONED_ANNOTATION: null,
+        DRAINING_SINCE_ANNOTATION: null,
+    }}});
+    if ours {
+        patch["spec"] = json!({"unschedulable": false});
+    }
+    patch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liken_api::hash::sha256;
+
+    fn node(unschedulable: bool, annotations: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.spec.unschedulable = unschedulable;
+        for (k, v) in annotations {
+            n.metadata.annotations.insert((*k).into(), (*v).into());
+        }
+        n
+    }
+
+    #[test]
+    fn the_turn_walks_from_asking_to_init() {
+        use DisruptionKind::{Reboot, Restart};
+        let boot = sha256(b"boot");
+        let now = Time::from_unix(10_000);
+        let since = "2026-12-02T10:00:00Z";
+        let plain = node(false, &[]);
+        let cordoned = node(
+            true,
+            &[
+                (CORDONED_ANNOTATION, "true"),
+                (DRAINING_SINCE_ANNOTATION, since),
+            ],
+        );
+        let persons = node(true, &[]);
+        let asked = Asked {
+            boot: boot.clone(),
+            kind: Reboot,
+            hash: None,
+            at: Time::from_unix(9_900),
+        };
+        let old_boot = Asked {
+            boot: sha256(b"earlier"),
+            ..asked.clone()
+        };
+        let since_t: Time = since.parse().unwrap();
+        type Case<'a> = (
+            Option<DisruptionKind>,
+            bool,
+            Option<&'a Node>,
+            Option<&'a Asked>,
+            TurnStep,
+        );
+        let cases: Vec<Case> = vec![
+            (None, false, Some(&plain), None, TurnStep::Idle),
+            (None, true, Some(&cordoned), None, TurnStep::Uncordon),
+            (None, false, Some(&persons), None, TurnStep::Idle),
+            (Some(Reboot), false, Some(&plain), None, TurnStep::Await),
+            (
+                Some(Reboot),
+                false,
+                Some(&cordoned),
+                None,
+                TurnStep::Uncordon,
+            ),
+            (Some(Reboot), true, Some(&plain), None, TurnStep::Cordon),
+            (Some(Reboot), true, Some(&persons), None, TurnStep::Cordon),
+            (
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                None,
+                TurnStep::Drain { since: since_t },
+            ),
+            (
+                Some(Reboot),
+                true,
+                None,
+                None,
+                TurnStep::Drain { since: now },
+            ),
+            (
+                Some(Reboot),
+                true,
+                Some(&cordoned),
+                Some(&asked),
+                TurnStep::Asked {
+                    kind: Reboot,
+                    again: false,
+                },
+            ),
+            // A record from an earlier boot, or for another kind, asks
+            // for nothing.
+            (
+                Some(Reboot),
+                true,
+                Some(&cordoned),
+                Some(&old_boot),
+                TurnStep::Drain { since: since_t },
+            ),
+            (
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                Some(&asked),
+                TurnStep::Drain { since: since_t },
+            ),
+        ];
+        for (wanted, grant, node, asked, want) in cases {
+            assert_eq!(
+                decide_turn(wanted, grant, node, asked, &boot, now),
+                want,
+                "{wanted:?} grant={grant} {node:?} {asked:?}"
+            );
+        }
+        let late = Time::from_unix(9_900 + ASK_AGAIN_SECS);
+        assert_eq!(
+            decide_turn(
+                Some(Reboot),
+                true,
+                Some(&cordoned),
+                Some(&asked),
+                &boot,
+                late
+            ),
+            TurnStep::Asked {
+                kind: Reboot,
+                again: true
+            }
+        );
+    }
+
+    #[test]
+    fn cordon_and_uncordon_touch_only_the_operators_own() {
+        let now = Time::from_unix(1_780_000_000);
+        let p = cordon_patch(&node(false, &[]), now);
+        assert_eq!(p["spec"]["unschedulable"], true);
+        assert_eq!(p["metadata"]["annotations"][CORDONED_ANNOTATION], "true");
+        assert_eq!(
+            p["metadata"]["annotations"][DRAINING_SINCE_ANNOTATION],
+            "2026-05-28T20:26:40Z"
+        );
+        let p = cordon_patch(&node(true, &[]), now);
+        assert!(
+            p["metadata"]["annotations"]
+                .get(CORDONED_ANNOTATION)
+                .is_none()
+        );
+
+        let ours = node(
+            true,
+            &[
+                (CORDONED_ANNOTATION, "true"),
+                (DRAINING_SINCE_ANNOTATION, "x"),
+            ],
+        );
+        let p = uncordon_patch(&ours);
+        assert_eq!(p["spec"]["unschedulable"], false);
+        assert!(p["metadata"]["annotations"][CORDONED_ANNOTATION].is_null());
+        let persons = node(true, &[(DRAINING_SINCE_ANNOTATION, "x")]);
+        assert!(uncordon_patch(&persons).get("spec").is_none());
+    }
+
+    #[test]
+    fn a_restart_record_names_the_document_it_applied() {
+        let boot = sha256(b"b");
+        let a = Asked {
+            boot: boot.clone(),
+            kind: DisruptionKind::Restart,
+            hash: Some(sha256(b"doc")),
+            at: Time::EPOCH,
+        };
+        assert!(a.restarted_for(&boot, &sha256(b"doc")));
+        assert!(!a.restarted_for(&boot, &sha256(b"doc2")));
+        assert!(!a.restarted_for(&sha256(b"other"), &sha256(b"doc")));
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<Asked>(&json).unwrap(), a);
+    }
+}
