@@ -22,15 +22,30 @@
 //! - [`facts`]: what init and the host report, as data.
 //! - [`pass`]: one pass, from all of the above to a verdict.
 //! - [`status`]: the status a pass writes, and its Events.
+//!
+//! Then what carries the verdicts out:
+//! - [`host`]: reading the host, staging for init (`liken_api::ondisk`).
+//! - [`init_client`]: init's control socket (`liken_api::control`).
+//! - [`download`]: the release download worker.
+//! - [`heartbeat`]: the Lease renewed on its own thread.
+//! - [`seed`]: the Machine and Cluster created from the booted documents.
+//! - [`flags`], [`operator`]: the flags and the loop.
 
 pub mod approval;
 pub mod changes;
+pub mod download;
 pub mod drain;
 pub mod facts;
+pub mod flags;
+pub mod heartbeat;
+pub mod host;
+pub mod init_client;
 pub mod network;
 pub mod node;
+pub mod operator;
 pub mod pass;
 pub mod phase;
 pub mod release;
+pub mod seed;
 pub mod status;
 pub mod turn;

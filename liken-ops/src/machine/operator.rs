@@ -1,0 +1,938 @@
+//! The loop: watches feed stores and wake it, each pass reads the facts,
+//! decides ([`crate::machine::pass`]) and carries the verdict out. This
+//! is the one place that writes, and it writes only what changed.
+//!
+//! The order of a pass's writes follows what other programs rely on:
+//! staged files before the status lists them as pending; the status that
+//! says Rebooting before init is asked, so the cluster operator sees the
+//! turn in use (and never reclaims it) before the machine goes down; the
+//! spent annotations removed just before init is asked; Events posted
+//! after the status write lands, so a refused write posts nothing and
+//! the next pass finds the same transition again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, select};
+use liken_api::control::Request;
+use liken_api::coordination::{K3S_CONFIGURED, reason};
+use liken_api::machine::DisruptionKind;
+use liken_api::ondisk::Document;
+use liken_api::{Cluster, Machine, Time, annotations};
+use liken_kube::events::{EventType, ObjectReference, Recorder, RecorderConfig};
+use liken_kube::metrics::{self, Counter, Gauge, Registry};
+use liken_kube::request::{CLUSTERS, MACHINES, NODES, PODS};
+use liken_kube::{
+    Api, Client, DeleteParams, DynamicObject, Error, Informer, ListParams, Store, Watcher,
+};
+use serde_json::json;
+
+use crate::kinds::{Node, Pod};
+use crate::machine::approval::{Approval, RebootRequest};
+use crate::machine::download::Downloads;
+use crate::machine::drain::{Refusal, decide_drain};
+use crate::machine::flags::Config;
+use crate::machine::heartbeat::{Heartbeat, HeartbeatMetrics, Owner};
+use crate::machine::host;
+use crate::machine::init_client::{InitClient, InitError};
+use crate::machine::node::node_patch;
+use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
+use crate::machine::release::Worker;
+use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
+use crate::machine::status::{compose, transition_events};
+use crate::machine::turn::{Asked, TurnStep, cordon_patch, uncordon_patch};
+use crate::runtime::credentials;
+use crate::runtime::log;
+use crate::runtime::signals::{self, Stop};
+
+/// The component name in logs, metrics, the User-Agent and Events.
+pub const COMPONENT: &str = "liken-machine-operator";
+/// The Events' reporting controller.
+pub const CONTROLLER: &str = "liken.sh/machine-operator";
+
+/// Event reasons that are not condition transitions (a transition's
+/// Event takes the condition's reason).
+pub mod event_reason {
+    /// A changed document was written into staged/.
+    pub const STAGED: &str = "ChangeStaged";
+    /// A person's approval was recognised.
+    pub const APPROVED: &str = "DisruptionApproved";
+    /// An approval that names nothing pending was removed.
+    pub const APPROVAL_IGNORED: &str = "ApprovalIgnored";
+    /// A reboot request that names another boot was removed.
+    pub const REQUEST_IGNORED: &str = "RebootRequestIgnored";
+    /// The cluster's grant was taken up: cordoning and draining.
+    pub const TURN_TAKEN: &str = "TurnTaken";
+    /// init was asked to reboot.
+    pub const REBOOTING: &str = "Rebooting";
+    /// init was asked to restart k3s.
+    pub const RESTARTING: &str = "RestartingK3s";
+    /// init refused (or did not answer) a disruption.
+    pub const INIT_REFUSED: &str = "InitRefused";
+    /// The node was uncordoned after the turn.
+    pub const UNCORDONED: &str = "Uncordoned";
+    /// The Machine or the Cluster was created from the booted documents.
+    pub const SEEDED: &str = "Seeded";
+}
+
+/// Why the operator stopped.
+#[derive(Debug)]
+pub enum OperatorError {
+    /// The flags.
+    Flags(crate::runtime::flags::FlagError),
+    /// The credentials or the client.
+    Config(liken_kube::ConfigError),
+    /// Setting up (signals, metrics, threads).
+    Setup(String),
+}
+
+impl std::fmt::Display for OperatorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperatorError::Flags(e) => write!(f, "{e}"),
+            OperatorError::Config(e) => write!(f, "{e}"),
+            OperatorError::Setup(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for OperatorError {}
+
+/// The operator's own metrics.
+struct OperatorMetrics {
+    standard: metrics::Standard,
+    status_writes: Counter,
+    phase: Vec<(liken_api::Phase, Gauge)>,
+    pending: Gauge,
+    evictions: Counter,
+    refusals: Counter,
+}
+
+impl OperatorMetrics {
+    fn register(registry: &Registry) -> OperatorMetrics {
+        OperatorMetrics {
+            standard: metrics::standard(registry),
+            status_writes: registry.counter(
+                "liken_machine_status_writes_total",
+                "Writes of this Machine's status (only when it changed).",
+                &[],
+            ),
+            phase: liken_api::Phase::ALL
+                .iter()
+                .map(|p| {
+                    (
+                        *p,
+                        registry.gauge(
+                            "liken_machine_phase",
+                            "1 for this machine's phase, 0 for the others.",
+                            &[("phase", p.as_str())],
+                        ),
+                    )
+                })
+                .collect(),
+            pending: registry.gauge(
+                "liken_machine_pending_disruptions",
+                "Staged changes waiting for their disruption.",
+                &[],
+            ),
+            evictions: registry.counter(
+                "liken_machine_evictions_total",
+                "Pods evicted by drains.",
+                &[],
+            ),
+            refusals: registry.counter(
+                "liken_machine_eviction_refusals_total",
+                "Evictions a PodDisruptionBudget (or anything else) refused.",
+                &[],
+            ),
+        }
+    }
+
+    fn observe(&self, pass: &Pass) {
+        for (p, g) in &self.phase {
+            g.set(if *p == pass.phase { 1.0 } else { 0.0 });
+        }
+        self.pending.set(pass.pending.len() as f64);
+    }
+}
+
+/// The watched objects.
+struct Watches {
+    machines: Informer<Machine>,
+    clusters: Informer<Cluster>,
+    nodes: Informer<Node>,
+}
+
+impl Watches {
+    fn start(
+        client: &Client,
+        machine: &str,
+        node: &str,
+        registry: &Registry,
+        wake: crossbeam_channel::Sender<()>,
+    ) -> Watches {
+        let machines = Informer::spawn(
+            Watcher::new(client.clone(), Api::all(MACHINES))
+                .fields(&format!("metadata.name={machine}")),
+            wake.clone(),
+        );
+        let clusters = Informer::spawn(
+            Watcher::new(client.clone(), Api::all(CLUSTERS)),
+            wake.clone(),
+        );
+        let nodes = Informer::spawn(
+            Watcher::new(client.clone(), Api::all(NODES)).fields(&format!("metadata.name={node}")),
+            wake,
+        );
+        machines.stats().register(registry, "machines");
+        clusters.stats().register(registry, "clusters");
+        nodes.stats().register(registry, "nodes");
+        Watches {
+            machines,
+            clusters,
+            nodes,
+        }
+    }
+
+    fn wait_synced(&self, within: Duration) -> bool {
+        self.machines.store().wait_synced(within)
+            && self.clusters.store().wait_synced(within)
+            && self.nodes.store().wait_synced(within)
+    }
+
+    fn stop(self) {
+        self.machines.stop();
+        self.clusters.stop();
+        self.nodes.stop();
+    }
+}
+
+/// Everything a pass uses.
+struct Operator {
+    cfg: Config,
+    client: Client,
+    recorder: Recorder,
+    init: InitClient,
+    machine: String,
+    machines: Store<Machine>,
+    clusters: Store<Cluster>,
+    nodes: Store<Node>,
+    downloads: Option<Downloads>,
+    refusals: BTreeMap<String, Refusal>,
+    /// The Machine as the last status write returned it, newer than the
+    /// store until the watch delivers it.
+    written: Option<Machine>,
+    metrics: OperatorMetrics,
+    owner: Option<Arc<Mutex<Owner>>>,
+}
+
+/// Runs the operator until SIGTERM.
+pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
+    log::init(COMPONENT);
+    let cfg = Config::from_values(&values).map_err(OperatorError::Flags)?;
+    let stop = signals::listen().map_err(|e| OperatorError::Setup(e.to_string()))?;
+    let (config, source) =
+        credentials::load(cfg.kubeconfig.as_deref()).map_err(OperatorError::Config)?;
+    let registry = Registry::new();
+    let client = liken_kube::Client::new(&config)
+        .map_err(OperatorError::Config)?
+        .identify(COMPONENT, liken_api::BUILD_VERSION)
+        .with_metrics(&registry);
+    log::info(
+        "starting",
+        &[
+            ("version", &liken_api::BUILD_VERSION),
+            ("node", &cfg.node),
+            ("credentials", &format!("{source:?}")),
+            ("server", &client.server()),
+        ],
+    );
+    let metrics = OperatorMetrics::register(&registry);
+    let _server = match &cfg.metrics_address {
+        Some(addr) => Some(
+            metrics::serve(addr, registry.clone())
+                .map_err(|e| OperatorError::Setup(format!("serving metrics on {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    let recorder = Recorder::start(
+        client.clone(),
+        RecorderConfig::new(CONTROLLER, cfg.node.clone()),
+    )
+    .map_err(OperatorError::Setup)?;
+    let init = InitClient::new(&cfg.paths.socket());
+
+    // Which Machine this is: the flag, else the document init booted
+    // with, once init has published it.
+    let Some(machine) = wait_for_machine_name(&cfg, &stop) else {
+        recorder.shutdown(cfg.shutdown_flush);
+        return Ok(());
+    };
+    log::info("serving", &[("machine", &machine)]);
+
+    let (wake_tx, wake) = liken_kube::wake_channel();
+    let watches = Watches::start(&client, &machine, &cfg.node, &registry, wake_tx.clone());
+    let mut op = Operator {
+        machines: watches.machines.store(),
+        clusters: watches.clusters.store(),
+        nodes: watches.nodes.store(),
+        downloads: None,
+        refusals: BTreeMap::new(),
+        written: None,
+        metrics,
+        owner: None,
+        cfg: cfg.clone(),
+        client: client.clone(),
+        recorder,
+        init,
+        machine,
+    };
+    if !watches.wait_synced(Duration::from_secs(30)) {
+        log::warn(
+            "the watches have not listed yet; passing on what they have",
+            &[],
+        );
+    }
+    op.seed();
+    if !cfg.once {
+        op.downloads = Some(Downloads::start(
+            cfg.paths.clone(),
+            InitClient::new(&cfg.paths.socket()),
+            wake_tx,
+        ));
+    }
+
+    let mut heartbeat: Option<Heartbeat> = None;
+    loop {
+        let started = Instant::now();
+        let busy = op.pass();
+        op.metrics
+            .standard
+            .reconcile_duration
+            .observe_duration(started.elapsed());
+        if heartbeat.is_none() && !cfg.once {
+            heartbeat = op.start_heartbeat(&registry);
+        }
+        if cfg.once {
+            break;
+        }
+        let wait = if busy { cfg.busy_interval } else { cfg.resync };
+        select! {
+            recv(wake) -> _ => {}
+            recv(stop) -> s => {
+                log::info("stopping", &[("signal", &format!("{:?}", s.unwrap_or(Stop::Terminate)))]);
+                break;
+            }
+            default(wait) => {}
+        }
+    }
+    if let Some(h) = heartbeat {
+        h.stop();
+    }
+    if let Some(d) = op.downloads.take() {
+        d.stop();
+    }
+    watches.stop();
+    let report = op.recorder.shutdown(cfg.shutdown_flush);
+    log::info(
+        "stopped",
+        &[
+            ("events_posted", &report.posted),
+            ("events_abandoned", &report.abandoned),
+        ],
+    );
+    Ok(())
+}
+
+/// Waits for the Machine's name: `--machine`, or the running document's.
+fn wait_for_machine_name(cfg: &Config, stop: &Receiver<Stop>) -> Option<String> {
+    if let Some(m) = &cfg.machine {
+        return Some(m.clone());
+    }
+    let mut said = false;
+    loop {
+        let facts = host::read_facts(&cfg.paths, Err(String::new()));
+        match facts.running_machine {
+            Ok(Some(m)) => return Some(m.metadata.name),
+            other => {
+                if !said {
+                    let why = match other {
+                        Err(e) => e,
+                        _ => format!(
+                            "{} is not there yet",
+                            cfg.paths.running(Document::Machine).display()
+                        ),
+                    };
+                    log::warn("waiting for the Machine init booted with", &[("why", &why)]);
+                    said = true;
+                }
+            }
+        }
+        if cfg.once {
+            return None;
+        }
+        select! {
+            recv(stop) -> _ => return None,
+            default(cfg.busy_interval) => {}
+        }
+    }
+}
+
+fn machine_ref(m: &Machine) -> ObjectReference {
+    ObjectReference::machine(m)
+}
+
+impl Operator {
+    fn event(&self, m: &Machine, kind: EventType, reason: &str, note: &str) {
+        self.recorder
+            .event(machine_ref(m), kind, reason, "Reconcile", note);
+    }
+
+    /// Creates the Machine and the Cluster from the booted documents when
+    /// the API has neither.
+    fn seed(&mut self) {
+        let facts = host::read_facts(&self.cfg.paths, Err(String::new()));
+        if let Ok(Some(running)) = &facts.running_machine
+            && running.metadata.name == self.machine
+            && self.machines.get(&self.machine).is_none()
+        {
+            match seed_machine(&self.client, running) {
+                Ok(Seeded::Created) => {
+                    log::info(
+                        "created the Machine from the booted document",
+                        &[("machine", &self.machine)],
+                    );
+                }
+                Ok(Seeded::Existed) => {}
+                Err(e) => log::warn(
+                    "seeding the Machine failed; the next pass tries again",
+                    &[("err", &e)],
+                ),
+            }
+        }
+        if let Ok(Some(running)) = &facts.running_cluster
+            && self.clusters.is_empty()
+        {
+            match seed_cluster(&self.client, running) {
+                Ok(Seeded::Created) => {
+                    log::info(
+                        "created the Cluster from the booted document",
+                        &[("cluster", &running.metadata.name)],
+                    );
+                }
+                Ok(Seeded::Existed) => {}
+                Err(e) => log::warn(
+                    "seeding the Cluster failed; the next pass tries again",
+                    &[("err", &e)],
+                ),
+            }
+        }
+    }
+
+    fn start_heartbeat(&mut self, registry: &Registry) -> Option<Heartbeat> {
+        let m = self.current_machine()?;
+        let owner = Owner {
+            machine: m.metadata.name.clone(),
+            uid: m.metadata.uid.clone(),
+            node: self.cfg.node.clone(),
+        };
+        let shared = Arc::new(Mutex::new(owner));
+        self.owner = Some(shared.clone());
+        let metrics = HeartbeatMetrics {
+            renewals: registry.counter(
+                "liken_heartbeat_renewals_total",
+                "Heartbeat Lease renewals.",
+                &[],
+            ),
+            failures: registry.counter(
+                "liken_heartbeat_failures_total",
+                "Heartbeat Lease renewals that failed.",
+                &[],
+            ),
+            last: registry.gauge(
+                "liken_heartbeat_last_renewal_seconds",
+                "When the heartbeat Lease was last renewed, Unix time.",
+                &[],
+            ),
+        };
+        match Heartbeat::start(self.client.clone(), shared, self.cfg.heartbeat, metrics) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                log::warn("starting the heartbeat thread failed", &[("err", &e)]);
+                None
+            }
+        }
+    }
+
+    /// The Machine: the store's copy, or the copy the last status write
+    /// returned when the watch has not caught up with it.
+    fn current_machine(&self) -> Option<Machine> {
+        let stored = self.machines.get(&self.machine).map(|m| (*m).clone());
+        match (stored, &self.written) {
+            (Some(s), Some(w)) if rv(w) > rv(&s) => Some(w.clone()),
+            (Some(s), _) => Some(s),
+            (None, w) => w.clone(),
+        }
+    }
+
+    /// One pass; answers whether the machine is busy (a turn or a
+    /// download under way), so the loop looks again sooner.
+    fn pass(&mut self) -> bool {
+        let Some(mut machine) = self.current_machine() else {
+            log::warn(
+                "the Machine is not in the API yet",
+                &[("machine", &self.machine)],
+            );
+            self.seed();
+            return true;
+        };
+        if let Some(owner) = &self.owner
+            && let Ok(mut o) = owner.lock()
+            && o.uid != machine.metadata.uid
+        {
+            o.uid = machine.metadata.uid.clone();
+        }
+        let cluster = self.clusters.list().first().map(|c| (**c).clone());
+        let node = self.nodes.get(&self.cfg.node).map(|n| (*n).clone());
+        let init = self.init.status().map_err(|e| e.to_string());
+        let facts = host::read_facts(&self.cfg.paths, init);
+        let worker = self
+            .downloads
+            .as_ref()
+            .map_or(Worker::Idle, Downloads::state);
+        let now = Time::from_system(std::time::SystemTime::now());
+        let mut pass = decide_pass(PassInput {
+            machine: &machine,
+            cluster: cluster.as_ref(),
+            node: node.as_ref(),
+            facts: &facts,
+            worker: &worker,
+            now,
+        });
+
+        if !pass.blind {
+            self.carry_out_staging(&machine, &pass);
+            self.spend_stale_annotations(&mut machine, &pass);
+            if let (Some(drift), Some(n)) = (&pass.node_patch, &node) {
+                let patch = node_patch(n, drift, machine.spec.k3s.as_ref());
+                match self.client.merge_patch::<DynamicObject>(
+                    &Api::all(NODES),
+                    &n.metadata.name,
+                    &patch,
+                ) {
+                    Ok(_) => log::info(
+                        "patched the Node's labels and taints",
+                        &[("node", &n.metadata.name)],
+                    ),
+                    Err(e) => pass.not_applied(
+                        K3S_CONFIGURED,
+                        &format!("patching the Node's labels and taints failed: {e}"),
+                    ),
+                }
+            }
+            if let (Some(d), Some(c)) = (&self.downloads, &cluster) {
+                d.ask(&pass.intent, c, pass.boot_id.as_ref());
+            }
+        }
+        let disrupt = if pass.blind {
+            None
+        } else {
+            self.carry_out_turn(&machine, node.as_ref(), &mut pass, now)
+        };
+
+        self.metrics.observe(&pass);
+        let written = self.write_status(&machine, &pass, now);
+        if let Some(kind) = disrupt {
+            // The status saying Rebooting or Restarting has landed (or
+            // the disruption waits for the next pass).
+            if written {
+                self.disrupt(&machine, &pass, kind, now);
+            }
+        }
+        !matches!(pass.turn, TurnStep::Idle | TurnStep::Await)
+            || matches!(worker, Worker::Downloading { .. } | Worker::Writing { .. })
+    }
+
+    fn carry_out_staging(&self, machine: &Machine, pass: &Pass) {
+        for s in &pass.staging {
+            match s {
+                Staging::Write {
+                    doc,
+                    bytes,
+                    sha256,
+                    summary,
+                } => match host::stage(&self.cfg.paths, *doc, bytes) {
+                    Ok(()) => {
+                        log::info(
+                            "staged",
+                            &[
+                                ("document", &doc.file_name()),
+                                ("sha256", &sha256),
+                                ("change", summary),
+                            ],
+                        );
+                        self.event(
+                            machine,
+                            EventType::Normal,
+                            event_reason::STAGED,
+                            &format!(
+                                "staged {} ({}) for the next boot: {summary}",
+                                doc.file_name(),
+                                &sha256.as_str()[..12]
+                            ),
+                        );
+                    }
+                    Err(e) => log::warn(
+                        "staging failed; the next pass tries again",
+                        &[("document", &doc.file_name()), ("err", &e)],
+                    ),
+                },
+                Staging::Remove { doc } => match host::unstage(&self.cfg.paths, *doc) {
+                    Ok(()) => log::info("unstaged", &[("document", &doc.file_name())]),
+                    Err(e) => log::warn(
+                        "unstaging failed",
+                        &[("document", &doc.file_name()), ("err", &e)],
+                    ),
+                },
+            }
+        }
+    }
+
+    /// Removes annotations that mean nothing now: a stale approval or
+    /// request (with an Event saying why), an approval with nothing left
+    /// to approve (silently).
+    fn spend_stale_annotations(&self, machine: &mut Machine, pass: &Pass) {
+        let mut remove = Vec::new();
+        match &pass.approval {
+            Approval::Stale(why) => {
+                self.event(
+                    machine,
+                    EventType::Warning,
+                    event_reason::APPROVAL_IGNORED,
+                    why,
+                );
+                remove.push(annotations::APPROVE_DISRUPTION);
+            }
+            Approval::Spent => remove.push(annotations::APPROVE_DISRUPTION),
+            _ => {}
+        }
+        if let RebootRequest::Stale(why) = &pass.request {
+            self.event(
+                machine,
+                EventType::Warning,
+                event_reason::REQUEST_IGNORED,
+                why,
+            );
+            remove.push(annotations::REQUEST_REBOOT);
+        }
+        if !remove.is_empty() {
+            self.remove_annotations(machine, &remove);
+        }
+    }
+
+    fn remove_annotations(&self, machine: &Machine, keys: &[&str]) {
+        let mut annotations = serde_json::Map::new();
+        for k in keys {
+            annotations.insert((*k).to_owned(), serde_json::Value::Null);
+        }
+        let patch = json!({"metadata": {"annotations": annotations}});
+        if let Err(e) = self.client.merge_patch::<DynamicObject>(
+            &Api::all(MACHINES),
+            &machine.metadata.name,
+            &patch,
+        ) {
+            log::warn(
+                "removing spent annotations failed",
+                &[("keys", &keys.join(",")), ("err", &e)],
+            );
+        }
+    }
+
+    /// Carries out the turn's step; answers the disruption to ask init for
+    /// once the status is written.
+    fn carry_out_turn(
+        &mut self,
+        machine: &Machine,
+        node: Option<&Node>,
+        pass: &mut Pass,
+        now: Time,
+    ) -> Option<DisruptionKind> {
+        let nodes = Api::all(NODES);
+        match pass.turn.clone() {
+            TurnStep::Idle | TurnStep::Await => {
+                self.refusals.clear();
+                None
+            }
+            TurnStep::Uncordon => {
+                self.refusals.clear();
+                if let Some(n) = node {
+                    match self.client.merge_patch::<DynamicObject>(
+                        &nodes,
+                        &n.metadata.name,
+                        &uncordon_patch(n),
+                    ) {
+                        Ok(_) => self.event(
+                            machine,
+                            EventType::Normal,
+                            event_reason::UNCORDONED,
+                            &format!("uncordoned {}: the turn is over", n.metadata.name),
+                        ),
+                        Err(e) => log::warn("uncordoning failed", &[("err", &e)]),
+                    }
+                }
+                None
+            }
+            TurnStep::Cordon => {
+                let n = node?;
+                match self.client.merge_patch::<DynamicObject>(
+                    &nodes,
+                    &n.metadata.name,
+                    &cordon_patch(n, now),
+                ) {
+                    Ok(_) => self.event(
+                        machine,
+                        EventType::Normal,
+                        event_reason::TURN_TAKEN,
+                        &format!(
+                            "the cluster granted a turn for a {}; cordoned {} and draining it",
+                            kind_word(pass.wanted),
+                            n.metadata.name
+                        ),
+                    ),
+                    Err(e) => pass.in_turn(
+                        reason::DRAINING,
+                        &format!("cordoning failed ({e}); trying again"),
+                    ),
+                }
+                None
+            }
+            TurnStep::Drain { since } => self.drain(machine, pass, since, now),
+            TurnStep::Asked { kind, again } => {
+                if again {
+                    log::warn(
+                        "init accepted a disruption a while ago and the machine is still up; asking again",
+                        &[("kind", &kind.as_str())],
+                    );
+                    Some(kind)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// One pass of the drain; answers the disruption once the node is
+    /// empty.
+    fn drain(
+        &mut self,
+        machine: &Machine,
+        pass: &mut Pass,
+        since: Time,
+        now: Time,
+    ) -> Option<DisruptionKind> {
+        let pods_api = Api::all(PODS);
+        let params = ListParams::fields(format!("spec.nodeName={}", self.cfg.node));
+        let pods: Vec<Pod> = match self.client.list_all::<Pod>(&pods_api, &params) {
+            Ok(list) => list.items,
+            Err(e) => {
+                pass.in_turn(
+                    reason::DRAINING,
+                    &format!("listing the node's pods failed ({e}); trying again"),
+                );
+                return None;
+            }
+        };
+        let timeout = i64::try_from(self.cfg.drain_timeout.as_secs()).unwrap_or(i64::MAX);
+        let step = decide_drain(&pods, &self.refusals, since, now, timeout);
+        for key in &step.evict {
+            let Some((ns, name)) = key.split_once('/') else {
+                continue;
+            };
+            let api = Api::namespaced(PODS, ns);
+            match self.client.evict(&api, name, &DeleteParams::default()) {
+                Ok(()) | Err(Error::NotFound { .. }) => {
+                    self.metrics.evictions.inc();
+                    self.refusals.remove(key);
+                    log::info("evicted", &[("pod", key)]);
+                }
+                Err(e) => {
+                    self.metrics.refusals.inc();
+                    let message = match &e {
+                        Error::DisruptionBudget { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
+                    let r = Refusal::after(self.refusals.get(key), now, message);
+                    log::info(
+                        "eviction refused; asking again after a backoff",
+                        &[
+                            ("pod", key),
+                            ("budget", &r.budget.clone().unwrap_or_default()),
+                            ("err", &r.message),
+                        ],
+                    );
+                    self.refusals.insert(key.clone(), r);
+                }
+            }
+        }
+        self.refusals.retain(|k, _| step.left.contains(k));
+        if let Some(blocked) = &step.blocked {
+            pass.in_turn(reason::DRAIN_BLOCKED, blocked);
+            return None;
+        }
+        if !step.left.is_empty() {
+            pass.in_turn(
+                reason::DRAINING,
+                &format!(
+                    "{} pod(s) left to move: {}",
+                    step.left.len(),
+                    step.left.join(", ")
+                ),
+            );
+            return None;
+        }
+        let kind = pass.wanted?;
+        let (r, what) = match kind {
+            DisruptionKind::Reboot => (reason::REBOOTING, "drained; init is asked to reboot"),
+            DisruptionKind::Restart => {
+                (reason::RESTARTING, "drained; init is asked to restart k3s")
+            }
+        };
+        pass.in_turn(r, what);
+        let _ = machine;
+        Some(kind)
+    }
+
+    /// Asks init for the disruption: the spent annotations go first, the
+    /// record of what was asked next, then the request.
+    fn disrupt(&mut self, machine: &Machine, pass: &Pass, kind: DisruptionKind, now: Time) {
+        let Some(boot) = pass.boot_id.clone() else {
+            return;
+        };
+        let mut spent = Vec::new();
+        if matches!(pass.approval, Approval::Approved { .. }) {
+            spent.push(annotations::APPROVE_DISRUPTION);
+        }
+        if kind == DisruptionKind::Reboot && pass.request == RebootRequest::Outstanding {
+            spent.push(annotations::REQUEST_REBOOT);
+        }
+        if !spent.is_empty() {
+            self.remove_annotations(machine, &spent);
+        }
+        let asked = Asked {
+            boot,
+            kind,
+            hash: (kind == DisruptionKind::Restart).then(|| pass.machine_hash.clone()),
+            at: now,
+        };
+        if let Err(e) = host::record_asked(&self.cfg.paths, &asked) {
+            log::warn(
+                "recording the request to init failed; asking anyway",
+                &[("err", &e)],
+            );
+        }
+        let (request, reason_, note) = match kind {
+            DisruptionKind::Reboot => (
+                Request::Reboot,
+                event_reason::REBOOTING,
+                "drained; asking init to reboot",
+            ),
+            DisruptionKind::Restart => (
+                Request::RestartK3s,
+                event_reason::RESTARTING,
+                "drained; asking init to restart k3s",
+            ),
+        };
+        self.event(machine, EventType::Normal, reason_, note);
+        match self.init.disrupt(request) {
+            Ok(()) => log::info("init accepted", &[("kind", &kind.as_str())]),
+            Err(e) => {
+                let _ = host::forget_asked(&self.cfg.paths);
+                let advice = match e {
+                    InitError::Refused(_) => "the next pass asks again",
+                    _ => "init may be down; the next pass asks again",
+                };
+                self.event(
+                    machine,
+                    EventType::Warning,
+                    event_reason::INIT_REFUSED,
+                    &format!("{e}; {advice}"),
+                );
+            }
+        }
+    }
+
+    /// Writes the status when it changed; answers whether the status now
+    /// stored is this pass's.
+    fn write_status(&mut self, machine: &Machine, pass: &Pass, now: Time) -> bool {
+        let generation = machine.metadata.generation;
+        let status = compose(&machine.status, pass, generation, now);
+        if status == machine.status {
+            return true;
+        }
+        let api = Api::all(MACHINES);
+        let mut body = machine.clone();
+        body.status = status;
+        let mut attempt = body;
+        for _ in 0..2 {
+            match self
+                .client
+                .replace_status::<Machine, _>(&api, &self.machine, &attempt)
+            {
+                Ok(stored) => {
+                    self.metrics.status_writes.inc();
+                    for (kind, r, note) in
+                        transition_events(&machine.status.conditions, &stored.status.conditions)
+                    {
+                        self.event(&stored, kind, &r, &note);
+                    }
+                    self.written = Some(stored);
+                    return true;
+                }
+                Err(Error::Conflict { .. }) => {
+                    // Someone else wrote (the cluster operator's grant, a
+                    // person's annotation): compose again on their copy.
+                    match self.client.get::<Machine>(&api, &self.machine) {
+                        Ok(fresh) => {
+                            let status =
+                                compose(&fresh.status, pass, fresh.metadata.generation, now);
+                            if status == fresh.status {
+                                self.written = Some(fresh);
+                                return true;
+                            }
+                            attempt = fresh;
+                            attempt.status = status;
+                        }
+                        Err(e) => {
+                            log::warn(
+                                "re-reading the Machine after a conflict failed",
+                                &[("err", &e)],
+                            );
+                            return false;
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.metrics.standard.reconcile_errors.inc();
+                    log::warn(
+                        "writing the status failed; the next pass tries again",
+                        &[("err", &e)],
+                    );
+                    return false;
+                }
+            }
+        }
+        false
+    }
+}
+
+fn kind_word(kind: Option<DisruptionKind>) -> &'static str {
+    match kind {
+        Some(DisruptionKind::Restart) => "k3s restart",
+        _ => "reboot",
+    }
+}
+
+fn rv(m: &Machine) -> u64 {
+    m.metadata.resource_version.parse().unwrap_or(0)
+}
