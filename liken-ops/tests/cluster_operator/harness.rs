@@ -745,59 +745,6 @@ pub fn peak_ledger(events: &[Event<Cluster>]) -> usize {
         .unwrap_or(0)
 }
 
-/// Debian's nginx serving `root` on a loopback port, as a release
-/// channel's web server; stopped when dropped.
-pub struct Nginx {
-    pub url: String,
-    proc: Option<Proc>,
-}
-
-impl Nginx {
-    pub fn start(dir: &std::path::Path, root: &std::path::Path) -> Nginx {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let work = dir.join("nginx");
-        std::fs::create_dir_all(&work).unwrap();
-        let w = work.display();
-        let conf = format!(
-            "daemon off;\nworker_processes 1;\npid {w}/nginx.pid;\nerror_log {w}/error.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  default_type application/octet-stream;\n  access_log {w}/access.log;\n\
-             client_body_temp_path {w}/body;\n  proxy_temp_path {w}/proxy;\n\
-             fastcgi_temp_path {w}/fastcgi;\n  uwsgi_temp_path {w}/uwsgi;\n  scgi_temp_path {w}/scgi;\n\
-             server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
-            root.display()
-        );
-        std::fs::write(work.join("nginx.conf"), conf).unwrap();
-        let mut cmd = Command::new("nginx");
-        cmd.arg("-c")
-            .arg(work.join("nginx.conf"))
-            .arg("-p")
-            .arg(&work)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let proc = spawn("nginx", cmd)
-            .expect("nginx is missing: run scripts/setup.sh (it installs Debian's nginx)");
-        let end = deadline(Duration::from_secs(10));
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < end, "nginx did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Nginx {
-            url: format!("http://127.0.0.1:{port}/stable"),
-            proc: Some(proc),
-        }
-    }
-
-    /// Stops the server (the channel becomes unreachable).
-    pub fn stop(&mut self) {
-        self.proc.take();
-    }
-}
-
 /// The operator's /metrics text (its address is in its log).
 pub fn metrics_text(op: &Operator) -> String {
     let log = op.log_text();

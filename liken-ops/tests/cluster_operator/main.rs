@@ -24,6 +24,7 @@ use liken_api::{ConditionStatus, Machine, Phase};
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
 use liken_kube::{Api, DynamicObject, Event};
 use liken_testenv::audit::{compare_rbac, grants};
+use liken_testenv::nginx::Nginx;
 use serde_json::{Value, json};
 
 fn sims(list: &[(&str, Sim)]) -> BTreeMap<String, Sim> {
@@ -440,7 +441,7 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
     // channel (what is published) its latest.
     let digest = format!("sha256:{}", "ab".repeat(32));
     patch(
-        json!({"spec": {"releases": {"source": nginx.url, "catalog": [
+        json!({"spec": {"releases": {"source": format!("{}/stable", nginx.url), "catalog": [
         {"version": OLD, "digest": digest}, {"version": "2026.11.15-002", "digest": digest}]}}}),
     );
     let c = env.wait_cluster(
