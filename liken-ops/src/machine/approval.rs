@@ -24,6 +24,8 @@ use liken_api::Sha256Hex;
 use liken_api::annotations::SHORT_HEX_LEN;
 use liken_api::machine::{DisruptionKind, PendingDisruption};
 
+use crate::machine::turn::Asked;
+
 /// What the approve-disruption annotation means now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Approval {
@@ -139,6 +141,49 @@ pub fn decide_wanted(
 /// Whether one pending entry may go ahead: Auto, or approved.
 pub fn entry_approved(auto: bool, entry: &PendingDisruption, approval: &Approval) -> bool {
     auto || matches!(approval, Approval::Approved { hashes, .. } if hashes.contains(&entry.hash))
+}
+
+/// Whether the disruption asked for (`wanted`) applies one pending
+/// entry: it may go ahead, and a reboot applies everything while a
+/// restart applies only restart-class entries.
+pub fn covered(
+    auto: bool,
+    entry: &PendingDisruption,
+    approval: &Approval,
+    wanted: Option<DisruptionKind>,
+) -> bool {
+    entry_approved(auto, entry, approval)
+        && match wanted {
+            Some(DisruptionKind::Reboot) => true,
+            Some(DisruptionKind::Restart) => entry.kind == DisruptionKind::Restart,
+            None => false,
+        }
+}
+
+/// The approval a disruption already asked of init this boot still
+/// carries. The annotation is spent just before init is asked, but what
+/// it approved is under way until the machine goes down (a reboot
+/// applies every pending entry) or k3s runs again (a restart applies the
+/// restart-class entries of the document it was asked for).
+pub fn decide_carried(asked: &Asked, pending: &[PendingDisruption]) -> Approval {
+    let hashes: Vec<Sha256Hex> = pending
+        .iter()
+        .filter(|p| match asked.kind {
+            DisruptionKind::Reboot => true,
+            DisruptionKind::Restart => {
+                p.kind == DisruptionKind::Restart && asked.hash.as_ref() == Some(&p.hash)
+            }
+        })
+        .map(|p| p.hash.clone())
+        .collect();
+    if hashes.is_empty() {
+        Approval::None
+    } else {
+        Approval::Approved {
+            hashes,
+            kind: asked.kind,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -302,5 +347,82 @@ mod tests {
         assert!(entry_approved(false, &restart, &approve_restart));
         assert!(!entry_approved(false, &reboot, &approve_restart));
         assert!(entry_approved(true, &reboot, &Approval::None));
+
+        // What the disruption asked for applies: a reboot all that may
+        // go, a restart only the restart-class entries.
+        use DisruptionKind::{Reboot, Restart};
+        let approve_all = decide_approval(Some(sha256(b"m").short()), &both);
+        let cases = [
+            (true, &reboot, Approval::None, Some(Reboot), true),
+            (true, &restart, Approval::None, Some(Reboot), true),
+            (true, &reboot, Approval::None, Some(Restart), false),
+            (true, &restart, Approval::None, Some(Restart), true),
+            (true, &restart, Approval::None, None, false),
+            (false, &reboot, Approval::None, Some(Reboot), false),
+            (false, &reboot, approve_all.clone(), Some(Reboot), true),
+            (
+                false,
+                &restart,
+                approve_restart.clone(),
+                Some(Restart),
+                true,
+            ),
+            (
+                false,
+                &reboot,
+                approve_restart.clone(),
+                Some(Restart),
+                false,
+            ),
+        ];
+        for (auto, entry, approval, wanted, want) in cases {
+            assert_eq!(
+                covered(auto, entry, &approval, wanted),
+                want,
+                "{auto} {} {approval:?} {wanted:?}",
+                entry.summary
+            );
+        }
+    }
+
+    #[test]
+    fn what_init_was_asked_keeps_its_approval_after_the_annotation_is_spent() {
+        use DisruptionKind::{Reboot, Restart};
+        let reboot = entry(SYSCTLS_APPLIED, Reboot, b"m", "s");
+        let restart = entry(K3S_CONFIGURED, Restart, b"m", "k");
+        let other_restart = entry(K3S_CONFIGURED, Restart, b"k", "k2");
+        let asked = |kind, hash: Option<&[u8]>| Asked {
+            boot: sha256(b"boot"),
+            kind,
+            hash: hash.map(sha256),
+            at: liken_api::Time::EPOCH,
+            requested: false,
+            k3s_pid: None,
+        };
+        let all = vec![reboot.clone(), restart.clone(), other_restart.clone()];
+        let cases = [
+            (
+                asked(Reboot, None),
+                all.clone(),
+                Approval::Approved {
+                    hashes: vec![sha256(b"m"), sha256(b"m"), sha256(b"k")],
+                    kind: Reboot,
+                },
+            ),
+            (
+                asked(Restart, Some(b"m")),
+                all.clone(),
+                Approval::Approved {
+                    hashes: vec![sha256(b"m")],
+                    kind: Restart,
+                },
+            ),
+            // Nothing of what was asked is pending any more.
+            (asked(Restart, Some(b"gone")), all.clone(), Approval::None),
+            (asked(Reboot, None), vec![], Approval::None),
+        ];
+        for (a, pending, want) in cases {
+            assert_eq!(decide_carried(&a, &pending), want, "{a:?}");
+        }
     }
 }

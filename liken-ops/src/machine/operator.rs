@@ -153,7 +153,7 @@ impl OperatorMetrics {
         for (p, g) in &self.phase {
             g.set(if *p == pass.phase { 1.0 } else { 0.0 });
         }
-        self.pending.set(pass.pending.len() as f64);
+        self.pending.set(pass.waiting.len() as f64);
     }
 }
 
@@ -250,10 +250,12 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
     );
     let metrics = OperatorMetrics::register(&registry);
     let _server = match &cfg.metrics_address {
-        Some(addr) => Some(
-            metrics::serve(addr, registry.clone())
-                .map_err(|e| OperatorError::Setup(format!("serving metrics on {addr}: {e}")))?,
-        ),
+        Some(addr) => {
+            let server = metrics::serve(addr, registry.clone())
+                .map_err(|e| OperatorError::Setup(format!("serving metrics on {addr}: {e}")))?;
+            log::info("serving metrics", &[("metrics", &server.local_addr())]);
+            Some(server)
+        }
         None => None,
     };
     let recorder = Recorder::start(
@@ -809,13 +811,17 @@ impl Operator {
         let Some(boot) = pass.boot_id.clone() else {
             return;
         };
+        let requested =
+            kind == DisruptionKind::Reboot && pass.request == RebootRequest::Outstanding;
         let mut spent = Vec::new();
         if matches!(pass.approval, Approval::Approved { .. }) {
             spent.push(annotations::APPROVE_DISRUPTION);
         }
-        if kind == DisruptionKind::Reboot && pass.request == RebootRequest::Outstanding {
+        if requested {
             spent.push(annotations::REQUEST_REBOOT);
         }
+        // Asking again, the annotations are gone already.
+        spent.retain(|k| machine.metadata.annotation(k).is_some());
         if !spent.is_empty() {
             self.remove_annotations(machine, &spent);
         }
@@ -824,6 +830,8 @@ impl Operator {
             kind,
             hash: (kind == DisruptionKind::Restart).then(|| pass.machine_hash.clone()),
             at: now,
+            requested,
+            k3s_pid: pass.k3s_pid,
         };
         if let Err(e) = host::record_asked(&self.cfg.paths, &asked) {
             log::warn(

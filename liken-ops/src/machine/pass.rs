@@ -39,14 +39,15 @@ use liken_api::{
 
 use crate::kinds::Node;
 use crate::machine::approval::{
-    self, Approval, RebootRequest, decide_approval, decide_request, decide_wanted,
+    Approval, RebootRequest, covered, decide_approval, decide_carried, decide_request,
+    decide_wanted,
 };
 use crate::machine::changes::{self, Change, cluster_change, machine_changes};
 use crate::machine::facts::{Facts, decide_kernel_gaps};
 use crate::machine::node::{Managed, NodeDrift, decide_node_drift};
 use crate::machine::phase::{decide_phase, decide_ready};
 use crate::machine::release::{Intent, Worker, decide_release};
-use crate::machine::turn::{TurnStep, decide_turn};
+use crate::machine::turn::{Asked, TurnStep, decide_turn};
 
 /// What one pass reads.
 #[derive(Clone, Copy, Debug)]
@@ -96,6 +97,9 @@ pub struct Pass {
     pub phase: Phase,
     /// The staged changes and what applies each.
     pub pending: Vec<PendingDisruption>,
+    /// status.pending: those of `pending` the turn is not carrying out
+    /// yet.
+    pub waiting: Vec<PendingDisruption>,
     /// status.boot.
     pub boot: Option<BootStatus>,
     /// status.release.
@@ -120,6 +124,8 @@ pub struct Pass {
     pub boot_id: Option<Sha256Hex>,
     /// The desired Machine's canonical hash (what a restart applies).
     pub machine_hash: Sha256Hex,
+    /// k3s's pid as init reports it, recorded with a restart request.
+    pub k3s_pid: Option<u32>,
     /// Whether the facts were unreadable or the boot is unfinished: the
     /// loop then carries out nothing but the status.
     pub blind: bool,
@@ -177,6 +183,7 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         conditions,
         phase,
         pending: Vec::new(),
+        waiting: Vec::new(),
         boot: record.map(BootRecord::status),
         release: None,
         role: None,
@@ -189,6 +196,7 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         intent: Intent::None,
         boot_id: record.map(BootRecord::boot_id),
         machine_hash: sha256(b""),
+        k3s_pid: None,
         blind: true,
     }
 }
@@ -270,9 +278,10 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         now,
     } = input;
     let unknown = ConditionStatus::Unknown;
-    if let Err(e) = &facts.init {
-        return blind(facts, unknown, reason::FACTS_UNREADABLE, e.clone());
-    }
+    let init = match &facts.init {
+        Err(e) => return blind(facts, unknown, reason::FACTS_UNREADABLE, e.clone()),
+        Ok(s) => s,
+    };
     let record = match &facts.record {
         Err(e) => return blind(facts, unknown, reason::FACTS_UNREADABLE, e.clone()),
         Ok(None) => {
@@ -325,11 +334,14 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
     };
     let mut doc_changes: Vec<Change> = machine_changes(&running.spec, &machine.spec);
 
+    // What init was asked this boot. A restart that applies this very
+    // document counts as applied once k3s runs again under a new pid;
+    // until then the change stays pending and the turn stays in use.
+    let under_way = Asked::in_boot(facts.asked.as_ref(), &boot_id);
+    let restarted = under_way
+        .is_some_and(|a| a.restart_for(&boot_id, &desired_hash) && a.restart_done(&init.k3s));
+
     // The k3s labels and taints, judged on the Node.
-    let restarted = facts
-        .asked
-        .as_ref()
-        .is_some_and(|a| a.restarted_for(&boot_id, &desired_hash));
     let k3s_current = running.spec.k3s == machine.spec.k3s || restarted;
     let mut node_patch = None;
     let mut node_note: Option<String> = None;
@@ -445,11 +457,18 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         pending.push(p.clone());
     }
 
-    // The reboot request.
-    let request = decide_request(
+    // The reboot request; one a reboot already asked of init answers
+    // stays outstanding (its annotation is spent) until the machine goes
+    // down.
+    let mut request = decide_request(
         machine.metadata.annotation(annotations::REQUEST_REBOOT),
         &boot_id,
     );
+    if request == RebootRequest::None
+        && under_way.is_some_and(|a| a.kind == DisruptionKind::Reboot && a.requested)
+    {
+        request = RebootRequest::Outstanding;
+    }
     if request == RebootRequest::Outstanding {
         pending.push(PendingDisruption {
             condition: REBOOT_REQUEST_HONORED.to_owned(),
@@ -465,13 +484,31 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
 
     // Approval, what to ask for, and the turn.
     let auto = machine.reboot_policy() == liken_api::RebootPolicy::Auto;
-    let approval = decide_approval(
-        machine.metadata.annotation(annotations::APPROVE_DISRUPTION),
-        &pending,
-    );
+    let approval = match (
+        decide_approval(
+            machine.metadata.annotation(annotations::APPROVE_DISRUPTION),
+            &pending,
+        ),
+        under_way,
+    ) {
+        (Approval::None, Some(asked)) => decide_carried(asked, &pending),
+        (a, _) => a,
+    };
     let wanted = decide_wanted(auto, &pending, &approval);
     let grant = coordination::holds_grant(&machine.status.conditions);
     let turn = decide_turn(wanted, grant, node, facts.asked.as_ref(), &boot_id, now);
+    // status.pending lists what still waits: an entry the turn is
+    // carrying out leaves it, so `liken approve-reboot` run again names
+    // the next one.
+    let in_turn = matches!(
+        turn,
+        TurnStep::Cordon | TurnStep::Drain { .. } | TurnStep::Asked { .. }
+    );
+    let waiting: Vec<PendingDisruption> = pending
+        .iter()
+        .filter(|p| !(in_turn && covered(auto, p, &approval, wanted)))
+        .cloned()
+        .collect();
 
     // The conditions.
     let gaps = decide_kernel_gaps(&running.spec, &facts.kernel);
@@ -532,6 +569,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         conditions,
         phase,
         pending,
+        waiting,
         boot: Some(record.status()),
         release: Some(ReleaseStatus {
             running: record.version.clone(),
@@ -554,6 +592,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         intent: release.intent,
         boot_id: Some(boot_id),
         machine_hash: desired_hash,
+        k3s_pid: init.k3s.pid,
         blind: false,
     }
 }
@@ -602,20 +641,12 @@ fn pending_condition(
         .map(|p| format!("{} (staged as {})", p.summary, p.hash.short()))
         .collect::<Vec<_>>()
         .join("; ");
-    let covered = |p: &PendingDisruption| {
-        approval::entry_approved(auto, p, approval)
-            && match wanted {
-                Some(DisruptionKind::Reboot) => true,
-                Some(DisruptionKind::Restart) => p.kind == DisruptionKind::Restart,
-                None => false,
-            }
-    };
     let kind = if mine.iter().any(|p| p.kind == DisruptionKind::Reboot) {
         DisruptionKind::Reboot
     } else {
         DisruptionKind::Restart
     };
-    if !mine.iter().all(|p| covered(p)) {
+    if !mine.iter().all(|p| covered(auto, p, approval, wanted)) {
         let (r, what) = match kind {
             DisruptionKind::Reboot => (reason::REBOOT_PENDING, "a reboot"),
             DisruptionKind::Restart => (reason::RESTART_PENDING, "a k3s restart"),
@@ -668,7 +699,7 @@ mod tests {
     use crate::kinds::Meta;
     use crate::machine::facts::KernelFacts;
     use crate::machine::turn::Asked;
-    use liken_api::control::InitStatus;
+    use liken_api::control::{InitStatus, ServiceState, ServiceStatus};
     use liken_api::machine::{K3sSpec, MachineSpec};
     use liken_api::{ClusterSpec, RebootPolicy, Slot, Version};
 
@@ -903,16 +934,42 @@ mod tests {
         let ready = blocked.conditions.last().unwrap();
         assert!(ready.message.contains("web-pdb"), "{ready:?}");
 
+        // The entry the turn carries out leaves status.pending.
+        assert_eq!(p.pending.len(), 1);
+        assert!(p.waiting.is_empty(), "{:?}", p.waiting);
+
         let mut asked = f.clone();
         asked.asked = Some(Asked {
             boot: record().boot_id(),
             kind: DisruptionKind::Reboot,
             hash: None,
             at: NOW,
+            requested: false,
+            k3s_pid: None,
         });
         let p = pass(&m, &asked, Some(&node()));
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOTING);
         assert!(matches!(p.turn, TurnStep::Asked { again: false, .. }));
+        assert!(p.waiting.is_empty());
+
+        // On Manual the approval was spent before init was asked; what
+        // init was asked carries it until the machine goes down, so the
+        // machine neither uncordons nor gives the turn back early.
+        let mut manual = m.clone();
+        manual.spec.reboot_policy = Some(RebootPolicy::Manual);
+        let p = pass(&manual, &asked, Some(&node()));
+        assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOTING);
+        assert_eq!(p.wanted, Some(DisruptionKind::Reboot));
+        assert!(matches!(p.turn, TurnStep::Asked { again: false, .. }));
+        assert!(coordination::using_turn(&p.conditions));
+        // A record from an earlier boot carries nothing.
+        let mut earlier = asked.clone();
+        if let Some(a) = earlier.asked.as_mut() {
+            a.boot = sha256(b"an earlier boot");
+        }
+        let p = pass(&manual, &earlier, Some(&node()));
+        assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOT_PENDING);
+        assert_eq!(p.waiting.len(), 1);
     }
 
     #[test]
@@ -989,6 +1046,38 @@ mod tests {
         let p = pass(&m, &facts(&running()), Some(&node()));
         assert!(matches!(p.request, RebootRequest::Stale(_)));
         assert_eq!(p.phase, Phase::Ready);
+
+        // Granted and asked: the annotation is spent, the record keeps
+        // the request outstanding until the machine goes down, and the
+        // entry is no longer listed as waiting.
+        let mut m = api(|_| {});
+        m.status.conditions.push(Condition::new(
+            coordination::REBOOT_APPROVED,
+            ConditionStatus::True,
+            coordination::GRANT_REASON,
+            "",
+        ));
+        let mut f = facts(&running());
+        f.asked = Some(Asked {
+            boot: record().boot_id(),
+            kind: DisruptionKind::Reboot,
+            hash: None,
+            at: NOW,
+            requested: true,
+            k3s_pid: None,
+        });
+        for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
+            m.spec.reboot_policy = Some(policy);
+            let p = pass(&m, &f, Some(&node()));
+            assert_eq!(p.request, RebootRequest::Outstanding, "{policy:?}");
+            assert_eq!(
+                reason_of(&p, REBOOT_REQUEST_HONORED),
+                reason::REBOOTING,
+                "{policy:?}"
+            );
+            assert_eq!(p.phase, Phase::Updating);
+            assert!(p.waiting.is_empty() && p.pending.len() == 1);
+        }
     }
 
     #[test]
@@ -1007,14 +1096,51 @@ mod tests {
         assert_eq!(p.wanted, Some(DisruptionKind::Restart));
         assert_eq!(p.node_patch, None);
 
-        // After the restart this boot, the labels are patched on.
-        let mut restarted = f.clone();
-        restarted.asked = Some(Asked {
+        // Asked, and k3s not back yet: the turn is in use, the entry no
+        // longer waits, and nothing is patched on yet.
+        let mut granted = m.clone();
+        granted.status.conditions.push(Condition::new(
+            coordination::REBOOT_APPROVED,
+            ConditionStatus::True,
+            coordination::GRANT_REASON,
+            "",
+        ));
+        let mut asked = f.clone();
+        asked.init.as_mut().unwrap().k3s = ServiceStatus {
+            state: ServiceState::Running,
+            pid: Some(42),
+            restarts: 0,
+        };
+        asked.asked = Some(Asked {
             boot: record().boot_id(),
             kind: DisruptionKind::Restart,
             hash: Some(m.canonical_hash()),
             at: NOW,
+            requested: false,
+            k3s_pid: Some(42),
         });
+        for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
+            granted.spec.reboot_policy = Some(policy);
+            if let Some(a) = asked.asked.as_mut() {
+                a.hash = Some(granted.canonical_hash());
+            }
+            let p = pass(&granted, &asked, Some(&node()));
+            assert_eq!(
+                reason_of(&p, K3S_CONFIGURED),
+                reason::RESTARTING,
+                "{policy:?}"
+            );
+            assert!(matches!(p.turn, TurnStep::Asked { again: false, .. }));
+            assert!(p.waiting.is_empty() && p.pending.len() == 1);
+            assert_eq!(p.node_patch, None);
+        }
+
+        // k3s runs again under a new pid: the labels are patched on.
+        let mut restarted = asked.clone();
+        restarted.init.as_mut().unwrap().k3s.pid = Some(77);
+        if let Some(a) = restarted.asked.as_mut() {
+            a.hash = Some(m.canonical_hash());
+        }
         let p = pass(&m, &restarted, Some(&node()));
         assert!(p.pending.is_empty());
         assert_eq!(p.wanted, None);

@@ -45,7 +45,7 @@ pub fn compose(stored: &MachineStatus, pass: &Pass, generation: i64, now: Time) 
         pending: if pass.blind {
             stored.pending.clone()
         } else {
-            pass.pending.clone()
+            pass.waiting.clone()
         },
         observed_generation: generation,
     }
@@ -89,6 +89,7 @@ mod tests {
             phase: crate::machine::phase::decide_phase(&conditions),
             conditions,
             pending: Vec::new(),
+            waiting: Vec::new(),
             boot: None,
             release: None,
             role: None,
@@ -101,6 +102,7 @@ mod tests {
             intent: crate::machine::release::Intent::None,
             boot_id: None,
             machine_hash: liken_api::hash::sha256(b""),
+            k3s_pid: None,
             blind,
         }
     }

@@ -16,6 +16,7 @@
 //! exactly when it stops being true). A cordon the operator did not set
 //! (a person's) is left in place afterwards.
 
+use liken_api::control::{ServiceState, ServiceStatus};
 use liken_api::machine::DisruptionKind;
 use liken_api::{Sha256Hex, Time};
 use serde::{Deserialize, Serialize};
@@ -44,15 +45,35 @@ pub struct Asked {
     pub hash: Option<Sha256Hex>,
     /// When.
     pub at: Time,
+    /// Whether a reboot answers a `liken.sh/request-reboot`. The
+    /// annotation is spent just before init is asked, so this record is
+    /// what keeps the request outstanding until the machine goes down.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requested: bool,
+    /// k3s's pid when a restart was asked, so the restart is known to be
+    /// done once init reports k3s running under another pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k3s_pid: Option<u32>,
 }
 
 impl Asked {
-    /// Whether this record says a restart already applied `hash` in
+    /// This record, when it was made in `boot`: what is under way now.
+    pub fn in_boot<'a>(asked: Option<&'a Asked>, boot: &Sha256Hex) -> Option<&'a Asked> {
+        asked.filter(|a| &a.boot == boot)
+    }
+
+    /// Whether this record asked for a restart that applies `hash` in
     /// `boot`.
-    pub fn restarted_for(&self, boot: &Sha256Hex, hash: &Sha256Hex) -> bool {
+    pub fn restart_for(&self, boot: &Sha256Hex, hash: &Sha256Hex) -> bool {
         self.kind == DisruptionKind::Restart
             && &self.boot == boot
             && self.hash.as_ref() == Some(hash)
+    }
+
+    /// Whether the restart this record asked for is over: init reports
+    /// k3s running under a pid other than the one it had when asked.
+    pub fn restart_done(&self, k3s: &ServiceStatus) -> bool {
+        k3s.state == ServiceState::Running && k3s.pid.is_some() && k3s.pid != self.k3s_pid
     }
 }
 
@@ -196,6 +217,8 @@ mod tests {
             kind: Reboot,
             hash: None,
             at: Time::from_unix(9_900),
+            requested: false,
+            k3s_pid: None,
         };
         let old_boot = Asked {
             boot: sha256(b"earlier"),
@@ -320,18 +343,49 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_record_names_the_document_it_applied() {
+    fn a_restart_record_names_the_document_and_the_k3s_it_restarted() {
         let boot = sha256(b"b");
         let a = Asked {
             boot: boot.clone(),
             kind: DisruptionKind::Restart,
             hash: Some(sha256(b"doc")),
             at: Time::EPOCH,
+            requested: false,
+            k3s_pid: Some(42),
         };
-        assert!(a.restarted_for(&boot, &sha256(b"doc")));
-        assert!(!a.restarted_for(&boot, &sha256(b"doc2")));
-        assert!(!a.restarted_for(&sha256(b"other"), &sha256(b"doc")));
+        assert!(a.restart_for(&boot, &sha256(b"doc")));
+        assert!(!a.restart_for(&boot, &sha256(b"doc2")));
+        assert!(!a.restart_for(&sha256(b"other"), &sha256(b"doc")));
+        assert_eq!(Asked::in_boot(Some(&a), &boot), Some(&a));
+        assert_eq!(Asked::in_boot(Some(&a), &sha256(b"other")), None);
         let json = serde_json::to_string(&a).unwrap();
         assert_eq!(serde_json::from_str::<Asked>(&json).unwrap(), a);
+        // A record written before these fields existed still reads.
+        let old = r#"{"boot":"#.to_owned()
+            + &serde_json::to_string(&boot).unwrap()
+            + r#","kind":"Reboot","at":"2026-12-02T10:00:00Z"}"#;
+        let back: Asked = serde_json::from_str(&old).unwrap();
+        assert!(!back.requested && back.k3s_pid.is_none());
+
+        use ServiceState::{Backoff, Running, Stopped};
+        let k3s = |state, pid| ServiceStatus {
+            state,
+            pid,
+            restarts: 0,
+        };
+        let cases = [
+            (k3s(Running, Some(42)), false, "not restarted yet"),
+            (k3s(Stopped, None), false, "stopped on the way"),
+            (k3s(Backoff, None), false, "failing to come back"),
+            (
+                k3s(Running, None),
+                false,
+                "running without a pid is unreadable",
+            ),
+            (k3s(Running, Some(77)), true, "running again"),
+        ];
+        for (status, done, why) in cases {
+            assert_eq!(a.restart_done(&status), done, "{why}");
+        }
     }
 }
