@@ -1,0 +1,774 @@
+//! What the machine operator's integration tests stand on: one real
+//! control plane (with kube-controller-manager, the scheduler, kwok and
+//! the audit log) carrying the shipped manifests, and per machine a
+//! scratch host root with a recording double of init on a real unix
+//! socket.
+//!
+//! The double speaks `liken_api::control` exactly as init does and
+//! records every request. When the operator asks it to reboot, the test
+//! carries the reboot out the way init would: the operator is stopped,
+//! the staged documents are promoted by init's own code
+//! (`liken_init::staged::promote`, so init reads what the operator
+//! wrote), a new boot record is published and the operator started
+//! again. A release write is checked with init's own
+//! `release_writer::verify` before it is answered.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use liken_api::control::{
+    InitStatus, ReleaseWritten, Request, Response, ServiceState, ServiceStatus, read_frame,
+    write_frame,
+};
+use liken_api::{BootAssessment, BootRecord, Cluster, Machine, Slot, Time, Version};
+use liken_testenv::scratch::TempDir;
+use liken_testenv::{ControlPlane, Options};
+use serde_json::{Value, json};
+
+/// The version the test release build carries.
+pub const OLD: &str = "2026.11.01-001";
+
+/// The shared control plane, with the manifests applied.
+pub fn cp() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        let cp = liken_testenv::start(Options {
+            controller_manager: true,
+            kwok: true,
+            scheduler: true,
+            audit: true,
+            ..Options::default()
+        })
+        .expect("starting the control plane");
+        cp.ensure_namespace("liken-system").unwrap();
+        apply_manifest(&cp, "machine-operator.yaml");
+        cp
+    })
+}
+
+/// Applies one shipped manifest with kubectl, the version placeholder
+/// filled in as the image build does.
+pub fn apply_manifest(cp: &ControlPlane, file: &str) {
+    let path = liken_testenv::workspace_root()
+        .join("images/manifests")
+        .join(file);
+    let text = fs::read_to_string(&path)
+        .unwrap()
+        .replace("@LIKEN_VERSION@", OLD);
+    let mut child = cp
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is missing: run scripts/setup.sh (Debian's kubernetes-client)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply {file}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Polls `f` until it answers `Some`, or fails with `what` and the last
+/// state it saw.
+pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        let last = match f() {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        if Instant::now() > deadline {
+            panic!("{what} did not happen within {within:?}; last: {last}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// GETs a path as admin.
+pub fn get(path: &str) -> Option<Value> {
+    let (code, v) = cp().request("GET", path, None).unwrap();
+    (code == 200).then_some(v)
+}
+
+/// The Machine as the API holds it.
+pub fn machine(name: &str) -> Option<Machine> {
+    let v = get(&format!("/apis/liken.sh/v1alpha1/machines/{name}"))?;
+    Some(liken_api::decode::wire(v.to_string().as_bytes(), "test").unwrap())
+}
+
+/// JSON-merge-patches an object as admin, with kubectl: `what` names
+/// it as kubectl does (`machine auto-1`, `pdb web-pdb -n shop`).
+pub fn patch(what: &[&str], body: &Value) {
+    let out = cp()
+        .kubectl()
+        .arg("patch")
+        .args(what)
+        .args(["--type=merge", "-p", &body.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl patch {what:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The condition of a type on a Machine, as (status, reason, message).
+pub fn condition(m: &Machine, type_: &str) -> Option<(String, String, String)> {
+    liken_api::condition::find(&m.status.conditions, type_)
+        .map(|c| (c.status.to_string(), c.reason.clone(), c.message.clone()))
+}
+
+/// A Machine document for `name`.
+pub fn machine_doc(name: &str) -> Machine {
+    let mut m = Machine::new(name, Default::default());
+    m.spec.sysctls.insert("vm.swappiness".into(), "60".into());
+    m
+}
+
+/// The fleet's Cluster document.
+pub fn cluster_doc(leaders: &[&str]) -> Cluster {
+    Cluster::new(
+        "home",
+        liken_api::ClusterSpec {
+            endpoint: "https://10.0.0.10:6443".into(),
+            leaders: leaders.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        },
+    )
+}
+
+/// How the double answers a status request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusMode {
+    /// As init does.
+    Normal,
+    /// A frame that is not JSON.
+    Garbage,
+    /// The connection closed at once.
+    Hangup,
+}
+
+/// What the double knows and has been asked.
+pub struct DoubleState {
+    /// The boot record it reports.
+    pub record: Option<BootRecord>,
+    /// Every request, in order.
+    pub requests: Vec<Request>,
+    /// How status requests are answered.
+    pub status: StatusMode,
+    /// The releases directory init writes from.
+    pub releases: PathBuf,
+    /// What a release write answers: `None` verifies with init's code and
+    /// writes; `Some(message)` refuses.
+    pub refuse_write: Option<String>,
+    /// The release written into the other slot.
+    pub written: Option<Version>,
+    /// k3s's pid as the double reports it; a restart gives it another.
+    pub k3s_pid: u32,
+}
+
+/// A scratch host: /run/liken, /var/lib/liken, /proc, /sys.
+pub struct Host {
+    /// The root.
+    pub root: TempDir,
+    /// Shared with the double's thread.
+    pub state: Arc<Mutex<DoubleState>>,
+    /// This machine's node.
+    pub node: String,
+}
+
+impl Host {
+    /// A host booted with `machine` and `cluster` on release OLD, slot A.
+    pub fn new(node: &str, machine: &Machine, cluster: &Cluster) -> Host {
+        let root = TempDir::new(&format!("machine-op-{node}"));
+        let host = Host {
+            state: Arc::new(Mutex::new(DoubleState {
+                record: None,
+                requests: Vec::new(),
+                status: StatusMode::Normal,
+                releases: root.path().join("var/lib/liken/releases"),
+                refuse_write: None,
+                written: None,
+                k3s_pid: 42,
+            })),
+            root,
+            node: node.to_owned(),
+        };
+        for d in [
+            "run/liken/documents",
+            "var/lib/liken",
+            "proc/sys/vm",
+            "sys/module",
+        ] {
+            fs::create_dir_all(host.root.path().join(d)).unwrap();
+        }
+        fs::write(
+            host.root.path().join("proc/cmdline"),
+            "console=ttyS0 quiet\n",
+        )
+        .unwrap();
+        host.boot(machine, cluster, Version::parse(OLD).unwrap(), Slot::A);
+        host.serve();
+        host
+    }
+
+    /// A path below the root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel)
+    }
+
+    /// Publishes a boot: documents, the kernel's view of them, and a boot
+    /// record with a new time.
+    pub fn boot(&self, machine: &Machine, cluster: &Cluster, version: Version, slot: Slot) {
+        let docs = self.path("run/liken/documents");
+        fs::write(
+            docs.join("machine.yaml"),
+            liken_api::decode::to_yaml(&machine.canonical()).unwrap(),
+        )
+        .unwrap();
+        fs::write(
+            docs.join("cluster.yaml"),
+            liken_api::decode::to_yaml(&cluster.canonical()).unwrap(),
+        )
+        .unwrap();
+        for (k, v) in &machine.spec.sysctls {
+            let p = self.path(&format!("proc/sys/{}", k.replace('.', "/")));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, format!("{v}\n")).unwrap();
+        }
+        // Boot times are whole seconds: a reboot within the same second
+        // would keep the boot id.
+        let previous = self.state.lock().unwrap().record.as_ref().map(|r| r.time);
+        let mut time = Time::from_system(std::time::SystemTime::now());
+        if let Some(p) = previous
+            && time <= p
+        {
+            time = p.plus_seconds(1);
+        }
+        let record = BootRecord {
+            time,
+            slot: Some(slot),
+            version: Some(version),
+            documents: [
+                ("machine".to_owned(), machine.canonical_hash()),
+                ("cluster".to_owned(), cluster.canonical_hash()),
+            ]
+            .into(),
+            assessment: Some(BootAssessment {
+                counted: false,
+                blessed: true,
+                other_slot_bad: false,
+            }),
+        };
+        let mut json = serde_json::to_vec_pretty(&record).unwrap();
+        json.push(b'\n');
+        fs::write(self.path("run/liken/boot.json"), json).unwrap();
+        self.state.lock().unwrap().record = Some(record);
+    }
+
+    /// The boot record now published.
+    pub fn record(&self) -> BootRecord {
+        self.state.lock().unwrap().record.clone().unwrap()
+    }
+
+    fn serve(&self) {
+        let sock = self.path("run/liken/init.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let state = self.state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                let Ok(req) = read_frame::<_, Request>(&mut s) else {
+                    continue;
+                };
+                let mut st = state.lock().unwrap();
+                st.requests.push(req.clone());
+                let answer = match (&req, st.status) {
+                    (Request::Status, StatusMode::Garbage) => {
+                        let mut junk = 9u32.to_be_bytes().to_vec();
+                        junk.extend_from_slice(b"not json!");
+                        let _ = s.write_all(&junk);
+                        continue;
+                    }
+                    (Request::Status, StatusMode::Hangup) => continue,
+                    (Request::Status, StatusMode::Normal) => Response::Status(InitStatus {
+                        boot: st.record.clone(),
+                        machine: None,
+                        problems: Vec::new(),
+                        k3s: ServiceStatus {
+                            state: ServiceState::Running,
+                            pid: Some(st.k3s_pid),
+                            restarts: 0,
+                        },
+                    }),
+                    (Request::WriteRelease(w), _) => match &st.refuse_write {
+                        Some(m) => Response::Refused { message: m.clone() },
+                        None => match liken_init::release_writer::verify(&st.releases, w) {
+                            Ok(v) => {
+                                st.written = Some(v.release.version.clone());
+                                Response::ReleaseWritten(ReleaseWritten {
+                                    slot: Slot::B,
+                                    version: v.release.version,
+                                    bytes: 1,
+                                    entry: "liken-b+3.conf".into(),
+                                })
+                            }
+                            Err(e) => Response::Refused {
+                                message: e.to_string(),
+                            },
+                        },
+                    },
+                    (Request::RestartK3s, _) => {
+                        // init stops k3s and starts it again: a new pid.
+                        st.k3s_pid += 1;
+                        Response::Accepted
+                    }
+                    _ => Response::Accepted,
+                };
+                drop(st);
+                let _ = write_frame(&mut s, &answer);
+            }
+        });
+    }
+
+    /// The requests the double has seen, status polls left out.
+    pub fn asked(&self) -> Vec<Request> {
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|r| **r != Request::Status)
+            .cloned()
+            .collect()
+    }
+
+    /// Carries out a reboot as init would: promote what is staged (with
+    /// init's code), run the promoted documents (or the old ones), boot
+    /// the written release from slot B when there is one.
+    pub fn reboot(&self, old_machine: &Machine, old_cluster: &Cluster) -> (Machine, Cluster) {
+        let var = self.path("var/lib/liken");
+        let stamp = Time::from_system(std::time::SystemTime::now());
+        for doc in liken_init::staged::Document::ALL {
+            let p = liken_init::staged::promote(&var, doc, stamp);
+            assert!(
+                !matches!(
+                    p,
+                    liken_init::staged::Promotion::Rejected { .. }
+                        | liken_init::staged::Promotion::Failed(_)
+                ),
+                "init refused what the operator staged: {p:?}"
+            );
+        }
+        let read = |name: &str| fs::read_to_string(var.join("documents").join(name)).ok();
+        let machine = read("machine.yaml")
+            .map(|t| liken_api::decode::strict::<Machine>(&t, "promoted").unwrap())
+            .unwrap_or_else(|| old_machine.clone());
+        let cluster = read("cluster.yaml")
+            .map(|t| liken_api::decode::strict::<Cluster>(&t, "promoted").unwrap())
+            .unwrap_or_else(|| old_cluster.clone());
+        let written = self.state.lock().unwrap().written.take();
+        let (version, slot) = match written {
+            Some(v) => (v, Slot::B),
+            None => (self.record().version.unwrap(), self.record().slot.unwrap()),
+        };
+        self.boot(&machine, &cluster, version, slot);
+        (machine, cluster)
+    }
+}
+
+/// The DaemonSet's pod on `node`, once the scheduler and kwok have it.
+pub fn daemon_pod(node: &str) -> (String, String) {
+    wait_for(
+        &format!("the machine operator's pod on {node}"),
+        Duration::from_secs(60),
+        || {
+            let v = get(&format!(
+            "/api/v1/namespaces/liken-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dliken-machine-operator&fieldSelector=spec.nodeName%3D{node}"
+        ))
+        .ok_or("no pod list")?;
+            let pod = v["items"].get(0).ok_or("no pod yet")?;
+            Ok((
+                pod["metadata"]["name"].as_str().unwrap().to_owned(),
+                pod["metadata"]["uid"].as_str().unwrap().to_owned(),
+            ))
+        },
+    )
+}
+
+/// A kubeconfig holding the machine operator's token as its pod on
+/// `node` gets it: a TokenRequest bound to that pod, so the API server
+/// records the node in the token's identity.
+pub fn operator_kubeconfig(node: &str) -> PathBuf {
+    let (pod, uid) = daemon_pod(node);
+    let req = json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600,
+                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}}
+    });
+    let (code, v) = cp()
+        .request(
+            "POST",
+            "/api/v1/namespaces/liken-system/serviceaccounts/liken-machine-operator/token",
+            Some(&req),
+        )
+        .unwrap();
+    assert_eq!(code, 201, "TokenRequest: {v}");
+    cp().kubeconfig_for_token(
+        &format!("machine-operator-{node}"),
+        v["status"]["token"].as_str().unwrap(),
+    )
+    .unwrap()
+}
+
+/// A running machine operator.
+pub struct Operator {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    /// Starts the binary as the DaemonSet would, on `host`'s paths.
+    pub fn start(host: &Host, kubeconfig: &Path, extra: &[&str]) -> Operator {
+        let log = host.path("operator.log");
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_liken-machine-operator"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--run-dir={}", host.path("run/liken").display()))
+            .arg(format!(
+                "--var-dir={}",
+                host.path("var/lib/liken").display()
+            ))
+            .arg(format!("--proc={}", host.path("proc").display()))
+            .arg(format!("--sys={}", host.path("sys").display()))
+            .arg("--metrics-address=127.0.0.1:0")
+            .arg("--resync=1s")
+            .arg("--busy-interval=300ms")
+            .arg("--heartbeat-interval=10s")
+            .args(extra)
+            .env("NODE_NAME", &host.node)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Operator { child, log }
+    }
+
+    /// Stops it with SIGTERM, as the kubelet does, and waits.
+    pub fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!(
+            "the operator did not stop within 20 s of SIGTERM:\n{}",
+            self.log_text()
+        );
+    }
+
+    /// What it logged.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Grants `name` a reboot turn the way the cluster operator does: the
+/// RebootApproved condition added to its status (retrying on conflict).
+pub fn grant(name: &str) {
+    set_grant(name, true);
+}
+
+/// Takes the turn back: the condition removed.
+pub fn reclaim(name: &str) {
+    set_grant(name, false);
+}
+
+fn set_grant(name: &str, on: bool) {
+    let path = format!("/apis/liken.sh/v1alpha1/machines/{name}/status");
+    for _ in 0..20 {
+        let mut v = get(&format!("/apis/liken.sh/v1alpha1/machines/{name}")).unwrap();
+        let conditions = v["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut kept: Vec<Value> = conditions
+            .into_iter()
+            .filter(|c| c["type"] != liken_api::coordination::REBOOT_APPROVED)
+            .collect();
+        if on {
+            kept.push(json!({
+                "type": liken_api::coordination::REBOOT_APPROVED,
+                "status": "True",
+                "reason": liken_api::coordination::GRANT_REASON,
+                "message": "granted by the test, as the cluster operator grants",
+                "lastTransitionTime": Time::from_system(std::time::SystemTime::now()).to_string(),
+            }));
+        }
+        v["status"]["conditions"] = Value::Array(kept);
+        let (code, body) = cp().request("PUT", &path, Some(&v)).unwrap();
+        match code {
+            200 => return,
+            409 => std::thread::sleep(Duration::from_millis(100)),
+            _ => panic!("PUT {path}: {code} {body}"),
+        }
+    }
+    panic!("could not set the grant on {name}");
+}
+
+/// The Events about a Machine, as (reason, note).
+pub fn events_about(name: &str) -> Vec<(String, String)> {
+    let v = get("/apis/events.k8s.io/v1/namespaces/default/events").unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name && e["regarding"]["kind"] == "Machine")
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits for the Machine to satisfy `check`, showing its status and the
+/// operator's log when it does not.
+pub fn wait_machine(
+    name: &str,
+    what: &str,
+    op: &Operator,
+    within: Duration,
+    check: impl Fn(&Machine) -> bool,
+) -> Machine {
+    wait_for(what, within, || {
+        let m = machine(name).ok_or("no Machine")?;
+        if check(&m) {
+            Ok(m)
+        } else {
+            Err(format!(
+                "phase {:?}\nconditions {:#?}\npending {:#?}\nannotations {:?}\nlog:\n{}",
+                m.status.phase,
+                m.status.conditions,
+                m.status.pending,
+                m.metadata.annotations,
+                op.log_text()
+            ))
+        }
+    })
+}
+
+/// Whether a condition has this reason.
+pub fn has_reason(m: &Machine, type_: &str, reason: &str) -> bool {
+    condition(m, type_).is_some_and(|(_, r, _)| r == reason)
+}
+
+/// Sets up a machine: its Node (kwok), its host, and its operator.
+pub fn start_machine(
+    name: &str,
+    machine: &Machine,
+    cluster: &Cluster,
+    extra: &[&str],
+) -> (Host, Operator) {
+    cp().create_node(name, &[]).unwrap();
+    let host = Host::new(name, machine, cluster);
+    let kc = operator_kubeconfig(name);
+    let op = Operator::start(&host, &kc, extra);
+    wait_machine(
+        name,
+        "the machine to be Ready",
+        &op,
+        Duration::from_secs(60),
+        |m| m.status.phase == Some(liken_api::Phase::Ready),
+    );
+    (host, op)
+}
+
+/// Restarts the operator after a reboot.
+pub fn restart(host: &Host, extra: &[&str]) -> Operator {
+    let kc = operator_kubeconfig(&host.node);
+    Operator::start(host, &kc, extra)
+}
+
+/// Applies a YAML document as admin.
+pub fn apply(yaml: &str) {
+    let mut child = cp()
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The names of the pods bound to `node` in `namespace` that are not
+/// being deleted.
+pub fn pods_on(namespace: &str, node: &str) -> Vec<String> {
+    let v = get(&format!(
+        "/api/v1/namespaces/{namespace}/pods?fieldSelector=spec.nodeName%3D{node}"
+    ))
+    .unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Writes a small release into `channel/<version>/`: kernel, boot,
+/// system, and release.yaml listing them; answers release.yaml's digest.
+/// `tamper` changes the system image after release.yaml was written.
+pub fn write_release(channel: &Path, version: &str, seed: u64, tamper: bool) -> liken_api::Digest {
+    use liken_api::release::{ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_SYSTEM, Artifact, Release};
+    let dir = channel.join(version);
+    fs::create_dir_all(&dir).unwrap();
+    let mut artifacts = Vec::new();
+    for (i, (name, file)) in [
+        (ARTIFACT_KERNEL, "vmlinuz"),
+        (ARTIFACT_BOOT, "boot.cpio"),
+        (ARTIFACT_SYSTEM, "liken.sqfs"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bytes = liken_testenv::scratch::bytes(64 * 1024 + i * 4096, seed + i as u64);
+        fs::write(dir.join(file), &bytes).unwrap();
+        artifacts.push(Artifact {
+            name: name.into(),
+            file: liken_api::FileName::parse(file).unwrap(),
+            sha256: liken_api::hash::sha256(&bytes),
+            size: bytes.len() as u64,
+        });
+    }
+    let release = Release::new(Version::parse(version).unwrap(), artifacts, Vec::new());
+    let yaml = liken_api::decode::to_yaml(&release).unwrap();
+    fs::write(dir.join("release.yaml"), &yaml).unwrap();
+    if tamper {
+        let mut bytes = fs::read(dir.join("liken.sqfs")).unwrap();
+        bytes[100] ^= 0xff;
+        fs::write(dir.join("liken.sqfs"), bytes).unwrap();
+    }
+    liken_api::Digest::from(liken_api::hash::sha256(yaml.as_bytes()))
+}
+
+impl Host {
+    /// Republishes the boot record with another assessment (init blessing
+    /// the boot, say), keeping the boot's time.
+    pub fn assess(&self, assessment: BootAssessment) {
+        let mut st = self.state.lock().unwrap();
+        let Some(record) = st.record.as_mut() else {
+            return;
+        };
+        record.assessment = Some(assessment);
+        let mut json = serde_json::to_vec_pretty(&*record).unwrap();
+        json.push(b'\n');
+        fs::write(self.path("run/liken/boot.json"), json).unwrap();
+    }
+}
+
+impl Host {
+    /// Publishes init's network facts.
+    pub fn publish_network(&self, facts: &liken_api::network::NetworkFacts) {
+        fs::write(
+            self.path("run/liken/network.json"),
+            serde_json::to_vec_pretty(facts).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// Sets the Machine's vm.swappiness in the API, as a person would.
+pub fn set_swappiness(name: &str, value: &str) {
+    patch(
+        &["machine", name],
+        &json!({"spec": {"sysctls": {"vm.swappiness": value}}}),
+    );
+}
+
+/// Whether an Event about the Machine with this reason and words in its
+/// note arrives (Events are posted from their own thread, after the
+/// status write that earned them).
+pub fn has_event(name: &str, reason: &str, note_contains: &str) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let found = events_about(name)
+            .iter()
+            .any(|(r, n)| r == reason && n.contains(note_contains));
+        if found || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// After init was asked to reboot and before the machine goes down (the
+/// double never does by itself), the machine keeps its turn: for a few
+/// passes it stays Rebooting on `type_`, cordoned and granted, and lists
+/// nothing as waiting (what is under way left status.pending).
+pub fn holds_turn_until_down(name: &str, type_: &str) {
+    std::thread::sleep(Duration::from_secs(3));
+    let m = machine(name).unwrap();
+    assert!(
+        has_reason(&m, type_, liken_api::coordination::reason::REBOOTING),
+        "{name} stopped rebooting before it went down: {:#?}",
+        m.status.conditions
+    );
+    assert!(liken_api::coordination::holds_grant(&m.status.conditions));
+    assert!(m.status.pending.is_empty(), "{:?}", m.status.pending);
+    assert_eq!(
+        get(&format!("/api/v1/nodes/{name}")).unwrap()["spec"]["unschedulable"],
+        true,
+        "{name} was uncordoned before it went down"
+    );
+}

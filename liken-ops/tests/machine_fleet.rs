@@ -1,0 +1,409 @@
+//! The Auto path end to end with the real cluster operator: two machine
+//! operators and the cluster operator, each its own binary under its own
+//! ServiceAccount's token and the shipped manifests, on a control plane
+//! of their own (the cluster operator judges the whole fleet, so it must
+//! not meet the other test binaries' machines). Turns come one at a time
+//! (the budget is 1), and the drain meets a PodDisruptionBudget that
+//! first holds it and then lets it go.
+
+#[path = "machine/support.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use liken_api::control::Request;
+use liken_api::coordination::{
+    self, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR, SYSCTLS_APPLIED, reason,
+};
+use liken_api::{Phase, annotations};
+use liken_testenv::audit::service_account_user;
+use serde_json::json;
+use support::*;
+
+/// The cluster operator's binary, fast intervals, its own token.
+struct ClusterOperator {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ClusterOperator {
+    fn start() -> ClusterOperator {
+        for file in ["liken-system.yaml", "cluster-operator.yaml"] {
+            apply_manifest(cp(), file);
+        }
+        let kc = cp()
+            .kubeconfig_for(HEARTBEAT_NAMESPACE, "liken-cluster-operator")
+            .unwrap();
+        let log = cp().dir().join("cluster-operator.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"))
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .args([
+                "--metrics-address=127.0.0.1:0",
+                "--identity=cluster-operator-0",
+                "--sweep-interval=1s",
+                "--heartbeat-stale-after=8s",
+                "--lease-duration=3s",
+                "--renew-deadline=2s",
+                "--retry-period=500ms",
+            ])
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        ClusterOperator { child, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ClusterOperator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How many of these machines hold a grant now.
+fn grants(names: &[&str]) -> usize {
+    names
+        .iter()
+        .filter(|n| machine(n).is_some_and(|m| coordination::holds_grant(&m.status.conditions)))
+        .count()
+}
+
+#[test]
+fn auto_machines_take_turns_from_the_cluster_operator_and_drain_under_a_budget() {
+    let c = cluster_doc(&["lead-1"]);
+    let lead = machine_doc("lead-1");
+    let work = machine_doc("work-1");
+    let fast = ["--drain-timeout=3s", "--heartbeat-interval=2s"];
+    let (lead_host, lead_op) = start_machine("lead-1", &lead, &c, &fast);
+    let (work_host, work_op) = start_machine("work-1", &work, &c, &fast);
+    let cluster_op = ClusterOperator::start();
+    let both = ["lead-1", "work-1"];
+
+    cp().ensure_namespace("shop").unwrap();
+    apply(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: work-1}
+      containers: [{name: web, image: registry.example/web:1}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-pdb, namespace: shop}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+",
+    );
+    wait_for(
+        "the web pods to run on work-1",
+        Duration::from_secs(60),
+        || {
+            let v = get("/apis/policy/v1/namespaces/shop/poddisruptionbudgets/web-pdb")
+                .ok_or("no pdb")?;
+            (v["status"]["currentHealthy"] == 2 && pods_on("shop", "work-1").len() == 2)
+                .then_some(())
+                .ok_or_else(|| format!("pdb status {}", v["status"]))
+        },
+    );
+
+    // work-1 changes first: it stages and asks, and the cluster operator
+    // grants it the turn; the budget holds its drain past the timeout.
+    let mark = cp().audit_mark().unwrap();
+    set_swappiness("work-1", "10");
+    let staged = wait_machine(
+        "work-1",
+        "the change staged",
+        &work_op,
+        Duration::from_secs(30),
+        |m| !m.status.pending.is_empty(),
+    );
+    let p = &staged.status.pending[0];
+    assert_eq!(p.summary, "sysctls: vm.swappiness 60 → 10");
+    assert_eq!(p.hash, staged.canonical_hash());
+    assert!(has_event("work-1", "ChangeStaged", "vm.swappiness 60 → 10"));
+    let blocked = wait_for(
+        "work-1's drain to be blocked",
+        Duration::from_secs(60),
+        || {
+            let m = machine("work-1").ok_or("no machine")?;
+            if has_reason(&m, SYSCTLS_APPLIED, reason::DRAIN_BLOCKED) {
+                Ok(m)
+            } else {
+                Err(format!(
+                    "{:?}\n{}",
+                    m.status.conditions,
+                    cluster_op.log_text()
+                ))
+            }
+        },
+    );
+
+    // The leader changes too, while work-1 holds the only turn: it asks
+    // and waits.
+    set_swappiness("lead-1", "10");
+    wait_machine(
+        "lead-1",
+        "the leader to ask",
+        &lead_op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(grants(&both), 1, "two turns at once, or none");
+    assert_eq!(blocked.status.phase, Some(Phase::Updating));
+    let (_, _, message) = condition(&blocked, SYSCTLS_APPLIED).unwrap();
+    assert!(message.contains("PodDisruptionBudget web-pdb"), "{message}");
+    assert!(message.contains("shop/web-"), "{message}");
+    assert!(has_event("work-1", "DrainBlocked", "web-pdb"));
+    assert_eq!(
+        get("/api/v1/nodes/work-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    assert_eq!(
+        pods_on("shop", "work-1").len(),
+        2,
+        "the budget held both pods"
+    );
+    let leader = machine("lead-1").unwrap();
+    assert!(
+        has_reason(&leader, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+        "{:?}",
+        leader.status.conditions
+    );
+    assert!(lead_host.asked().is_empty() && work_host.asked().is_empty());
+
+    // The budget allows it: the pods are evicted, init asked to reboot.
+    patch(
+        &["pdb", "web-pdb", "-n", "shop"],
+        &json!({"spec": {"minAvailable": 0}}),
+    );
+    wait_for(
+        "work-1's init to be asked to reboot",
+        Duration::from_secs(60),
+        || {
+            assert!(grants(&both) <= 1, "two turns at once");
+            (work_host.asked() == [Request::Reboot])
+                .then_some(())
+                .ok_or_else(|| format!("asked {:?}\n{}", work_host.asked(), work_op.log_text()))
+        },
+    );
+    assert!(pods_on("shop", "work-1").is_empty(), "the web pods left");
+    assert_eq!(
+        pods_on("liken-system", "work-1").len(),
+        1,
+        "the DaemonSet's own pod stays"
+    );
+    holds_turn_until_down("work-1", SYSCTLS_APPLIED);
+    let user = service_account_user(HEARTBEAT_NAMESPACE, MACHINE_OPERATOR);
+    let writes = cp().writes_by(&user, mark).unwrap();
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.resource == "pods" && w.subresource == "eviction" && w.code == 201),
+        "evicted through the Eviction API: {writes:#?}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.resource == "pods" && w.verb == "delete"),
+        "no pod deleted directly: {writes:#?}"
+    );
+
+    // work-1 reboots into the promoted document; the cluster operator
+    // reclaims its turn and grants the leader its own.
+    work_op.stop();
+    let (running, _) = work_host.reboot(&work, &c);
+    assert_eq!(running.spec.sysctls["vm.swappiness"], "10");
+    let work_op = restart(&work_host, &fast);
+    wait_for(
+        "the leader's init to be asked to reboot",
+        Duration::from_secs(90),
+        || {
+            assert!(grants(&both) <= 1, "two turns at once");
+            (lead_host.asked() == [Request::Reboot])
+                .then_some(())
+                .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
+        },
+    );
+    let back = machine("work-1").unwrap();
+    assert_eq!(
+        back.status.phase,
+        Some(Phase::Ready),
+        "{:?}",
+        back.status.conditions
+    );
+    assert_ne!(
+        get("/api/v1/nodes/work-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    lead_op.stop();
+    lead_host.reboot(&lead, &c);
+    let lead_op = restart(&lead_host, &fast);
+
+    // Both converged, every turn reclaimed, the ledger empty.
+    wait_for("the fleet to settle", Duration::from_secs(60), || {
+        let ready = both
+            .iter()
+            .all(|n| machine(n).is_some_and(|m| m.status.phase == Some(Phase::Ready)));
+        let cluster = get("/apis/liken.sh/v1alpha1/clusters/home").ok_or("no cluster")?;
+        let ledger = cluster["status"]["rebootTurns"]
+            .as_array()
+            .map_or(0, Vec::len);
+        (ready && grants(&both) == 0 && ledger == 0)
+            .then_some(())
+            .ok_or_else(|| {
+                format!(
+                    "ledger {ledger}, grants {}\n{}",
+                    grants(&both),
+                    cluster_op.log_text()
+                )
+            })
+    });
+    assert!(has_event("work-1", "RebootTurnGranted", ""));
+    assert!(has_event("work-1", "Uncordoned", "work-1"));
+    let settled = || {
+        wait_for("the fleet to settle", Duration::from_secs(60), || {
+            let ready = both
+                .iter()
+                .all(|n| machine(n).is_some_and(|m| m.status.phase == Some(Phase::Ready)));
+            (ready && grants(&both) == 0)
+                .then_some(())
+                .ok_or_else(|| cluster_op.log_text())
+        })
+    };
+
+    // Manual: the change waits for a person, the cluster grants nothing;
+    // a stale approval is ignored and removed with an Event; the right
+    // one lets the machine ask, and the cluster grants the turn.
+    patch(
+        &["machine", "work-1"],
+        &json!({"spec": {"rebootPolicy": "Manual", "sysctls": {"vm.swappiness": "5"}}}),
+    );
+    let pending = wait_machine(
+        "work-1",
+        "the change to wait for a person",
+        &work_op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOT_PENDING),
+    );
+    assert_eq!(pending.status.phase, Some(Phase::UpdatePending));
+    let hash = pending.status.pending[0].hash.clone();
+    assert!(
+        pending
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.message.contains("liken approve-reboot"))
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(grants(&both), 0, "no turn for a change nobody approved");
+    patch(
+        &["machine", "work-1"],
+        &json!({"metadata": {"annotations": {annotations::APPROVE_DISRUPTION: "0123456789ab"}}}),
+    );
+    wait_machine(
+        "work-1",
+        "the stale approval to be removed",
+        &work_op,
+        Duration::from_secs(30),
+        |m| {
+            !m.metadata
+                .annotations
+                .contains_key(annotations::APPROVE_DISRUPTION)
+        },
+    );
+    assert!(has_event("work-1", "ApprovalIgnored", "0123456789ab"));
+    assert!(has_reason(
+        &machine("work-1").unwrap(),
+        SYSCTLS_APPLIED,
+        reason::REBOOT_PENDING
+    ));
+    assert_eq!(
+        work_host.asked(),
+        [Request::Reboot],
+        "nothing more asked of init"
+    );
+    patch(
+        &["machine", "work-1"],
+        &json!({"metadata": {"annotations": {annotations::APPROVE_DISRUPTION: hash.short()}}}),
+    );
+    wait_for(
+        "work-1's init to be asked to reboot again",
+        Duration::from_secs(60),
+        || {
+            (work_host.asked() == [Request::Reboot, Request::Reboot])
+                .then_some(())
+                .ok_or_else(|| format!("{}\n{}", work_op.log_text(), cluster_op.log_text()))
+        },
+    );
+    assert!(
+        !machine("work-1")
+            .unwrap()
+            .metadata
+            .annotations
+            .contains_key(annotations::APPROVE_DISRUPTION),
+        "the approval is spent"
+    );
+    holds_turn_until_down("work-1", SYSCTLS_APPLIED);
+    work_op.stop();
+    let (running, _) = work_host.reboot(&running, &c);
+    assert_eq!(running.spec.sysctls["vm.swappiness"], "5");
+    let work_op = restart(&work_host, &fast);
+    settled();
+
+    // A reboot request names the running boot and takes a turn too.
+    let boot = lead_host.record().boot_id();
+    patch(
+        &["machine", "lead-1"],
+        &json!({"metadata": {"annotations": {annotations::REQUEST_REBOOT: boot.short()}}}),
+    );
+    wait_for(
+        "lead-1's init to be asked to reboot again",
+        Duration::from_secs(60),
+        || {
+            (lead_host.asked() == [Request::Reboot, Request::Reboot])
+                .then_some(())
+                .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
+        },
+    );
+    assert!(
+        !lead_host.path("var/lib/liken/staged/machine.yaml").exists(),
+        "nothing staged"
+    );
+    assert!(
+        !machine("lead-1")
+            .unwrap()
+            .metadata
+            .annotations
+            .contains_key(annotations::REQUEST_REBOOT),
+        "the request is spent"
+    );
+    holds_turn_until_down("lead-1", coordination::REBOOT_REQUEST_HONORED);
+    lead_op.stop();
+    let lead_doc = {
+        let mut m = lead.clone();
+        m.spec.sysctls.insert("vm.swappiness".into(), "10".into());
+        m
+    };
+    lead_host.reboot(&lead_doc, &c);
+    assert_ne!(lead_host.record().boot_id(), boot);
+    let lead_op = restart(&lead_host, &fast);
+    settled();
+    lead_op.stop();
+    work_op.stop();
+}

@@ -1,0 +1,227 @@
+//! The machine operator's releases, against a real control plane (its own:
+//! a target release is fleet-wide, so these tests do not share a Cluster
+//! with the others), a channel served by Debian's nginx, and init's own
+//! verification of what the operator asks it to write.
+
+#[path = "machine/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use liken_api::control::Request;
+use liken_api::coordination::{RELEASE_CURRENT, reason};
+use liken_api::{BootAssessment, Phase};
+use liken_testenv::nginx::Nginx;
+use liken_testenv::scratch::TempDir;
+use serde_json::json;
+use support::*;
+
+const NEW: &str = "2026.12.02-001";
+const TAMPERED: &str = "2026.12.03-001";
+const UNTRUSTED: &str = "2026.12.04-001";
+
+fn target(source: &str, version: &str, catalog: &[(&str, &liken_api::Digest)]) {
+    let catalog: Vec<_> = catalog
+        .iter()
+        .map(|(v, d)| json!({"version": v, "digest": d.to_string()}))
+        .collect();
+    patch(
+        &["cluster", "home"],
+        &json!({"spec": {"version": version, "releases": {"source": source, "catalog": catalog}}}),
+    );
+}
+
+fn release_reason(name: &str, op: &Operator, want: &str, says: &str) -> liken_api::Machine {
+    wait_machine(
+        name,
+        &format!("ReleaseCurrent {want}: {says}"),
+        op,
+        Duration::from_secs(60),
+        |m| {
+            condition(m, RELEASE_CURRENT).is_some_and(|(_, r, msg)| r == want && msg.contains(says))
+        },
+    )
+}
+
+#[test]
+fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
+    let channel = TempDir::new("machine-op-channel");
+    let good = write_release(channel.path(), NEW, 1, false);
+    let tampered = write_release(channel.path(), TAMPERED, 2, true);
+    let _ = write_release(channel.path(), UNTRUSTED, 3, false);
+    let untrusted_pin = liken_api::Digest::from(liken_api::hash::sha256(b"another release.yaml"));
+    let www = TempDir::new("machine-op-nginx");
+    let nginx = Nginx::start(www.path(), channel.path());
+
+    let m = machine_doc("rel-1");
+    let c = cluster_doc(&["rel-1"]);
+    let (host, op) = start_machine("rel-1", &m, &c, &[]);
+    let releases = host.path("var/lib/liken/releases");
+
+    // An artifact that does not match release.yaml: Blocked, nothing
+    // written, nothing under the release's final name.
+    target(&nginx.url, TAMPERED, &[(TAMPERED, &tampered)]);
+    let m1 = release_reason("rel-1", &op, reason::BLOCKED, "release.yaml says");
+    assert_eq!(m1.status.phase, Some(Phase::Blocked));
+    assert!(
+        !releases.join(TAMPERED).exists(),
+        "a bad download never takes the final name"
+    );
+    assert!(
+        host.asked().is_empty(),
+        "the running slot is untouched: {:?}",
+        host.asked()
+    );
+
+    // A release.yaml the catalog does not pin: Blocked.
+    target(&nginx.url, UNTRUSTED, &[(UNTRUSTED, &untrusted_pin)]);
+    release_reason(
+        "rel-1",
+        &op,
+        reason::BLOCKED,
+        "not the release the catalog trusts",
+    );
+    assert!(!releases.join(UNTRUSTED).exists());
+    assert!(host.asked().is_empty());
+
+    // The good one, while this boot is still on trial: downloaded and
+    // verified, then it waits for the blessing.
+    host.assess(BootAssessment {
+        counted: true,
+        blessed: false,
+        other_slot_bad: false,
+    });
+    target(&nginx.url, NEW, &[(NEW, &good)]);
+    let waiting = release_reason(
+        "rel-1",
+        &op,
+        reason::DOWNLOADING,
+        "waiting for init to bless this boot",
+    );
+    assert_eq!(waiting.status.phase, Some(Phase::Downloading));
+    assert!(releases.join(NEW).join("release.yaml").is_file());
+    assert!(host.asked().is_empty());
+    assert!(
+        events_about("rel-1")
+            .iter()
+            .any(|(r, n)| r == reason::BLOCKED && n.contains(TAMPERED))
+    );
+
+    // Blessed: init is asked to write it (and checks it with its own code),
+    // and the machine asks for the reboot that boots it.
+    host.assess(BootAssessment {
+        counted: true,
+        blessed: true,
+        other_slot_bad: false,
+    });
+    let staged = release_reason(
+        "rel-1",
+        &op,
+        reason::AWAITING_TURN,
+        &format!("release {OLD} → {NEW}"),
+    );
+    let asked = host.asked();
+    let [Request::WriteRelease(w)] = &asked[..] else {
+        panic!("{asked:?}")
+    };
+    assert_eq!(w.directory, releases.join(NEW).display().to_string());
+    assert_eq!(&w.release_sha256, good.hex());
+    assert_eq!(
+        staged
+            .status
+            .release
+            .as_ref()
+            .unwrap()
+            .staged
+            .as_ref()
+            .map(|v| v.as_str()),
+        Some(NEW)
+    );
+    let p = &staged.status.pending[0];
+    assert_eq!(p.summary, format!("release {OLD} → {NEW}"));
+    assert_eq!(&p.hash, good.hex());
+
+    grant("rel-1");
+    wait_for(
+        "init to be asked to reboot",
+        Duration::from_secs(30),
+        || {
+            host.asked()
+                .contains(&Request::Reboot)
+                .then_some(())
+                .ok_or_else(|| op.log_text())
+        },
+    );
+    op.stop();
+    host.reboot(&m, &c);
+    assert_eq!(host.record().version.unwrap().as_str(), NEW);
+    let op = restart(&host, &[]);
+    let back = wait_machine(
+        "rel-1",
+        "Ready on the new release",
+        &op,
+        Duration::from_secs(60),
+        |m| m.status.phase == Some(Phase::Ready),
+    );
+    let release = back.status.release.unwrap();
+    assert_eq!(release.running.unwrap().as_str(), NEW);
+    assert_eq!(release.staged, None);
+    reclaim("rel-1");
+
+    // A Cluster change that reaches k3s (the leaders) stages cluster.yaml
+    // for init and takes a reboot.
+    patch(
+        &["cluster", "home"],
+        &json!({"spec": {"leaders": ["rel-1", "rel-2"]}}),
+    );
+    let asking = wait_machine(
+        "rel-1",
+        "the leaders change to ask for a turn",
+        &op,
+        Duration::from_secs(30),
+        |m| {
+            has_reason(
+                m,
+                liken_api::coordination::K3S_CONFIGURED,
+                reason::AWAITING_TURN,
+            )
+        },
+    );
+    assert_eq!(
+        asking.status.pending[0].summary,
+        "cluster: leaders rel-1 → rel-1, rel-2"
+    );
+    assert!(host.path("var/lib/liken/staged/cluster.yaml").exists());
+    grant("rel-1");
+    wait_for(
+        "init to be asked to reboot",
+        Duration::from_secs(30),
+        || {
+            (host
+                .asked()
+                .iter()
+                .filter(|r| **r == Request::Reboot)
+                .count()
+                == 2)
+                .then_some(())
+                .ok_or_else(|| op.log_text())
+        },
+    );
+    op.stop();
+    let (_, cluster) = host.reboot(&m, &c);
+    assert_eq!(
+        cluster.spec.leaders,
+        ["rel-1", "rel-2"],
+        "init promoted the staged Cluster"
+    );
+    let op = restart(&host, &[]);
+    wait_machine(
+        "rel-1",
+        "Ready on the new Cluster",
+        &op,
+        Duration::from_secs(60),
+        |m| m.status.phase == Some(Phase::Ready),
+    );
+    reclaim("rel-1");
+    op.stop();
+}
