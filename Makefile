@@ -62,7 +62,7 @@ unit:
 ## vs kubectl (fresh processes) in the same run, and the RSS of a store of
 ## 10,000 (starts its own control plane).
 .PHONY: bench bench-smoke
-bench: setup bench-releases bench-cluster-operator
+bench: setup bench-releases bench-cluster-operator bench-machine-operator
 	cargo bench -p liken-kube --bench list
 
 ## bench-cluster-operator: one sweep's decisions over 10,000 Machines, a
@@ -74,6 +74,16 @@ bench-cluster-operator:
 	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops --bin liken-cluster-operator
 	LIKEN_CLUSTER_OPERATOR_BINARY=$(CARGO_TARGET_DIR)/$(TARGET)/release-abort/liken-cluster-operator \
 	  cargo bench -p liken-ops --bench cluster
+
+## bench-machine-operator: the machine operator's stripped static binary
+## (beside kubectl's size), its RSS on a converged machine (beside kubectl
+## watching the same Machine), the CPU of one converged pass, and its
+## writes counted in the audit log (starts its own control plane).
+.PHONY: bench-machine-operator
+bench-machine-operator:
+	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops --bin liken-machine-operator
+	LIKEN_MACHINE_OPERATOR_BINARY=$(CARGO_TARGET_DIR)/$(TARGET)/release-abort/liken-machine-operator \
+	  cargo bench -p liken-ops --bench machine_operator
 
 ## bench-releases: liken fetch vs curl + sha256sum, and liken serve vs
 ## nginx under wrk, on loopback (scripts/bench/releases.sh prints ratios).
@@ -92,6 +102,7 @@ bench-smoke:
 	LIKEN_BENCH_SMOKE=1 ./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-kube --bench list
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench cluster
+	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench machine_operator
 
 # Fuzzing (liken-cli/fuzz): cargo-fuzz on the nightly toolchain, with
 # cargo-fuzz installed once from crates.io into the cache. The corpus
