@@ -1,22 +1,25 @@
 //! A DNS stub resolver for init's own name lookups (the Machine's NTP
-//! servers): A queries over UDP to the nameservers in the resolv.conf
-//! the network step wrote.
+//! servers): A and AAAA queries over UDP (to IPv4 or IPv6 servers) to
+//! the nameservers in the resolv.conf the network step wrote.
 //!
 //! Why not the C library's resolver: std resolves names through glibc's
 //! getaddrinfo, and in a static binary that pulls in NSS, the dynamic
 //! loader's machinery, iconv and gettext, about a quarter of init's
 //! size budget, for one lookup per boot. It also has no deadline of its
-//! own. Init needs far less: IPv4 addresses of a name (the network step
-//! configures IPv4 only), from at most three servers it wrote itself.
+//! own. Init needs far less: the addresses of a name, from at most three
+//! servers it wrote itself.
 //!
 //! What this resolver does, and its limits:
 //! - An IP literal is returned as it is, with no query.
 //! - One question per query, recursion desired, a fresh random ID each
 //!   time. An answer counts only when it is a response with our ID and
 //!   repeats our question exactly (name compared case-insensitively,
-//!   type A, class IN); anything else on the socket is ignored, and the
-//!   socket is connected, so the kernel drops datagrams from any other
-//!   address.
+//!   type A or AAAA, class IN); anything else on the socket is ignored,
+//!   and the socket is connected, so the kernel drops datagrams from any
+//!   other address.
+//! - A name's IPv4 addresses come first, then its IPv6 ones: a server
+//!   that has A records is asked for AAAA too, one that has none only
+//!   for AAAA.
 //! - CNAME chains are followed within the answer section (up to
 //!   [`MAX_CNAMES`] links); a chain the server did not resolve counts as
 //!   "no address", as this resolver asks no second question.
@@ -28,7 +31,7 @@
 //!   the search (another server would say the same); a timeout, a
 //!   refusal, SERVFAIL, truncation or a malformed answer moves on to the
 //!   next server.
-//! - No search domains, no /etc/hosts, no caching, no IPv6 (AAAA).
+//! - No search domains, no /etc/hosts, no caching.
 //!
 //! [`encode_query`], [`decode_reply`] and [`parse_resolv_conf`] are pure
 //! and tested with byte fixtures; [`Resolver::resolve`] carries them out
@@ -38,7 +41,7 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,7 +64,10 @@ const UDP_LIMIT: usize = 512;
 const MAX_NAME: usize = 255;
 
 const HEADER_LEN: usize = 12;
-const TYPE_A: u16 = 1;
+/// Record type A: an IPv4 address.
+pub const TYPE_A: u16 = 1;
+/// Record type AAAA: an IPv6 address.
+pub const TYPE_AAAA: u16 = 28;
 const TYPE_CNAME: u16 = 5;
 const CLASS_IN: u16 = 1;
 
@@ -177,16 +183,17 @@ impl fmt::Display for NameError {
     }
 }
 
-/// The query for the IPv4 addresses of `name`: header with `id` and
-/// recursion desired, one question of type A, class IN.
-pub fn encode_query(id: u16, name: &Name) -> Vec<u8> {
+/// The query for the addresses of `name` of type `qtype` ([`TYPE_A`]
+/// or [`TYPE_AAAA`]): header with `id` and recursion desired, one
+/// question of that type, class IN.
+pub fn encode_query(id: u16, name: &Name, qtype: u16) -> Vec<u8> {
     let mut p = Vec::with_capacity(HEADER_LEN.saturating_add(name.0.len()).saturating_add(4));
     p.extend_from_slice(&id.to_be_bytes());
     p.extend_from_slice(&FLAG_RECURSION_DESIRED.to_be_bytes());
     // One question; no answer, authority or additional records.
     p.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
     p.extend_from_slice(&name.0);
-    p.extend_from_slice(&TYPE_A.to_be_bytes());
+    p.extend_from_slice(&qtype.to_be_bytes());
     p.extend_from_slice(&CLASS_IN.to_be_bytes());
     p
 }
@@ -194,12 +201,13 @@ pub fn encode_query(id: u16, name: &Name) -> Vec<u8> {
 /// What a server's answer to our question says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// The name's IPv4 addresses, in the server's order, each once.
-    Addresses(Vec<Ipv4Addr>),
+    /// The name's addresses of the asked type, in the server's order,
+    /// each once.
+    Addresses(Vec<IpAddr>),
     /// NXDOMAIN: the name does not exist.
     NoSuchName,
-    /// The name exists but the answer holds no IPv4 address for it (or
-    /// only the start of a CNAME chain).
+    /// The name exists but the answer holds no address of the asked
+    /// type for it (or only the start of a CNAME chain).
     NoAddress,
 }
 
@@ -242,13 +250,13 @@ impl fmt::Display for Refusal {
 
 /// One record of the answer section that this resolver uses.
 enum Record {
-    A(Ipv4Addr),
+    Address(IpAddr),
     Cname(Name),
 }
 
-/// Checks a datagram against the query with `id` for `name` and reads
-/// the addresses it gives.
-pub fn decode_reply(packet: &[u8], id: u16, name: &Name) -> Result<Reply, Refusal> {
+/// Checks a datagram against the query with `id` for `name` of type
+/// `qtype` and reads the addresses it gives.
+pub fn decode_reply(packet: &[u8], id: u16, name: &Name, qtype: u16) -> Result<Reply, Refusal> {
     let header = packet.get(..HEADER_LEN).ok_or(Refusal::NotOurs)?;
     let field = |at: usize| be_u16(header, at).unwrap_or(0);
     let flags = field(2);
@@ -268,9 +276,9 @@ pub fn decode_reply(packet: &[u8], id: u16, name: &Name) -> Result<Reply, Refusa
     let mut at = HEADER_LEN;
     let question = read_name(packet, at).map_err(|_| Refusal::NotOurs)?;
     at = question.end;
-    let qtype = be_u16(packet, at).ok_or(Refusal::NotOurs)?;
+    let asked = be_u16(packet, at).ok_or(Refusal::NotOurs)?;
     let qclass = be_u16(packet, at.saturating_add(2)).ok_or(Refusal::NotOurs)?;
-    if question.name != *name || qtype != TYPE_A || qclass != CLASS_IN {
+    if question.name != *name || asked != qtype || qclass != CLASS_IN {
         return Err(Refusal::NotOurs);
     }
     at = at.saturating_add(4);
@@ -300,11 +308,17 @@ pub fn decode_reply(packet: &[u8], id: u16, name: &Name) -> Result<Reply, Refusa
         let data = packet.get(data_at..data_end).unwrap_or(&[]);
         if rclass == CLASS_IN {
             match rtype {
-                TYPE_A => {
+                TYPE_A if qtype == TYPE_A => {
                     let octets: [u8; 4] = data
                         .try_into()
                         .map_err(|_| Refusal::Malformed("an A record is not 4 bytes"))?;
-                    records.push((owner.name, Record::A(Ipv4Addr::from(octets))));
+                    records.push((owner.name, Record::Address(Ipv4Addr::from(octets).into())));
+                }
+                TYPE_AAAA if qtype == TYPE_AAAA => {
+                    let octets: [u8; 16] = data
+                        .try_into()
+                        .map_err(|_| Refusal::Malformed("an AAAA record is not 16 bytes"))?;
+                    records.push((owner.name, Record::Address(Ipv6Addr::from(octets).into())));
                 }
                 TYPE_CNAME => {
                     let target = read_name(packet, data_at).map_err(Refusal::Malformed)?;
@@ -326,9 +340,9 @@ pub fn decode_reply(packet: &[u8], id: u16, name: &Name) -> Result<Reply, Refusa
 fn decide_addresses(name: &Name, records: &[(Name, Record)]) -> Result<Reply, Refusal> {
     let mut current = name;
     for _ in 0..=MAX_CNAMES {
-        let mut addresses: Vec<Ipv4Addr> = Vec::new();
+        let mut addresses: Vec<IpAddr> = Vec::new();
         for (owner, record) in records {
-            if let Record::A(ip) = record
+            if let Record::Address(ip) = record
                 && owner == current
                 && !addresses.contains(ip)
             {
@@ -438,7 +452,7 @@ pub enum ResolveError {
     NoNameservers(String),
     /// A server said the name does not exist.
     NoSuchName(SocketAddr),
-    /// A server said the name has no IPv4 address.
+    /// A server said the name has no address.
     NoAddress(SocketAddr),
     /// No server gave an answer; what each did.
     Failed(Vec<(SocketAddr, ServerError)>),
@@ -457,11 +471,7 @@ impl fmt::Display for ResolveError {
                 write!(f, "DNS server {} says the name does not exist", server.ip())
             }
             ResolveError::NoAddress(server) => {
-                write!(
-                    f,
-                    "DNS server {} has no IPv4 address for the name",
-                    server.ip()
-                )
+                write!(f, "DNS server {} has no address for the name", server.ip())
             }
             ResolveError::Failed(each) => {
                 f.write_str("no DNS server answered (")?;
@@ -556,7 +566,7 @@ impl Resolver {
     }
 
     /// The addresses of `host`: an IP literal as it is, else the name's
-    /// IPv4 addresses from the first server that answers.
+    /// addresses (IPv4 first) from the first server that answers.
     pub fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, ResolveError> {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(vec![ip]);
@@ -579,10 +589,22 @@ impl Resolver {
                 if left.is_zero() {
                     return Err(ResolveError::Failed(failures));
                 }
-                match ask(server, &name, per_try.min(left)) {
-                    Ok(Reply::Addresses(ips)) => {
-                        return Ok(ips.into_iter().map(IpAddr::V4).collect());
+                let wait = per_try.min(left);
+                let first = ask(server, &name, TYPE_A, wait);
+                // The IPv6 addresses, after the IPv4 ones; a server that
+                // answered A but not AAAA still gave an answer.
+                let answer = match first {
+                    Ok(Reply::Addresses(mut ips)) => {
+                        if let Ok(Reply::Addresses(v6)) = ask(server, &name, TYPE_AAAA, wait) {
+                            ips.extend(v6);
+                        }
+                        Ok(Reply::Addresses(ips))
                     }
+                    Ok(Reply::NoAddress) => ask(server, &name, TYPE_AAAA, wait),
+                    other => other,
+                };
+                match answer {
+                    Ok(Reply::Addresses(ips)) => return Ok(ips),
                     Ok(Reply::NoSuchName) => return Err(ResolveError::NoSuchName(server)),
                     Ok(Reply::NoAddress) => return Err(ResolveError::NoAddress(server)),
                     Err(e) => failures.push((server, e)),
@@ -593,12 +615,13 @@ impl Resolver {
     }
 }
 
-/// One query to one server, waiting up to `wait` for its answer.
-fn ask(server: SocketAddr, name: &Name, wait: Duration) -> Result<Reply, ServerError> {
+/// One query of type `qtype` to one server, waiting up to `wait` for
+/// its answer.
+fn ask(server: SocketAddr, name: &Name, qtype: u16, wait: Duration) -> Result<Reply, ServerError> {
     let socket = crate::udp::connected(server).map_err(ServerError::Socket)?;
     let id = random_id();
     socket
-        .send(&encode_query(id, name))
+        .send(&encode_query(id, name, qtype))
         .map_err(ServerError::Socket)?;
     let started = Instant::now();
     let mut ignored: usize = 0;
@@ -615,7 +638,7 @@ fn ask(server: SocketAddr, name: &Name, wait: Duration) -> Result<Reply, ServerE
         // A datagram longer than the buffer arrives cut to it; a server
         // that sends one is past UDP's limit and fails as malformed or
         // truncated below.
-        match decode_reply(buf.get(..n).unwrap_or(&[]), id, name) {
+        match decode_reply(buf.get(..n).unwrap_or(&[]), id, name, qtype) {
             Err(Refusal::NotOurs) => ignored = ignored.saturating_add(1),
             Err(r) => return Err(ServerError::Refused(r)),
             Ok(reply) => return Ok(reply),
@@ -704,7 +727,7 @@ mod tests {
 
     #[test]
     fn the_query_is_one_recursive_a_question() {
-        let q = encode_query(0xBEEF, &name("Time.Example"));
+        let q = encode_query(0xBEEF, &name("Time.Example"), TYPE_A);
         assert_eq!(
             q,
             b"\xBE\xEF\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04time\x07example\x00\x00\x01\x00\x01"
@@ -735,10 +758,10 @@ mod tests {
     fn a_cname_chain_in_the_answer_is_followed() {
         let p = cname_fixture();
         assert_eq!(
-            decode_reply(&p, 0x1234, &name("www.example.com")),
+            decode_reply(&p, 0x1234, &name("www.example.com"), TYPE_A),
             Ok(Reply::Addresses(vec![
-                Ipv4Addr::new(192, 0, 2, 1),
-                Ipv4Addr::new(192, 0, 2, 2)
+                Ipv4Addr::new(192, 0, 2, 1).into(),
+                Ipv4Addr::new(192, 0, 2, 2).into()
             ]))
         );
     }
@@ -747,60 +770,88 @@ mod tests {
     fn answers_to_other_queries_are_not_ours() {
         let p = cname_fixture();
         let www = name("www.example.com");
-        assert_eq!(decode_reply(&p, 0x1235, &www), Err(Refusal::NotOurs));
         assert_eq!(
-            decode_reply(&p, 0x1234, &name("www.example.org")),
+            decode_reply(&p, 0x1235, &www, TYPE_A),
+            Err(Refusal::NotOurs)
+        );
+        assert_eq!(
+            decode_reply(&p, 0x1234, &name("www.example.org"), TYPE_A),
             Err(Refusal::NotOurs)
         );
         // A query rather than a response.
         let mut q = p.clone();
         q[2] &= 0x7F;
-        assert_eq!(decode_reply(&q, 0x1234, &www), Err(Refusal::NotOurs));
+        assert_eq!(
+            decode_reply(&q, 0x1234, &www, TYPE_A),
+            Err(Refusal::NotOurs)
+        );
         // Another question type (AAAA).
         let mut aaaa = p.clone();
         aaaa[30] = 28;
-        assert_eq!(decode_reply(&aaaa, 0x1234, &www), Err(Refusal::NotOurs));
-        assert_eq!(decode_reply(&p[..11], 0x1234, &www), Err(Refusal::NotOurs));
+        assert_eq!(
+            decode_reply(&aaaa, 0x1234, &www, TYPE_A),
+            Err(Refusal::NotOurs)
+        );
+        assert_eq!(
+            decode_reply(&p, 0x1234, &www, TYPE_AAAA),
+            Err(Refusal::NotOurs)
+        );
+        assert_eq!(
+            decode_reply(&p[..11], 0x1234, &www, TYPE_A),
+            Err(Refusal::NotOurs)
+        );
     }
 
     #[test]
     fn error_codes_truncation_and_missing_addresses() {
         let www = name("www.example.com");
-        let q = encode_query(7, &www);
+        let q = encode_query(7, &www, TYPE_A);
         let with = |flags: u16| reply(&q, flags, &[]);
-        assert_eq!(decode_reply(&with(0x8183), 7, &www), Ok(Reply::NoSuchName));
-        assert_eq!(decode_reply(&with(0x8182), 7, &www), Err(Refusal::Rcode(2)));
-        assert_eq!(decode_reply(&with(0x8185), 7, &www), Err(Refusal::Rcode(5)));
         assert_eq!(
-            decode_reply(&with(0x8380), 7, &www),
+            decode_reply(&with(0x8183), 7, &www, TYPE_A),
+            Ok(Reply::NoSuchName)
+        );
+        assert_eq!(
+            decode_reply(&with(0x8182), 7, &www, TYPE_A),
+            Err(Refusal::Rcode(2))
+        );
+        assert_eq!(
+            decode_reply(&with(0x8185), 7, &www, TYPE_A),
+            Err(Refusal::Rcode(5))
+        );
+        assert_eq!(
+            decode_reply(&with(0x8380), 7, &www, TYPE_A),
             Err(Refusal::Truncated)
         );
-        assert_eq!(decode_reply(&with(OK), 7, &www), Ok(Reply::NoAddress));
+        assert_eq!(
+            decode_reply(&with(OK), 7, &www, TYPE_A),
+            Ok(Reply::NoAddress)
+        );
         // REFUSED without the question.
         let bare = [0, 7, 0x81, 0x85, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(decode_reply(&bare, 7, &www), Err(Refusal::Rcode(5)));
+        assert_eq!(decode_reply(&bare, 7, &www, TYPE_A), Err(Refusal::Rcode(5)));
         // A CNAME whose target the answer does not resolve.
         let mut cname = vec![0xC0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 4];
         cname.extend_from_slice(b"\x01x\xC0\x10");
         let p = reply(&q, OK, &[cname]);
-        assert_eq!(decode_reply(&p, 7, &www), Ok(Reply::NoAddress));
+        assert_eq!(decode_reply(&p, 7, &www, TYPE_A), Ok(Reply::NoAddress));
         // Duplicated addresses are given once.
         let a = a_for_question([10, 0, 0, 1]);
         let p = reply(&q, OK, &[a.clone(), a]);
         assert_eq!(
-            decode_reply(&p, 7, &www),
-            Ok(Reply::Addresses(vec![Ipv4Addr::new(10, 0, 0, 1)]))
+            decode_reply(&p, 7, &www, TYPE_A),
+            Ok(Reply::Addresses(vec![Ipv4Addr::new(10, 0, 0, 1).into()]))
         );
     }
 
     #[test]
     fn hostile_answers_are_malformed_not_panics_or_loops() {
         let www = name("www.example.com");
-        let q = encode_query(9, &www);
+        let q = encode_query(9, &www, TYPE_A);
         // A pointer to itself, and one pointing forward.
         let looped = reply(&q, OK, &[vec![0xC0, 33]]);
         assert!(matches!(
-            decode_reply(&looped, 9, &www),
+            decode_reply(&looped, 9, &www, TYPE_A),
             Err(Refusal::Malformed(_))
         ));
         // A run of labels that ends in a pointer back to its own start.
@@ -809,7 +860,7 @@ mod tests {
         let at = p.len() as u8;
         p.extend_from_slice(&[1, b'a', 0xC0, at]);
         assert!(matches!(
-            decode_reply(&p, 9, &www),
+            decode_reply(&p, 9, &www, TYPE_A),
             Err(Refusal::Malformed(_))
         ));
         // An A record with 5 bytes of data, and data past the end.
@@ -817,35 +868,103 @@ mod tests {
         bad_a[11] = 5;
         bad_a.push(5);
         assert_eq!(
-            decode_reply(&reply(&q, OK, &[bad_a]), 9, &www),
+            decode_reply(&reply(&q, OK, &[bad_a]), 9, &www, TYPE_A),
             Err(Refusal::Malformed("an A record is not 4 bytes"))
         );
         let mut short = a_for_question([1, 2, 3, 4]);
         short[11] = 40;
         assert!(matches!(
-            decode_reply(&reply(&q, OK, &[short]), 9, &www),
+            decode_reply(&reply(&q, OK, &[short]), 9, &www, TYPE_A),
             Err(Refusal::Malformed(_))
         ));
         // More answers announced than present.
         let mut p = reply(&q, OK, &[a_for_question([1, 2, 3, 4])]);
         p[7] = 2;
         assert!(matches!(
-            decode_reply(&p, 9, &www),
+            decode_reply(&p, 9, &www, TYPE_A),
             Err(Refusal::Malformed(_))
         ));
         // A CNAME loop a -> a.
         let mut self_alias = vec![0xC0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 2];
         self_alias.extend_from_slice(&[0xC0, 12]);
         assert_eq!(
-            decode_reply(&reply(&q, OK, &[self_alias]), 9, &www),
+            decode_reply(&reply(&q, OK, &[self_alias]), 9, &www, TYPE_A),
             Err(Refusal::CnameChain)
         );
         // Every truncation of a good answer is refused, never a panic.
         let good = cname_fixture();
         let full = name("www.example.com");
         for n in 0..good.len() {
-            assert!(decode_reply(&good[..n], 0x1234, &full).is_err(), "{n}");
+            assert!(
+                decode_reply(&good[..n], 0x1234, &full, TYPE_A).is_err(),
+                "{n}"
+            );
         }
+    }
+
+    /// An AAAA record whose owner is the question's name.
+    fn aaaa_for_question(ip: &str) -> Vec<u8> {
+        let mut r = vec![0xC0, 12, 0, 28, 0, 1, 0, 0, 0, 60, 0, 16];
+        r.extend_from_slice(&ip.parse::<Ipv6Addr>().unwrap().octets());
+        r
+    }
+
+    #[test]
+    fn an_aaaa_question_takes_only_aaaa_records() {
+        let www = name("www.example.com");
+        let q = encode_query(3, &www, TYPE_AAAA);
+        assert_eq!(&q[q.len() - 4..], &[0, 28, 0, 1]);
+        let p = reply(
+            &q,
+            OK,
+            &[a_for_question([10, 0, 0, 1]), aaaa_for_question("fd77::1")],
+        );
+        assert_eq!(
+            decode_reply(&p, 3, &www, TYPE_AAAA),
+            Ok(Reply::Addresses(vec!["fd77::1".parse().unwrap()]))
+        );
+        let mut bad = aaaa_for_question("fd77::1");
+        bad[11] = 4;
+        bad.truncate(16);
+        assert_eq!(
+            decode_reply(&reply(&q, OK, &[bad]), 3, &www, TYPE_AAAA),
+            Err(Refusal::Malformed("an AAAA record is not 16 bytes"))
+        );
+    }
+
+    #[test]
+    fn ipv4_addresses_come_first_then_ipv6() {
+        let answer = |q: &[u8]| {
+            let record = if q[q.len() - 3] == 28 {
+                aaaa_for_question("fd77::123")
+            } else {
+                a_for_question([192, 0, 2, 12])
+            };
+            vec![reply(q, OK, &[record])]
+        };
+        let both = start(answer);
+        let r = Resolver::new(vec![both], Duration::from_secs(2));
+        assert_eq!(
+            r.resolve("ntp.example").unwrap(),
+            vec![
+                IpAddr::V4(Ipv4Addr::new(192, 0, 2, 12)),
+                "fd77::123".parse::<IpAddr>().unwrap()
+            ]
+        );
+        // A name with no A record is asked for AAAA.
+        let v6_only = start(|q| {
+            let records = if q[q.len() - 3] == 28 {
+                vec![aaaa_for_question("fd77::124")]
+            } else {
+                vec![]
+            };
+            vec![reply(q, OK, &records)]
+        });
+        let r = Resolver::new(vec![v6_only], Duration::from_secs(2));
+        assert_eq!(
+            r.resolve("ntp.example").unwrap(),
+            vec!["fd77::124".parse::<IpAddr>().unwrap()]
+        );
     }
 
     #[test]

@@ -419,8 +419,8 @@ pub fn decide_time(now: SystemTime, offset: i128) -> Result<SystemTime, String> 
 }
 
 /// The addresses of one server entry on `port`: an IP literal as it
-/// is, a name through init's own DNS resolver (IPv4 only, as the network
-/// step configures IPv4 only), which keeps to its deadline.
+/// is, a name through init's own DNS resolver (its IPv4 addresses, then
+/// its IPv6 ones), which keeps to its deadline.
 pub fn resolve(server: &str, port: u16, resolver: &Resolver) -> Result<Vec<SocketAddr>, String> {
     let ips = resolver
         .resolve(server)

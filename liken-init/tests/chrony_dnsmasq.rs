@@ -7,14 +7,16 @@
 //! dnsmasq answers for `liken.test` only (no upstream, no hosts file):
 //! `clock.liken.test` is 127.0.0.1, `time.liken.test` a CNAME of it,
 //! `unsynced.liken.test` is 127.0.0.2, `v6only.liken.test` has only an
-//! IPv6 address, and any other name in the domain does not exist.
-//! Two chronyd serve NTP on the same port: one on 127.0.0.1 with
-//! `local stratum 8` (a synchronised server), one on 127.0.0.2 with no
-//! source at all, which answers with leap indicator 3. Neither touches
-//! the host's clock (`-x`); the clock init sets is a fake reading 1970,
-//! as on a machine whose battery died.
+//! IPv6 address (2001:db8::7), `clock6.liken.test` only ::1, and any
+//! other name in the domain does not exist. dnsmasq listens on 127.0.0.1
+//! and on ::1, so the stub is asked over both families.
+//! Three chronyd serve NTP on the same port: one on 127.0.0.1 and one on
+//! ::1 with `local stratum 8` (synchronised servers), one on 127.0.0.2
+//! with no source at all, which answers with leap indicator 3. None
+//! touches the host's clock (`-x`); the clock init sets is a fake
+//! reading 1970, as on a machine whose battery died.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,13 +37,15 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// A UDP port free on 127.0.0.1 when asked.
+/// A UDP port free on 127.0.0.1 and on ::1 when asked.
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    loop {
+        let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = v4.local_addr().unwrap().port();
+        if UdpSocket::bind(("::1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A server process, killed (and reaped) when dropped.
@@ -72,10 +76,10 @@ fn start(program: &str, package: &str, args: &[String], log: &Path) -> Server {
 
 /// chronyd serving NTP on `address`:`port`, synchronised to its own
 /// clock at stratum 8 when `local`, else with no source at all.
-fn chronyd(dir: &Path, name: &str, address: Ipv4Addr, port: u16, local: bool) -> Server {
+fn chronyd(dir: &Path, name: &str, address: IpAddr, port: u16, local: bool) -> Server {
     let conf = dir.join(format!("{name}.conf"));
     let mut text = format!(
-        "port {port}\nbindaddress {address}\nallow 127.0.0.0/8\n\
+        "port {port}\nbindaddress {address}\nallow 127.0.0.0/8\nallow ::1\n\
          cmdport 0\nbindcmdaddress /\npidfile {}\n",
         dir.join(format!("{name}.pid")).display()
     );
@@ -126,6 +130,7 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
             "--no-hosts".into(),
             "--bind-interfaces".into(),
             "--listen-address=127.0.0.1".into(),
+            "--listen-address=::1".into(),
             format!("--port={dns_port}"),
             format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
             "--user=root".into(),
@@ -133,17 +138,20 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
             format!("--host-record=clock.liken.test,{clock_ip}"),
             format!("--host-record=unsynced.liken.test,{unsynced_ip}"),
             "--host-record=v6only.liken.test,2001:db8::7".into(),
+            "--host-record=clock6.liken.test,::1".into(),
             "--cname=time.liken.test,clock.liken.test".into(),
             "--log-queries".into(),
             format!("--log-facility={}", dns_log.display()),
         ],
         &dir.join("dnsmasq.out"),
     );
-    let _synced = chronyd(&dir, "synced", clock_ip, ntp_port, true);
-    let _unsynced = chronyd(&dir, "unsynced", unsynced_ip, ntp_port, false);
+    let _synced = chronyd(&dir, "synced", clock_ip.into(), ntp_port, true);
+    let _synced6 = chronyd(&dir, "synced6", Ipv6Addr::LOCALHOST.into(), ntp_port, true);
+    let _unsynced = chronyd(&dir, "unsynced", unsynced_ip.into(), ntp_port, false);
 
     // dnsmasq: a CNAME followed to its address, a name that does not
-    // exist, and a name without an IPv4 address.
+    // exist, and a name with an IPv6 address only (asked for A, then
+    // AAAA).
     let server = SocketAddr::from((Ipv4Addr::LOCALHOST, dns_port));
     let resolver = Resolver::new(vec![server], Duration::from_secs(5));
     let deadline = Instant::now() + START;
@@ -164,9 +172,24 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
         Err(ResolveError::NoSuchName(s)) => assert_eq!(s, server),
         other => panic!("absent.liken.test: {other:?}"),
     }
-    match resolver.resolve("v6only.liken.test") {
-        Err(ResolveError::NoAddress(s)) => assert_eq!(s, server),
-        other => panic!("v6only.liken.test: {other:?}"),
+    assert_eq!(
+        resolver.resolve("v6only.liken.test").unwrap(),
+        ["2001:db8::7".parse::<IpAddr>().unwrap()]
+    );
+    // The same over IPv6: dnsmasq asked on ::1.
+    let server6 = SocketAddr::from((Ipv6Addr::LOCALHOST, dns_port));
+    let resolver6 = Resolver::new(vec![server6], Duration::from_secs(5));
+    assert_eq!(
+        resolver6.resolve("time.liken.test").unwrap(),
+        [IpAddr::V4(clock_ip)]
+    );
+    assert_eq!(
+        resolver6.resolve("clock6.liken.test").unwrap(),
+        [IpAddr::V6(Ipv6Addr::LOCALHOST)]
+    );
+    match resolver6.resolve("absent.liken.test") {
+        Err(ResolveError::NoSuchName(s)) => assert_eq!(s, server6),
+        other => panic!("absent.liken.test over IPv6: {other:?}"),
     }
     let log = std::fs::read_to_string(&dns_log).unwrap();
     for name in ["time.liken.test", "absent.liken.test", "v6only.liken.test"] {
@@ -175,13 +198,24 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
             "dnsmasq logged no A query for {name}:\n{log}"
         );
     }
+    for (name, from) in [
+        ("v6only.liken.test", "127.0.0.1"),
+        ("clock6.liken.test", "::1"),
+    ] {
+        assert!(
+            log.contains(&format!("query[AAAA] {name} from {from}")),
+            "dnsmasq logged no AAAA query for {name} from {from}:\n{log}"
+        );
+    }
 
     // chronyd: a synchronised server's answer passes every check and
     // measures the fake 1970 clock as decades behind; an unsynchronised
     // one's is refused for its leap indicator.
     let synced = SocketAddr::from((clock_ip, ntp_port));
     let unsynced = SocketAddr::from((unsynced_ip, ntp_port));
+    let synced6 = SocketAddr::from((Ipv6Addr::LOCALHOST, ntp_port));
     wait_for_ntp(synced, &dir.join("synced.log"));
+    wait_for_ntp(synced6, &dir.join("synced6.log"));
     wait_for_ntp(unsynced, &dir.join("unsynced.log"));
     let in_1970 = UNIX_EPOCH + Duration::from_secs(86_400);
     let sample = ntp::query(
@@ -231,5 +265,29 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
     assert!(
         off < Duration::from_secs(2),
         "set {off:?} away from the host's clock"
+    );
+
+    // And over IPv6: a name with only an AAAA record, resolved by asking
+    // dnsmasq on ::1, and the time from chronyd on ::1.
+    let clock = FakeClock::starting_at(in_1970);
+    let synced_by = ntp::sync(
+        &["clock6.liken.test".into()],
+        ntp_port,
+        &clock,
+        &resolver6,
+        Duration::from_secs(3),
+    )
+    .unwrap_or_else(|e| panic!("chronyd on ::1 did not set the clock: {e:?}"));
+    assert_eq!(synced_by.sample.address, synced6);
+    assert_eq!(synced_by.sample.stratum, 8);
+    let set = clock.set_to();
+    assert_eq!(set.len(), 1, "{set:?}");
+    let off = match set[0].duration_since(SystemTime::now()) {
+        Ok(ahead) => ahead,
+        Err(e) => e.duration(),
+    };
+    assert!(
+        off < Duration::from_secs(2),
+        "set {off:?} away from the host's clock over IPv6"
     );
 }
