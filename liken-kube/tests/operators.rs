@@ -460,28 +460,7 @@ fn promtool_accepts_every_exposition_liken_kube_serves() {
         .collect();
     assert_eq!(lists, ["liken_watch_lists_total{resource=\"machines\"} 2"]);
 
-    let mut promtool = liken_testenv::scratch::tool("promtool");
-    let mut child = promtool
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics refused the exposition ({}):\n{}{}\n--- exposition ---\n{body}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    liken_testenv::scratch::promtool_check(body);
     assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
     elector.shutdown();
     for i in informers {

@@ -85,16 +85,8 @@ fn children_cpu() -> f64 {
 }
 
 /// The number of passes the operator has made, from its metrics.
-fn passes(metrics: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(metrics).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix("liken_reconcile_duration_seconds_count "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
+fn passes(addr: &str) -> f64 {
+    metric(&metrics_at(addr), "liken_reconcile_duration_seconds_count")
 }
 
 fn main() {
@@ -164,11 +156,7 @@ fn main() {
     });
     let metrics = wait_for("the metrics address", Duration::from_secs(10), || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines()
-            .find(|l| l.contains("msg=\"serving metrics\""))
-            .and_then(|l| l.split("metrics=").nth(1))
-            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-            .ok_or_else(|| text.clone())
+        metrics_address(&text).ok_or(text)
     });
     std::thread::sleep(Duration::from_secs(2));
 

@@ -87,6 +87,17 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
             op.log_text()
         );
     }
+
+    // Its metrics are a valid exposition, and say what happened.
+    let addr = metrics_address(&op.log_text()).expect("the operator logs its metrics address");
+    let text = metrics_at(&addr);
+    liken_testenv::scratch::promtool_check(&text);
+    assert_eq!(metric(&text, "liken_machine_phase{phase=\"Ready\"}"), 1.0);
+    assert_eq!(metric(&text, "liken_machine_phase{phase=\"Unknown\"}"), 0.0);
+    assert_eq!(metric(&text, "liken_machine_pending_disruptions"), 0.0);
+    assert!(metric(&text, "liken_heartbeat_renewals_total") >= 3.0);
+    assert_eq!(metric(&text, "liken_heartbeat_failures_total"), 0.0);
+    assert!(metric(&text, "liken_machine_status_writes_total") >= 1.0);
     op.stop();
 }
 

@@ -547,27 +547,7 @@ fn settled_fleet_writes_nothing(env: &Env, op: &Operator) {
 /// own series.
 fn metrics_are_promtool_clean(op: &Operator, halted: bool) {
     let text = metrics_text(op);
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool is missing: run scripts/setup.sh (it installs Debian's prometheus)");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    liken_testenv::scratch::promtool_check(&text);
     assert_eq!(
         metric(&text, "liken_cluster_rollout_halted"),
         if halted { 1.0 } else { 0.0 }
