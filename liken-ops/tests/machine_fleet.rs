@@ -359,6 +359,12 @@ spec:
             .contains_key(annotations::APPROVE_DISRUPTION),
         "the approval is spent"
     );
+    assert!(
+        has_event("work-1", "DisruptionApproved", hash.short()),
+        "{:#?}\n{}",
+        events_about("work-1"),
+        work_op.log_text()
+    );
     holds_turn_until_down("work-1", SYSCTLS_APPLIED);
     work_op.stop();
     let (running, _) = work_host.reboot(&running, &c);

@@ -40,7 +40,7 @@ use crate::machine::node::node_patch;
 use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
 use crate::machine::release::Worker;
 use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
-use crate::machine::status::{compose, transition_events};
+use crate::machine::status::{compose, decide_released, transition_events};
 use crate::machine::turn::{Asked, TurnStep, cordon_patch, uncordon_patch};
 use crate::runtime::credentials;
 use crate::runtime::log;
@@ -894,6 +894,7 @@ impl Operator {
                     {
                         self.event(&stored, kind, &r, &note);
                     }
+                    self.approved_event(machine, pass, &stored);
                     self.written = Some(stored);
                     return true;
                 }
@@ -931,6 +932,32 @@ impl Operator {
             }
         }
         false
+    }
+
+    /// The Event saying a person's approval released what waited for
+    /// it, once: on the status write that moves it on.
+    fn approved_event(&self, before: &Machine, pass: &Pass, stored: &Machine) {
+        let Approval::Approved { kind, .. } = &pass.approval else {
+            return;
+        };
+        let Some(value) = before.metadata.annotation(annotations::APPROVE_DISRUPTION) else {
+            return;
+        };
+        let released = decide_released(&before.status.conditions, &stored.status.conditions);
+        if released.is_empty() {
+            return;
+        }
+        self.event(
+            stored,
+            EventType::Normal,
+            event_reason::APPROVED,
+            &format!(
+                "{} {value} approved a {}: {}",
+                annotations::APPROVE_DISRUPTION,
+                kind_word(Some(*kind)),
+                released.join(", ")
+            ),
+        );
     }
 }
 

@@ -78,6 +78,36 @@ pub fn transition_events(
         .collect()
 }
 
+/// The convergence conditions a person's approval just released: those
+/// that waited for one (RebootPending, RestartPending) in the stored
+/// status and now use or ask for the turn. Only an approval moves a
+/// change that way (an Auto machine never waits for a person), and the
+/// change to Auto does not count: the caller asks only when the pass
+/// holds an approval.
+pub fn decide_released(stored: &[Condition], written: &[Condition]) -> Vec<String> {
+    let waited = |r: &str| r == reason::REBOOT_PENDING || r == reason::RESTART_PENDING;
+    let moving = |r: &str| {
+        [
+            reason::AWAITING_TURN,
+            reason::DRAINING,
+            reason::DRAIN_BLOCKED,
+            reason::REBOOTING,
+            reason::RESTARTING,
+        ]
+        .contains(&r)
+    };
+    written
+        .iter()
+        .filter(|w| coordination::CONVERGENCE.contains(&w.type_.as_str()) && moving(&w.reason))
+        .filter(|w| {
+            stored
+                .iter()
+                .any(|s| s.type_ == w.type_ && waited(&s.reason))
+        })
+        .map(|w| w.type_.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +202,61 @@ mod tests {
         assert_eq!(s.conditions.last().unwrap().type_, REBOOT_APPROVED);
         let events = transition_events(&stored.conditions, &s.conditions);
         assert_eq!(events[0].0, EventType::Warning);
+    }
+
+    #[test]
+    fn an_approval_releases_what_waited_for_a_person() {
+        use liken_api::coordination::{K3S_CONFIGURED, READY};
+        let c = |t: &str, r: &str| Condition::new(t, ConditionStatus::False, r, "");
+        let cases = [
+            // Waited, now asks for the turn: released.
+            (
+                vec![c(SYSCTLS_APPLIED, reason::REBOOT_PENDING)],
+                vec![c(SYSCTLS_APPLIED, reason::AWAITING_TURN)],
+                vec![SYSCTLS_APPLIED],
+            ),
+            // A restart straight into the turn the machine already holds.
+            (
+                vec![
+                    c(K3S_CONFIGURED, reason::RESTART_PENDING),
+                    c(SYSCTLS_APPLIED, reason::CONVERGED),
+                ],
+                vec![
+                    c(K3S_CONFIGURED, reason::DRAINING),
+                    c(SYSCTLS_APPLIED, reason::CONVERGED),
+                ],
+                vec![K3S_CONFIGURED],
+            ),
+            // Still waiting, or already moving before: nothing new.
+            (
+                vec![c(SYSCTLS_APPLIED, reason::REBOOT_PENDING)],
+                vec![c(SYSCTLS_APPLIED, reason::REBOOT_PENDING)],
+                vec![],
+            ),
+            (
+                vec![c(SYSCTLS_APPLIED, reason::AWAITING_TURN)],
+                vec![c(SYSCTLS_APPLIED, reason::REBOOTING)],
+                vec![],
+            ),
+            // Withdrawn (the spec went back): not an approval.
+            (
+                vec![c(SYSCTLS_APPLIED, reason::REBOOT_PENDING)],
+                vec![c(SYSCTLS_APPLIED, reason::CONVERGED)],
+                vec![],
+            ),
+            // The roll-up repeats reasons; it is not a change.
+            (
+                vec![c(READY, reason::REBOOT_PENDING)],
+                vec![c(READY, reason::AWAITING_TURN)],
+                vec![],
+            ),
+        ];
+        for (stored, written, want) in cases {
+            assert_eq!(
+                decide_released(&stored, &written),
+                want,
+                "{stored:?} -> {written:?}"
+            );
+        }
     }
 }
