@@ -93,16 +93,24 @@ bench-releases:
 	./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
 
 ## bench-smoke: every benchmark once at a tiny size (part of make test):
-## a few MiB, one round, so a change to an
+## a few MiB, one round, each kind of QEMU boot once, so a change to an
 ## interface a benchmark uses fails here rather than in a `make bench`
 ## nobody ran. The figures it prints are not measurements. The benches
 ## run in the test profile, whose build `cargo test` shares.
 bench-smoke:
+	@# A benchmark nobody runs rots: each cargo bench, bench script and
+	@# bench binary must have its LIKEN_BENCH_SMOKE=1 line below.
+	@shopt -s nullglob; smoke=$$(grep '^	LIKEN_BENCH_SMOKE=1 ' Makefile); missing=; \
+	for f in */benches/*.rs; do grep -q -- "-p $${f%%/*} --bench $$(basename $$f .rs)$$" <<<"$$smoke" || missing="$$missing $$f"; done; \
+	for f in scripts/bench/*.sh; do grep -qF -- "./$$f " <<<"$$smoke" || missing="$$missing $$f"; done; \
+	for f in qemu-tests/src/bin/liken-bench*.rs; do grep -q -- "--bin $$(basename $$f .rs)$$" <<<"$$smoke" || missing="$$missing $$f"; done; \
+	[ -z "$$missing" ] || { echo "bench-smoke: not run at a tiny size:$$missing; give each a LIKEN_BENCH_SMOKE=1 line in the Makefile's bench-smoke" >&2; exit 1; }
 	$(STATIC) cargo build -q --release --target $(TARGET) -p liken-cli
 	LIKEN_BENCH_SMOKE=1 ./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-kube --bench list
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench cluster
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench machine_operator
+	LIKEN_BENCH_SMOKE=1 cargo run -q -p qemu-tests --bin liken-bench
 
 # Fuzzing (liken-cli/fuzz): cargo-fuzz on the nightly toolchain, with
 # cargo-fuzz installed once from crates.io into the cache. The corpus
@@ -170,17 +178,19 @@ images:
 	./images/build-system.sh $(addprefix --image ,$(LIKEN_OPS_IMAGE)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
 	./images/build-loaders.sh $(IMAGES_OUT)
 	./images/licenses.sh $(IMAGES_OUT)/licenses.md $(K3S_BINARY)
-	./images/release.sh $(IMAGES_OUT) liken.sqfs $(IMAGES_OUT)/channel
+	./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel liken.sqfs
 
 ## qemu-images: what qemu-tests use: the images, the test-only stand-in service and hello PID 1, and a
-## channel of two releases whose system image runs the stand-in as k3s (IMAGES_OUT/channel-standin).
+## channel of two releases whose system images run the stand-in as k3s (IMAGES_OUT/channel-standin),
+## each image its own (VERSION_ID standin-1 and standin-2), so slot B's bytes are not slot A's.
 qemu-images: images
 	$(STATIC) cargo build --release --target $(TARGET) -p qemu-tests --bin liken-standin-k3s --bin liken-hello-pid1
 	@for b in liken-standin-k3s liken-hello-pid1; do \
 	  cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release/$$b $(IMAGES_OUT)/$$b || { \
 	    cp $(CARGO_TARGET_DIR)/$(TARGET)/release/$$b $(IMAGES_OUT)/.$$b.$$$$ && mv $(IMAGES_OUT)/.$$b.$$$$ $(IMAGES_OUT)/$$b; }; done
-	./images/build-system.sh $(IMAGES_OUT)/system-standin.squashfs $(IMAGES_OUT)/liken-standin-k3s
-	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) system-standin.squashfs $(IMAGES_OUT)/channel-standin 2
+	LIKEN_VERSION=standin-1 ./images/build-system.sh $(IMAGES_OUT)/system-standin.squashfs $(IMAGES_OUT)/liken-standin-k3s
+	LIKEN_VERSION=standin-2 ./images/build-system.sh $(IMAGES_OUT)/system-standin-2.squashfs $(IMAGES_OUT)/liken-standin-k3s
+	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-standin system-standin.squashfs system-standin-2.squashfs
 
 ## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.
 .PHONY: bench bench-init

@@ -1,48 +1,64 @@
 #!/usr/bin/env bash
 # Bundles the built images into a local channel with `liken bundle`:
 #
-#   release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]
+#   release.sh IMAGES_OUT CHANNEL SYSTEM [SYSTEM...]
 #
 # IMAGES_OUT holds the inputs (vmlinuz, boot.cpio, liken, systemd-boot.efi,
 # grub-boot.img, grub-core.img, licenses.md, and microcode.cpio when one
-# was built); SYSTEM is the system image's file name in it (liken.sqfs,
-# or the tests' system-standin.squashfs). COUNT releases of the same
-# files are bundled under successive versions (default 1): the tests
-# take two, so they have a newer release to write into slot B.
+# was built); each SYSTEM is a system image's file name in it
+# (liken.sqfs, or the tests' system-standin-*.squashfs). One release is
+# bundled per SYSTEM, under successive versions, each with that system
+# image and the same other files: the tests take two stand-in images
+# that differ (each its own VERSION_ID), so they have a newer release,
+# with other bytes, to write into slot B.
 #
-# The version is LIKEN_VERSION when set (COUNT 1 only). Otherwise it is
-# today's date (UTC) and the next serial the channel has not used, as
+# The version is LIKEN_VERSION when set (one SYSTEM only). Otherwise it
+# is today's date (UTC) and the next serial the channel has not used, as
 # liken-api's Version wants: yyyy.mm.dd-nnn. Versions are immutable, so
-# nothing is bundled when the channel's newest COUNT releases already
-# hold exactly these files; a change to any input gives new versions.
+# nothing is bundled when the channel's newest releases already hold
+# exactly these files, in this order; a change to any input gives new
+# versions.
 set -euo pipefail
 
-out=${1:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
-system=${2:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
-channel=${3:?usage: release.sh IMAGES_OUT SYSTEM CHANNEL [COUNT]}
-count=${4:-1}
+usage="usage: release.sh IMAGES_OUT CHANNEL SYSTEM [SYSTEM...]"
+out=${1:?$usage}
+channel=${2:?$usage}
+shift 2
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 1; }
+systems=("$@")
+count=${#systems[@]}
 liken=$out/liken
 
-# Input paths in the order bundle takes them, and the file name each
+# Input paths in the order bundle takes them, the system image second
+# (one per release, filled in by inputs_for), and the file name each
 # gets in the release (liken-cli/src/releases/layout.rs).
-inputs=("$out/vmlinuz" "$out/$system" "$out/boot.cpio" "$liken" "$out/systemd-boot.efi"
+common=("$out/vmlinuz" "" "$out/boot.cpio" "$liken" "$out/systemd-boot.efi"
         "$out/grub-boot.img" "$out/grub-core.img" "$out/licenses.md")
 names=(vmlinuz liken.sqfs boot.cpio liken systemd-boot.efi grub-boot.img grub-core.img licenses.md)
 flags=()
 if [ -f "$out/microcode.cpio" ]; then
   flags=(-microcode "$out/microcode.cpio")
-  inputs+=("$out/microcode.cpio")
+  common+=("$out/microcode.cpio")
   names+=(microcode.cpio)
 fi
-for f in "${inputs[@]}"; do
-  [ -f "$f" ] || { echo "images: $f is missing; run make images" >&2; exit 1; }
+# inputs_for N: the inputs of the Nth release (from 0), in `inputs`.
+inputs_for() {
+  inputs=("${common[@]}")
+  inputs[1]=$out/${systems[$1]}
+}
+for i in "${!systems[@]}"; do
+  inputs_for "$i"
+  for f in "${inputs[@]}"; do
+    [ -f "$f" ] || { echo "images: $f is missing; run make images" >&2; exit 1; }
+  done
 done
 
 components=("linux=$(cat "$out/kernel-release")")
 
-# Whether release directory $1 holds exactly these inputs.
+# Whether release directory $1 holds exactly the inputs of release $2.
 same() {
   local dir=$1 i
+  inputs_for "$2"
   [ -f "$dir/release.yaml" ] || return 1
   for i in "${!inputs[@]}"; do
     cmp -s "${inputs[$i]}" "$dir/${names[$i]}" || return 1
@@ -61,7 +77,7 @@ mapfile -t existing < <(find "$channel" -mindepth 1 -maxdepth 1 -type d -regexty
 
 if [ -n "${LIKEN_VERSION:-}" ]; then
   [ "$count" -eq 1 ] || { echo "images: LIKEN_VERSION names one release; $channel takes $count" >&2; exit 1; }
-  if same "$channel/$LIKEN_VERSION"; then
+  if same "$channel/$LIKEN_VERSION" 0; then
     echo "images: $channel/$LIKEN_VERSION is up to date" >&2
     exit 0
   fi
@@ -70,7 +86,8 @@ else
   n=${#existing[@]}
   if [ "$n" -ge "$count" ]; then
     fresh=1
-    for v in "${existing[@]:n-count}"; do same "$channel/$v" || fresh=0; done
+    i=0
+    for v in "${existing[@]:n-count}"; do same "$channel/$v" "$i" || fresh=0; i=$((i + 1)); done
     if [ "$fresh" -eq 1 ]; then
       echo "images: $channel is up to date (${existing[*]:n-count})" >&2
       exit 0
@@ -93,7 +110,9 @@ fi
 # line per release and keeps bundle's output for a failure.
 previous=
 [ ${#existing[@]} -eq 0 ] || previous=${existing[-1]}
-for v in "${versions[@]}"; do
+for i in "${!versions[@]}"; do
+  v=${versions[$i]}
+  inputs_for "$i"
   log=$("$liken" bundle "${flags[@]}" "${inputs[@]:0:8}" "$channel" "$v" "${components[@]}" 2>&1) || {
     echo "$log" >&2
     echo "images: liken bundle into $channel failed" >&2

@@ -17,7 +17,11 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use liken_api::bootloader::{EntryParams, render_entry, render_loader_conf};
+use std::collections::BTreeMap;
+
+use liken_api::bootloader::{
+    EntryParams, GrubParams, render_entry, render_grub_cfg, render_loader_conf,
+};
 use liken_api::{Slot, Version};
 
 use crate::{check, cli_layer, images, run};
@@ -148,6 +152,42 @@ impl Disk {
         out.sync_all().unwrap();
     }
 
+    /// Places the images' GRUB boot.img in the MBR and core.img in
+    /// LIKEN-BIOS with liken-disk, as install mode does.
+    pub fn install_grub(&self) {
+        let dir = &images().dir;
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}; make images"))
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .unwrap_or_else(|e| panic!("open disk: {e}"));
+        let layout =
+            liken_disk::gpt::read(&mut f).unwrap_or_else(|e| panic!("the disk's GPT: {e}"));
+        let bios = layout
+            .by_name("LIKEN-BIOS")
+            .unwrap_or_else(|| panic!("the disk has no LIKEN-BIOS partition"));
+        liken_disk::grub::install(&mut f, &read("grub-boot.img"), &read("grub-core.img"), bios)
+            .unwrap_or_else(|e| panic!("placing GRUB: {e}"));
+        f.sync_all().unwrap_or_else(|e| panic!("sync disk: {e}"));
+    }
+
+    /// The variables in the ESP's grub/grubenv, read with grub-editenv
+    /// after the machine is off.
+    pub fn grubenv(&self) -> BTreeMap<String, String> {
+        let env = self.path.with_extension("grubenv");
+        std::fs::write(&env, self.esp_file("grub/grubenv"))
+            .unwrap_or_else(|e| panic!("write {}: {e}", env.display()));
+        let text = run("grub-editenv", &[&env.to_string_lossy(), "list"]);
+        let _ = std::fs::remove_file(&env);
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
     /// mtools's name for a partition's filesystem: `disk@@offset`.
     pub fn mtools_image(&self, name: &str) -> String {
         format!("{}@@{}", self.path.display(), self.part(name).offset)
@@ -171,6 +211,22 @@ impl Disk {
     pub fn esp_file(&self, path: &str) -> Vec<u8> {
         let image = self.mtools_image("LIKEN-ESP");
         check(Command::new("mtype").args(["-i", &image, &format!("::{path}")])).stdout
+    }
+
+    /// Puts `file` on the ESP at `path`, replacing what is there, with
+    /// mcopy while the machine is off.
+    pub fn esp_put(&self, path: &str, file: &Path) {
+        let image = self.mtools_image("LIKEN-ESP");
+        run(
+            "mcopy",
+            &[
+                "-o",
+                "-i",
+                &image,
+                &file.to_string_lossy(),
+                &format!("::{path}"),
+            ],
+        );
     }
 
     /// The first `len` bytes of partition `name`.
@@ -375,12 +431,31 @@ pub struct Installed<'a> {
     pub files: &'a SlotFiles,
 }
 
+/// The BIOS path of an installed disk: GRUB's boot.img and core.img (the
+/// images' own), grub.cfg with these kernel arguments after the console,
+/// and a grubenv holding these variables.
+pub struct Grub<'a> {
+    /// grubenv's variables (`liken_slot`, `liken_<slot>_tries`),
+    /// written by grub-editenv.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Kernel arguments after `console=ttyS0`, for both slots.
+    pub extra: &'a [&'a str],
+}
+
 /// `<dir>/disk.img` as install mode leaves a disk, made with the tools
 /// instead: systemd-boot, loader.conf and a `liken new` deployment's
 /// layer on the ESP, each of `slots` with its entry, kernel and
 /// boot.cpio there and its system image in its partition, and
-/// LIKEN-DATA blank.
+/// LIKEN-DATA blank. Booted under UEFI.
 pub fn installed_disk(dir: &Path, slots: &[Installed<'_>]) -> Disk {
+    installed_disk_with(dir, slots, None)
+}
+
+/// As [`installed_disk`], bootable under BIOS as well when `grub` is
+/// given: grub.cfg and grubenv (made by grub-editenv) in the ESP's
+/// `grub/`, core.img in LIKEN-BIOS and boot.img in the MBR, placed by
+/// liken-disk as install mode places them.
+pub fn installed_disk_with(dir: &Path, slots: &[Installed<'_>], grub: Option<&Grub<'_>>) -> Disk {
     let (_, layer) = cli_layer(dir, "test", "node-1");
     let loader_conf = dir.join("loader.conf");
     std::fs::write(&loader_conf, render_loader_conf())
@@ -399,6 +474,26 @@ pub fn installed_disk(dir: &Path, slots: &[Installed<'_>]) -> Disk {
         files.push((format!("liken/{d}/vmlinuz"), s.files.vmlinuz.clone()));
         files.push((format!("liken/{d}/boot.cpio"), s.files.boot_cpio.clone()));
     }
+    if let Some(g) = grub {
+        let cfg = dir.join("grub.cfg");
+        std::fs::write(
+            &cfg,
+            render_grub_cfg(&GrubParams {
+                console_args: vec!["console=ttyS0".into()],
+                extra_args: g.extra.iter().map(|a| (*a).to_owned()).collect(),
+            }),
+        )
+        .unwrap_or_else(|e| panic!("write grub.cfg: {e}"));
+        let env = dir.join("grubenv");
+        let _ = std::fs::remove_file(&env);
+        let e = env.to_string_lossy().into_owned();
+        run("grub-editenv", &[&e, "create"]);
+        for (k, v) in g.env {
+            run("grub-editenv", &[&e, "set", &format!("{k}={v}")]);
+        }
+        files.push(("grub/grub.cfg".into(), cfg));
+        files.push(("grub/grubenv".into(), env));
+    }
     let esp = dir.join("esp.img");
     let refs: Vec<(&str, &Path)> = files
         .iter()
@@ -409,6 +504,9 @@ pub fn installed_disk(dir: &Path, slots: &[Installed<'_>]) -> Disk {
     d.write_into("LIKEN-ESP", &esp);
     for s in slots {
         d.write_into(s.slot.partition_label(), &s.files.system);
+    }
+    if grub.is_some() {
+        d.install_grub();
     }
     d
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use liken_api::decode;
 use liken_api::release::{ARTIFACT_SYSTEM, Channel, RELEASE_FILE, Release};
-use qemu_tests::{check, images, scratch, text, workspace};
+use qemu_tests::{check, images, run, scratch, text, workspace};
 
 fn sha256(path: &Path) -> String {
     let out = check(Command::new("sha256sum").arg(path));
@@ -384,19 +384,30 @@ fn make_images_bundles_local_channels() {
         dir.join("microcode.cpio").exists()
     );
 
-    // The tests' channel: two releases of the stand-in image, the newer
-    // one latest, so a machine booted from the first has one to take.
+    // The tests' channel: two releases of two stand-in images that
+    // differ (VERSION_ID standin-1 and standin-2), the newer one latest,
+    // so a machine booted from the first has other bytes to take.
     let standin = dir.join("channel-standin");
     let all = releases(&standin);
     assert!(all.len() >= 2, "channel-standin has {} releases", all.len());
     let (older, newer) = (&all[all.len() - 2], &all[all.len() - 1]);
     assert!(older.0 < newer.0);
     assert_eq!(latest(&standin), newer.0);
-    let want = sha256(&dir.join("system-standin.squashfs"));
-    for (_, r) in [older, newer] {
+    for ((_, r), image, id) in [
+        (older, "system-standin.squashfs", "standin-1"),
+        (newer, "system-standin-2.squashfs", "standin-2"),
+    ] {
         assert_eq!(
             r.artifact(ARTIFACT_SYSTEM).unwrap().sha256.to_string(),
-            want
+            sha256(&dir.join(image))
+        );
+        let os = run(
+            "unsquashfs",
+            &["-cat", &dir.join(image).to_string_lossy(), "etc/os-release"],
+        );
+        assert!(
+            os.contains(&format!("\nVERSION_ID={id}\n")),
+            "{image}: {os}"
         );
     }
 }

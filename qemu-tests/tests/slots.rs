@@ -11,12 +11,18 @@
 //! so this test checks init's side alone. After the machine powers off
 //! the test reads the ESP with mdir and the data partition with blkid,
 //! then boots again to see the blessed entry stay blessed and /var kept.
+//!
+//! A slot on trial that never becomes healthy falls back to the blessed
+//! one under both bootloaders: systemd-boot's counter in the entry's
+//! name (OVMF) and GRUB's in grubenv (SeaBIOS), each read from the disk
+//! after the machine is off.
 
 use std::time::Duration;
 
 use liken_api::{BootAssessment, BootRecord, Slot};
-use qemu_tests::disk::{Installed, SlotFiles, installed_disk};
-use qemu_tests::firmware::Ovmf;
+use qemu_tests::disk::{Grub, Installed, SlotFiles, installed_disk, installed_disk_with};
+use qemu_tests::firmware::{Firmware, Ovmf};
+use qemu_tests::install::installed_args;
 use qemu_tests::{Vm, scratch};
 
 /// Deadline for the first milestones: OVMF and systemd-boot under TCG
@@ -177,4 +183,86 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     assert_eq!(record.slot, Some(Slot::A));
     assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
     vm.reboot(NEXT);
+}
+
+/// The same fallback through GRUB's counter under SeaBIOS: grubenv
+/// prefers slot B with one try left, and B never becomes healthy. GRUB
+/// spends the try before it boots B (grubenv on disk says 0), B's init
+/// reboots at its deadline, GRUB then boots A, whose init reports the
+/// fallback, and B stays marked bad.
+#[test]
+fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
+    let dir = scratch("slots-grub-fallback");
+    let standin = SlotFiles::standin();
+    let slot = |slot, entry, version| Installed {
+        slot,
+        entry,
+        version,
+        extra: &[],
+        files: &standin,
+    };
+    let d = installed_disk_with(
+        &dir,
+        &[
+            slot(Slot::A, "liken-a.conf", "2026.12.02-001"),
+            slot(Slot::B, "liken-b+1-2.conf", "2026.12.02-002"),
+        ],
+        Some(&Grub {
+            env: &[("liken_slot", "b"), ("liken_b_tries", "1")],
+            // GRUB gives both slots the same arguments; A is blessed, so
+            // only B is assessed, and it never stays up an hour.
+            extra: &["liken.bless-after=3600", "liken.bless-deadline=20"],
+        }),
+    );
+    let bios = |name: &str| Vm::launch(name, &installed_args(Firmware::Bios, &dir, &d.path));
+
+    let mut vm = bios("slots-grub-fallback-b");
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot B on trial (GRUB)")
+            && assess.contains("rebooting if not healthy within 20 s"),
+        "{assess}"
+    );
+    let gave_up = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        gave_up.contains("this boot did not become healthy within 20 s"),
+        "{gave_up}"
+    );
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
+    drop(vm);
+    let env = d.grubenv();
+    assert_eq!(
+        env.get("liken_b_tries").map(String::as_str),
+        Some("0"),
+        "GRUB spent B's try on disk: {env:?}"
+    );
+
+    let mut vm = bios("slots-grub-fallback-a");
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot A is blessed (GRUB)")
+            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
+        "{assess}"
+    );
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    let (record, a) = record_of(&mut vm);
+    assert_eq!(record.slot, Some(Slot::A));
+    assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
+    vm.reboot(NEXT);
+    drop(vm);
+    // B stays marked bad, and A was never counted.
+    let env = d.grubenv();
+    assert_eq!(
+        (
+            env.get("liken_slot").map(String::as_str),
+            env.get("liken_a_tries"),
+            env.get("liken_b_tries").map(String::as_str)
+        ),
+        (Some("b"), None, Some("0")),
+        "{env:?}"
+    );
 }

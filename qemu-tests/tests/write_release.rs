@@ -19,14 +19,19 @@
 //! test (the plan's test (c)) boots an installed disk under UEFI into
 //! slot A, writes the stand-in channel's newest release into slot B the
 //! same way, and boots B from the entry init wrote, which then blesses
-//! it. The disk is made as `tests/slots.rs` makes it (sgdisk, mkfs.vfat,
-//! mtools), not by `liken stick`.
+//! it. The two releases hold different system images (VERSION_ID
+//! standin-1 and standin-2, `make qemu-images`), so a writer that copied
+//! slot A into B would fail: LIKEN-B is hashed against the new image,
+//! and the stand-in on each slot prints the VERSION_ID of the root it
+//! runs from. The disk is made as `tests/slots.rs` makes it (sgdisk,
+//! mkfs.vfat, mtools), not by `liken stick`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use liken_api::bootloader;
+use liken_api::release::ARTIFACT_SYSTEM;
 use liken_api::{Release, Slot, decode};
 use qemu_tests::disk::{Disk, Installed, SlotFiles, entry, esp_image, installed_disk};
 use qemu_tests::firmware::Ovmf;
@@ -271,6 +276,12 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         "release.yaml",
     )
     .unwrap();
+    let system = |r: &Release| r.artifact(ARTIFACT_SYSTEM).unwrap().clone();
+    assert_ne!(
+        system(&old).sha256,
+        system(&new).sha256,
+        "the stand-in channel's two releases hold the same system image"
+    );
 
     // Slot A installed with the older release, its entry blessed.
     let d = installed_disk(
@@ -294,6 +305,7 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let mut vm = boot_uefi_with_release("write-release-a", &d.path, &rel, &ovmf);
     vm.expect("liken: cmdline: ok (slot A)", BOOT);
     vm.expect("liken: root: ok (slot A from /dev/vda3 is the root", WRITE);
+    vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-1", WRITE);
     vm.expect_unordered(
         &format!(
             "liken-standin-k3s: asking init to write release {}",
@@ -316,6 +328,14 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         d.esp_list("loader/entries"),
         ["liken-a.conf", "liken-b+3.conf"]
     );
+    // LIKEN-B holds the new release's system image, not slot A's.
+    let b = d.read_part("LIKEN-B", system(&new).size as usize);
+    assert_eq!(
+        liken_api::hash::sha256(&b),
+        system(&new).sha256,
+        "LIKEN-B does not hold release {}'s system image",
+        new.version
+    );
 
     // systemd-boot prefers B (newer, tries left); init boots its
     // squashfs, the stand-in finds its marker on /var and writes
@@ -323,6 +343,7 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let mut vm = boot_uefi_with_release("write-release-b", &d.path, &rel, &ovmf);
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
     vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-2", WRITE);
     vm.expect_unordered(
         &format!(
             "liken-standin-k3s: release {} is already running or was written before; nothing to write",

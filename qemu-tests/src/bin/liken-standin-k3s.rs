@@ -32,6 +32,10 @@
 //!   the new slot's entry carries this instruction on, and the release
 //!   must not be written back and forth forever.
 //!
+//! Whatever the instruction, it first prints the VERSION_ID of the root
+//! it runs from (`/etc/os-release`, which the system image carries and
+//! an initramfs does not), so a test sees which image a slot booted.
+//!
 //! Every line it prints starts with `liken-standin-k3s:` so the console
 //! shows plainly that this is not k3s.
 
@@ -168,6 +172,17 @@ fn write_release(from: &str) {
     }
 }
 
+/// `os-release VERSION_ID=<id>` from the root's /etc/os-release.
+fn os_release_version() -> String {
+    match std::fs::read_to_string("/etc/os-release") {
+        Ok(text) => match text.lines().find_map(|l| l.strip_prefix("VERSION_ID=")) {
+            Some(id) => format!("os-release VERSION_ID={}", id.trim_matches('"')),
+            None => "os-release has no VERSION_ID".to_owned(),
+        },
+        Err(e) => format!("no /etc/os-release: {e}"),
+    }
+}
+
 /// init's `VmRSS: <n> kB` line from /proc/1/status, spaces collapsed.
 fn init_rss() -> Option<String> {
     let status = std::fs::read_to_string("/proc/1/status").ok()?;
@@ -213,6 +228,7 @@ fn main() {
         "started as k3s {} (instruction {what})",
         args.join(" ")
     ));
+    say(&os_release_version());
     match what.split_once(':') {
         Some(("exit", code)) => {
             let code: i32 = code.parse().unwrap_or(1);
