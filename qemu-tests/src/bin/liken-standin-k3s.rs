@@ -8,9 +8,10 @@
 //! `liken.standin=<instruction>`:
 //!
 //! - `run` (the default): print the arguments it was started with,
-//!   init's resident memory and the boot record init published, then
-//!   init's resident memory again once its image-modules worker has
-//!   ended (`init settled VmRSS: ...`), then stay up.
+//!   init's resident memory and the boot record init published, what
+//!   the machine looks like from a service's side (below), then init's
+//!   resident memory again once its image-modules worker has ended
+//!   (`init settled VmRSS: ...`), then stay up.
 //! - `exit:<code>`: stay up half a second, then exit with `<code>`
 //!   (every run, so init's backoff shows).
 //! - `reboot` or `poweroff`: ask init for its status and then for a
@@ -31,6 +32,17 @@
 //!   successful write of it (`/var/lib/liken-standin/written-<version>`):
 //!   the new slot's entry carries this instruction on, and the release
 //!   must not be written back and forth forever.
+//!
+//! What a service sees, printed by `run` as read from the kernel's own
+//! files, not from anything init reports: the hostname
+//! (`/proc/sys/kernel/hostname`), the IPv4 route table
+//! (`/proc/net/route`, one `route` line each), `/etc/resolv.conf` line
+//! by line (and where it links, on a system image whose /etc is
+//! read-only), and the value of each sysctl named by
+//! `liken.standin-sysctls=<key>,<key>` read from /proc/sys. With
+//! `liken.standin-send=<ip>:<port>` it then sends one UDP datagram,
+//! `liken-standin-k3s on <hostname>`, to that address (under QEMU's user
+//! network 10.0.2.2 is the host), and prints that it sent it.
 //!
 //! Whatever the instruction, it first prints the VERSION_ID of the root
 //! it runs from (`/etc/os-release`, which the system image carries and
@@ -56,13 +68,89 @@ fn say(text: &str) {
     println!("liken-standin-k3s: {text}");
 }
 
-fn instruction() -> String {
+/// The value of `<key>=` on the kernel command line.
+fn cmdline_value(key: &str) -> Option<String> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let prefix = format!("{key}=");
     cmdline
         .split_whitespace()
-        .find_map(|a| a.strip_prefix("liken.standin="))
-        .unwrap_or("run")
-        .to_owned()
+        .find_map(|a| a.strip_prefix(prefix.as_str()))
+        .map(str::to_owned)
+}
+
+fn instruction() -> String {
+    cmdline_value("liken.standin").unwrap_or_else(|| "run".to_owned())
+}
+
+/// An address from /proc/net/route: eight hex digits, the bytes in
+/// the kernel's (network) order read as a little-endian number.
+fn route_addr(hex: &str) -> Option<std::net::Ipv4Addr> {
+    let n = u32::from_str_radix(hex, 16).ok()?;
+    Some(std::net::Ipv4Addr::from(n.to_le_bytes()))
+}
+
+/// One `route <dest>/<len> [via <gateway>] dev <ifname>` line per IPv4
+/// route in /proc/net/route.
+fn routes() -> Vec<String> {
+    let Ok(table) = std::fs::read_to_string("/proc/net/route") else {
+        return vec!["cannot read /proc/net/route".to_owned()];
+    };
+    // Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (dev, dest, gw, mask) = (f.first()?, f.get(1)?, f.get(2)?, f.get(7)?);
+            let len = u32::from(route_addr(mask)?).count_ones();
+            let gw = route_addr(gw)?;
+            let via = if gw.is_unspecified() {
+                String::new()
+            } else {
+                format!(" via {gw}")
+            };
+            Some(format!("route {}/{len}{via} dev {dev}", route_addr(dest)?))
+        })
+        .collect()
+}
+
+/// What a service on this machine sees of its network, name and
+/// kernel parameters (the module doc lists the lines).
+fn report_system() {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|e| format!("(unreadable: {e})"));
+    say(&format!("hostname {hostname}"));
+    for r in routes() {
+        say(&r);
+    }
+    let resolv = Path::new("/etc/resolv.conf");
+    if let Ok(target) = std::fs::read_link(resolv) {
+        say(&format!("/etc/resolv.conf links to {}", target.display()));
+    }
+    match std::fs::read_to_string(resolv) {
+        Ok(text) => text.lines().for_each(|l| say(&format!("resolv.conf: {l}"))),
+        Err(e) => say(&format!("cannot read /etc/resolv.conf: {e}")),
+    }
+    for key in cmdline_value("liken.standin-sysctls")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|k| !k.is_empty())
+    {
+        let path = Path::new("/proc/sys").join(key.replace('.', "/"));
+        match std::fs::read_to_string(&path) {
+            Ok(v) => say(&format!("sysctl {key} = {}", v.trim())),
+            Err(e) => say(&format!("sysctl {key} cannot be read: {e}")),
+        }
+    }
+    if let Some(to) = cmdline_value("liken.standin-send") {
+        let sent = std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.send_to(format!("liken-standin-k3s on {hostname}").as_bytes(), &to));
+        match sent {
+            Ok(n) => say(&format!("sent a {n}-byte datagram to {to}")),
+            Err(e) => say(&format!("cannot send a datagram to {to}: {e}")),
+        }
+    }
 }
 
 fn ask(request: &Request) -> Result<Response, String> {
@@ -276,6 +364,7 @@ fn main() {
                 )),
                 Err(e) => say(&format!("no boot record: {e}")),
             }
+            report_system();
             // And once the boot has settled: after a switch root, init's
             // image-modules worker may still be loading (and holding the
             // full module tree) when the service starts.
