@@ -107,13 +107,42 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
             .any(|(r, n)| r == reason::BLOCKED && n.contains(TAMPERED))
     );
 
-    // Blessed: init is asked to write it (and checks it with its own code),
-    // and the machine asks for the reboot that boots it.
+    // Blessed, but init refuses the write: Blocked with init's reason,
+    // nothing staged, and no reboot asked for.
+    host.state.lock().unwrap().refuse_write = Some("slot B's partition is missing".into());
     host.assess(BootAssessment {
         counted: true,
         blessed: true,
         other_slot_bad: false,
     });
+    let refused = release_reason(
+        "rel-1",
+        &op,
+        reason::BLOCKED,
+        &format!(
+            "init refused to write {NEW} into the inactive slot: slot B's partition is missing"
+        ),
+    );
+    assert_eq!(refused.status.phase, Some(Phase::Blocked));
+    assert!(refused.status.pending.is_empty());
+    assert!(
+        matches!(&host.asked()[..], [Request::WriteRelease(_)]),
+        "{:?}",
+        host.asked()
+    );
+
+    // Fixed, and the target set again (a refusal waits for a new
+    // target): init is asked to write it (and checks it with its own
+    // code), and the machine asks for the reboot that boots it.
+    host.state.lock().unwrap().refuse_write = None;
+    target(&nginx.url, UNTRUSTED, &[(UNTRUSTED, &untrusted_pin)]);
+    release_reason(
+        "rel-1",
+        &op,
+        reason::BLOCKED,
+        "not the release the catalog trusts",
+    );
+    target(&nginx.url, NEW, &[(NEW, &good)]);
     let staged = release_reason(
         "rel-1",
         &op,
@@ -121,7 +150,7 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
         &format!("release {OLD} → {NEW}"),
     );
     let asked = host.asked();
-    let [Request::WriteRelease(w)] = &asked[..] else {
+    let [Request::WriteRelease(_), Request::WriteRelease(w)] = &asked[..] else {
         panic!("{asked:?}")
     };
     assert_eq!(w.directory, releases.join(NEW).display().to_string());
