@@ -499,3 +499,103 @@ fn write(
     };
     set(shared, wake, state);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liken_api::hash::sha256;
+    use liken_releases::client::ClientError;
+
+    fn io_error(kind: io::ErrorKind) -> FetchError {
+        FetchError::Io {
+            doing: "writing kernel.partial".into(),
+            error: io::Error::from(kind),
+        }
+    }
+
+    #[test]
+    fn time_fixes_the_network_and_an_edit_fixes_the_rest() {
+        let url = || "http://channel/stable/2026.12.02-001/kernel".to_owned();
+        let cases = [
+            (
+                FetchError::Client(ClientError::Status {
+                    url: url(),
+                    status: 503,
+                }),
+                false,
+                "a server error passes",
+            ),
+            (
+                FetchError::Interrupted {
+                    url: url(),
+                    have: 1,
+                    size: 2,
+                    reason: "reset".into(),
+                },
+                false,
+                "an interrupted transfer resumes",
+            ),
+            (
+                FetchError::BadRange {
+                    url: url(),
+                    reason: "206 without Content-Range".into(),
+                },
+                false,
+                "a confused server may be fixed",
+            ),
+            (
+                io_error(io::ErrorKind::Interrupted),
+                false,
+                "an interrupted write",
+            ),
+            (
+                io_error(io::ErrorKind::StorageFull),
+                true,
+                "a full disk stays full",
+            ),
+            (
+                FetchError::ArtifactDigest {
+                    url: url(),
+                    want: sha256(b"a"),
+                    got: sha256(b"b"),
+                },
+                true,
+                "a corrupt artifact",
+            ),
+            (
+                FetchError::DocumentDigest {
+                    url: url(),
+                    want: Digest::from(sha256(b"a")),
+                    got: Digest::from(sha256(b"b")),
+                },
+                true,
+                "an untrusted release.yaml",
+            ),
+        ];
+        for (e, blocked, why) in cases {
+            assert_eq!(decide_blocked(&e), blocked, "{why}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_full_disk_says_what_to_free_and_a_bad_digest_what_to_check() {
+        let full = explain(&io_error(io::ErrorKind::StorageFull));
+        assert!(full.contains("the data partition is full"), "{full}");
+        assert!(full.contains("free space on /var"), "{full}");
+        let bad = explain(&FetchError::DocumentDigest {
+            url: "http://c/r/release.yaml".into(),
+            want: Digest::from(sha256(b"a")),
+            got: Digest::from(sha256(b"b")),
+        });
+        assert!(bad.contains("the Cluster's catalog pins"), "{bad}");
+        assert!(bad.contains("nothing was written"), "{bad}");
+    }
+
+    #[test]
+    fn the_retry_doubles_from_30_seconds_to_10_minutes() {
+        let secs: Vec<u64> = (1..=8).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(secs, [30, 60, 120, 240, 480, 600, 600, 600]);
+        assert_eq!(retry_after(0), RETRY_FIRST);
+        assert_eq!(retry_after(u32::MAX), RETRY_MAX);
+    }
+}
