@@ -460,7 +460,7 @@ fn promtool_accepts_every_exposition_liken_kube_serves() {
         .collect();
     assert_eq!(lists, ["liken_watch_lists_total{resource=\"machines\"} 2"]);
 
-    liken_testenv::scratch::promtool_check(body);
+    liken_testenv::exposition::promtool_check(body);
     assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
     elector.shutdown();
     for i in informers {

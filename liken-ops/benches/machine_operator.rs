@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use liken_api::Phase;
 use liken_api::coordination::{HEARTBEAT_NAMESPACE, MACHINE_OPERATOR};
 use liken_testenv::audit::service_account_user;
+use liken_testenv::exposition::{metric, scrape};
 use support::*;
 
 fn mb(bytes: u64) -> f64 {
@@ -86,7 +87,7 @@ fn children_cpu() -> f64 {
 
 /// The number of passes the operator has made, from its metrics.
 fn passes(addr: &str) -> f64 {
-    metric(&metrics_at(addr), "liken_reconcile_duration_seconds_count")
+    metric(&scrape(addr), "liken_reconcile_duration_seconds_count")
 }
 
 fn main() {

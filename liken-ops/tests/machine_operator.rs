@@ -11,6 +11,7 @@ use std::time::Duration;
 use liken_api::Phase;
 use liken_api::coordination::{HEARTBEAT_NAMESPACE, MACHINE_OPERATOR};
 use liken_testenv::audit::service_account_user;
+use liken_testenv::exposition::{metric, scrape};
 use support::*;
 
 #[test]
@@ -90,8 +91,8 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
 
     // Its metrics are a valid exposition, and say what happened.
     let addr = metrics_address(&op.log_text()).expect("the operator logs its metrics address");
-    let text = metrics_at(&addr);
-    liken_testenv::scratch::promtool_check(&text);
+    let text = scrape(&addr);
+    liken_testenv::exposition::promtool_check(&text);
     assert_eq!(metric(&text, "liken_machine_phase{phase=\"Ready\"}"), 1.0);
     assert_eq!(metric(&text, "liken_machine_phase{phase=\"Unknown\"}"), 0.0);
     assert_eq!(metric(&text, "liken_machine_pending_disruptions"), 0.0);

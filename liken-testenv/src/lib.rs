@@ -29,6 +29,7 @@
 //! directories and the host's tools that check the files they write.
 
 pub mod audit;
+pub mod exposition;
 pub mod nginx;
 pub mod pki;
 pub mod scratch;

@@ -104,37 +104,6 @@ pub fn ok(mut c: Command) -> Output {
     out
 }
 
-/// Checks a Prometheus exposition with Debian's `promtool check
-/// metrics` (package prometheus, from scripts/setup.sh), failing the test
-/// with what promtool said and the exposition itself.
-pub fn promtool_check(exposition: &str) {
-    use std::io::Write;
-    let mut c = tool("promtool");
-    let mut child = c
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run promtool: {e}"));
-    // promtool reads all of its input before it answers.
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(exposition.as_bytes())
-            .unwrap_or_else(|e| panic!("writing to promtool: {e}"));
-    }
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("waiting for promtool: {e}"));
-    assert!(
-        out.status.success(),
-        "promtool check metrics refused the exposition ({}):\n{}{}\n--- exposition ---\n{exposition}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// GRUB's i386-pc directory (boot.img and the modules grub-mkimage
 /// packs), from grub-pc-bin. Fails the test when it is not installed.
 pub fn grub_dir() -> PathBuf {

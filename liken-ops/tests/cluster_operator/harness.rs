@@ -753,26 +753,10 @@ pub fn metrics_text(op: &Operator) -> String {
         .find_map(|l| l.split("metrics=").nth(1))
         .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
         .expect("the operator logs its metrics address");
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    use std::io::{Read, Write};
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    match text.split_once("\r\n\r\n") {
-        Some((_, body)) => body.to_owned(),
-        None => text,
-    }
+    liken_testenv::exposition::scrape(&addr)
 }
 
-/// The value of one series in a metrics text.
-pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
+pub use liken_testenv::exposition::metric;
 
 /// How many sweeps the operator has run.
 pub fn sweeps(op: &Operator) -> f64 {

@@ -547,7 +547,7 @@ fn settled_fleet_writes_nothing(env: &Env, op: &Operator) {
 /// own series.
 fn metrics_are_promtool_clean(op: &Operator, halted: bool) {
     let text = metrics_text(op);
-    liken_testenv::scratch::promtool_check(&text);
+    liken_testenv::exposition::promtool_check(&text);
     assert_eq!(
         metric(&text, "liken_cluster_rollout_halted"),
         if halted { 1.0 } else { 0.0 }

@@ -511,28 +511,6 @@ pub fn metrics_address(log: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// GET /metrics from `addr`: the exposition's body.
-pub fn metrics_at(addr: &str) -> String {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    match text.split_once("\r\n\r\n") {
-        Some((_, body)) => body.to_owned(),
-        None => text,
-    }
-}
-
-/// The value of one series in an exposition.
-pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
 impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.child.kill();
