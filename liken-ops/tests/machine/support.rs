@@ -477,13 +477,25 @@ impl Operator {
         Operator { child, log }
     }
 
-    /// Stops it with SIGTERM, as the kubelet does, and waits.
+    /// Stops it with SIGTERM, as the kubelet does, and waits; it must
+    /// exit 0 having posted every Event it had queued.
     pub fn stop(mut self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // A clean stop, with every queued Event posted.
+                let log = self.log_text();
+                assert!(
+                    status.success(),
+                    "the operator exited {status} on SIGTERM:\n{log}"
+                );
+                let stopped = log.lines().rev().find(|l| l.contains("msg=stopped"));
+                assert!(
+                    stopped.is_some_and(|l| l.contains("events_abandoned=0")),
+                    "the operator stopped without flushing its Events:\n{log}"
+                );
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
