@@ -24,9 +24,9 @@ use liken_kube::events::{EventType, ObjectReference, Recorder, RecorderConfig};
 use liken_kube::metrics::{self, Counter, Gauge, Registry};
 use liken_kube::request::{CLUSTERS, MACHINES, NODES, PODS};
 use liken_kube::{
-    Api, Client, DeleteParams, DynamicObject, Error, Informer, ListParams, Store, Watcher,
+    Api, Client, DeleteParams, DynamicObject, Error, Informer, ListParams, PatchOp, Store, Watcher,
+    json_pointer,
 };
-use serde_json::json;
 
 use crate::kinds::{Node, Pod};
 use crate::machine::approval::{Approval, RebootRequest};
@@ -633,21 +633,28 @@ impl Operator {
         }
     }
 
+    /// Removes annotations, each only while it still holds the value this
+    /// pass judged: a person who wrote a new approval or request since
+    /// (the watch may lag) keeps it, and the next pass judges it.
     fn remove_annotations(&self, machine: &Machine, keys: &[&str]) {
-        let mut annotations = serde_json::Map::new();
-        for k in keys {
-            annotations.insert((*k).to_owned(), serde_json::Value::Null);
+        let ops = decide_removal(machine, keys);
+        if ops.is_empty() {
+            return;
         }
-        let patch = json!({"metadata": {"annotations": annotations}});
-        if let Err(e) = self.client.merge_patch::<DynamicObject>(
+        match self.client.json_patch::<DynamicObject>(
             &Api::all(MACHINES),
             &machine.metadata.name,
-            &patch,
+            &ops,
         ) {
-            log::warn(
+            Ok(_) => {}
+            Err(e) if e.code() == Some(422) => log::info(
+                "an annotation changed before it was removed; the next pass judges the new value",
+                &[("keys", &keys.join(","))],
+            ),
+            Err(e) => log::warn(
                 "removing spent annotations failed",
                 &[("keys", &keys.join(",")), ("err", &e)],
-            );
+            ),
         }
     }
 
@@ -961,6 +968,26 @@ impl Operator {
     }
 }
 
+/// The JSON patch that removes `keys` from the Machine's annotations,
+/// each guarded by a test of the value `machine` shows, so a value
+/// written since is not removed unseen. Keys it does not carry are left
+/// out.
+pub fn decide_removal(machine: &Machine, keys: &[&str]) -> Vec<PatchOp> {
+    let mut ops = Vec::new();
+    for k in keys {
+        let Some(value) = machine.metadata.annotation(k) else {
+            continue;
+        };
+        let path = json_pointer(&["metadata", "annotations", k]);
+        ops.push(PatchOp::Test {
+            path: path.clone(),
+            value: value.into(),
+        });
+        ops.push(PatchOp::Remove { path });
+    }
+    ops
+}
+
 fn kind_word(kind: Option<DisruptionKind>) -> &'static str {
     match kind {
         Some(DisruptionKind::Restart) => "k3s restart",
@@ -970,4 +997,34 @@ fn kind_word(kind: Option<DisruptionKind>) -> &'static str {
 
 fn rv(m: &Machine) -> u64 {
     m.metadata.resource_version.parse().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_value_judged_is_removed() {
+        let mut m = Machine::new("m1", liken_api::machine::MachineSpec::default());
+        m.metadata.annotations.insert(
+            annotations::APPROVE_DISRUPTION.into(),
+            "0123456789ab".into(),
+        );
+        let ops = decide_removal(
+            &m,
+            &[annotations::APPROVE_DISRUPTION, annotations::REQUEST_REBOOT],
+        );
+        let path = "/metadata/annotations/liken.sh~1approve-disruption".to_owned();
+        assert_eq!(
+            ops,
+            [
+                PatchOp::Test {
+                    path: path.clone(),
+                    value: "0123456789ab".into()
+                },
+                PatchOp::Remove { path }
+            ]
+        );
+        assert!(decide_removal(&m, &[annotations::REQUEST_REBOOT]).is_empty());
+    }
 }
