@@ -13,11 +13,10 @@
 //! Nothing here needs root or a loop device. The same reading helpers
 //! (partition table, ESP files) serve disks install mode wrote.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use std::collections::BTreeMap;
 
 use liken_api::bootloader::{
     EntryParams, GrubParams, render_entry, render_grub_cfg, render_loader_conf,

@@ -44,6 +44,44 @@ fn record_of(vm: &mut Vm) -> (BootRecord, BootAssessment) {
     (record, a)
 }
 
+/// Slot B's boot on trial that never becomes healthy (`trial` is how
+/// init names its bootloader's state): init gives up at the 20 s
+/// deadline and reboots through the orderly shutdown.
+fn slot_b_gives_up(vm: &mut Vm, trial: &str) {
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains(&format!("slot B on trial ({trial})"))
+            && assess.contains("rebooting if not healthy within 20 s"),
+        "{assess}"
+    );
+    let gave_up = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        gave_up.contains("this boot did not become healthy within 20 s"),
+        "{gave_up}"
+    );
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
+}
+
+/// The boot after the fallback: slot A (`blessed` names its state) says
+/// B's tries are spent, and the boot record marks the other slot bad.
+fn slot_a_reports_the_fallback(vm: &mut Vm, blessed: &str) {
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains(&format!("slot A is blessed ({blessed})"))
+            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
+        "{assess}"
+    );
+    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    let (record, a) = record_of(vm);
+    assert_eq!(record.slot, Some(Slot::A));
+    assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
+    vm.reboot(NEXT);
+}
+
 #[test]
 fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     let dir = scratch("slots-uefi");
@@ -148,21 +186,7 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     let ovmf = Ovmf::fresh(&dir);
 
     let mut vm = Vm::boot_uefi("slots-fallback-b", &d.path, &ovmf);
-    vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
-    let assess = vm.expect("liken: assess: ", NEXT);
-    assert!(
-        assess.contains("slot B on trial (systemd-boot entry liken-b+1-2.conf)")
-            && assess.contains("rebooting if not healthy within 20 s"),
-        "{assess}"
-    );
-    let gave_up = vm.expect("liken: bless: ", NEXT);
-    assert!(
-        gave_up.contains("this boot did not become healthy within 20 s"),
-        "{gave_up}"
-    );
-    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
-    vm.expect_exit("liken: reboot: ok", NEXT);
+    slot_b_gives_up(&mut vm, "systemd-boot entry liken-b+1-2.conf");
     drop(vm);
     assert_eq!(
         d.esp_list("loader/entries"),
@@ -171,18 +195,7 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     );
 
     let mut vm = Vm::boot_uefi("slots-fallback-a", &d.path, &ovmf);
-    vm.expect("liken: cmdline: ok (slot A)", BOOT);
-    let assess = vm.expect("liken: assess: ", NEXT);
-    assert!(
-        assess.contains("slot A is blessed (systemd-boot entry liken-a.conf)")
-            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
-        "{assess}"
-    );
-    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
-    let (record, a) = record_of(&mut vm);
-    assert_eq!(record.slot, Some(Slot::A));
-    assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
-    vm.reboot(NEXT);
+    slot_a_reports_the_fallback(&mut vm, "systemd-boot entry liken-a.conf");
 }
 
 /// The same fallback through GRUB's counter under SeaBIOS: grubenv
@@ -217,21 +230,7 @@ fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
     let bios = |name: &str| Vm::launch(name, &installed_args(Firmware::Bios, &dir, &d.path));
 
     let mut vm = bios("slots-grub-fallback-b");
-    vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
-    let assess = vm.expect("liken: assess: ", NEXT);
-    assert!(
-        assess.contains("slot B on trial (GRUB)")
-            && assess.contains("rebooting if not healthy within 20 s"),
-        "{assess}"
-    );
-    let gave_up = vm.expect("liken: bless: ", NEXT);
-    assert!(
-        gave_up.contains("this boot did not become healthy within 20 s"),
-        "{gave_up}"
-    );
-    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
-    vm.expect_exit("liken: reboot: ok", NEXT);
+    slot_b_gives_up(&mut vm, "GRUB");
     drop(vm);
     let env = d.grubenv();
     assert_eq!(
@@ -241,18 +240,7 @@ fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
     );
 
     let mut vm = bios("slots-grub-fallback-a");
-    vm.expect("liken: cmdline: ok (slot A)", BOOT);
-    let assess = vm.expect("liken: assess: ", NEXT);
-    assert!(
-        assess.contains("slot A is blessed (GRUB)")
-            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
-        "{assess}"
-    );
-    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
-    let (record, a) = record_of(&mut vm);
-    assert_eq!(record.slot, Some(Slot::A));
-    assert!(a.blessed && !a.counted && a.other_slot_bad, "{a:?}");
-    vm.reboot(NEXT);
+    slot_a_reports_the_fallback(&mut vm, "GRUB");
     drop(vm);
     // B stays marked bad, and A was never counted.
     let env = d.grubenv();
