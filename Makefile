@@ -21,8 +21,16 @@ STATIC := RUSTFLAGS="-C target-feature=+crt-static"
 # 2 MB budget. It is linked without
 # unwind tables too (about 260 kB): it aborts on panic, so nothing in it
 # unwinds (liken-init/discard-eh-frame.ld says what that gives up).
+# LLVM's machine outliner is on for it (about 49 kB): at opt-level z the
+# same instruction runs recur across init's many error paths and
+# formatting calls, and the outliner moves each into one shared
+# function, called where it was. x86-64 supports it (clang's -moutline
+# drives the same pass there); it is off by default only because calls
+# cost a little time, and init does little computing. It outlines only
+# from functions that do not use the red zone, so a call cannot clobber
+# what a function keeps below its stack pointer.
 # images/build-boot.sh refuses an init at or over the budget.
-STATIC_INIT := RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static -C link-arg=-Wl,-T,$(CURDIR)/liken-init/discard-eh-frame.ld"
+STATIC_INIT := RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static -C llvm-args=-enable-machine-outliner=always -C link-arg=-Wl,-T,$(CURDIR)/liken-init/discard-eh-frame.ld"
 
 .PHONY: all demo test setup check lint unit crds
 
