@@ -1,5 +1,5 @@
 //! What wakes the supervisor loop: a child's exit, a signal asking for
-//! shutdown, a control-socket request. Every thread that learns of
+//! shutdown, a control-socket request, an address that changed. Every thread that learns of
 //! something sends one of these on the loop's channel, so the loop is
 //! the only place that decides anything.
 
@@ -43,6 +43,17 @@ pub enum Event {
     /// A step that ran beside the boot ([`crate::image_modules`])
     /// failed; the loop adds it to the problems the status reports.
     Problem(liken_api::control::StepProblem),
+    /// A DHCP lease moved an interface to another address
+    /// ([`crate::net::daemon`]); k3s found its node address on the old
+    /// one, so the loop restarts it.
+    AddressChanged {
+        /// The interface.
+        interface: String,
+        /// The address before.
+        from: String,
+        /// The address now.
+        to: String,
+    },
     /// A control-socket request; the loop answers on `reply`.
     Control {
         /// What was asked.

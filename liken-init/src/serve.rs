@@ -8,8 +8,9 @@
 //! so it is idle unless something happened.
 //!
 //! Shutdown, like boot, is a sequence of named steps with one milestone
-//! each: stop k3s (TERM, then KILL after a grace period), stop every
-//! other process, sync, unmount in reverse, then reboot(2) or power off.
+//! each: stop k3s (TERM, then KILL after a grace period), give the DHCP
+//! leases back (the network thread), stop every other process, sync,
+//! unmount in reverse, then reboot(2) or power off.
 //! If the kernel refuses the reboot, init says so and retries; it never
 //! returns.
 
@@ -32,6 +33,8 @@ use crate::sys::power::PowerAction;
 
 /// How long k3s gets to stop after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long the network thread gets to give its DHCP leases back.
+pub const RELEASE_GRACE: Duration = Duration::from_secs(2);
 /// How long other processes get after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 /// The longest the loop sleeps with nothing to do.
@@ -100,6 +103,19 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
             }
             Event::Signal(action) => shutdown(&mut boot, &mut sup, &events, action),
             Event::Problem(problem) => boot.problems.push(problem),
+            Event::AddressChanged {
+                interface,
+                from,
+                to,
+            } => {
+                if sup.running_pid().is_some() {
+                    console::line(&format!(
+                        "dhcp: {interface} moved from {from} to {to}; restarting {} on the new address",
+                        sup.name
+                    ));
+                    restart(&mut sup, &events, &mut deferred);
+                }
+            }
             Event::Control { request, reply } => match request {
                 Request::Status => {
                     let _ = reply.send(Response::Status(status(&boot, &sup)));
@@ -156,18 +172,25 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                         continue;
                     }
                     console::line(&format!("control: restart of {} requested", sup.name));
-                    let outcome = stop_service(&mut sup, &events, &mut deferred);
-                    console::milestone("stop-k3s", &outcome);
-                    sup.reset_backoff();
-                    match sup.start(Instant::now()) {
-                        Ok(pid) => {
-                            console::line(&format!("{}: started again, pid {pid}", sup.name))
-                        }
-                        Err(e) => console::line(&e),
-                    }
+                    restart(&mut sup, &events, &mut deferred);
                 }
             },
         }
+    }
+}
+
+/// Stops the service and starts it again at once.
+fn restart<S: Spawner>(
+    sup: &mut Supervisor<S>,
+    events: &Receiver<Event>,
+    deferred: &mut VecDeque<Event>,
+) {
+    let outcome = stop_service(sup, events, deferred);
+    console::milestone("stop-k3s", &outcome);
+    sup.reset_backoff();
+    match sup.start(Instant::now()) {
+        Ok(pid) => console::line(&format!("{}: started again, pid {pid}", sup.name)),
+        Err(e) => console::line(&e),
     }
 }
 
@@ -343,6 +366,17 @@ pub fn shutdown<S: Spawner>(
                 message: format!("init is shutting down for a {}", action.name()),
             });
         }
+    }
+    if let Some(network) = boot.network.take() {
+        let outcome = if network.stop(RELEASE_GRACE) {
+            Outcome::ok_with("given back")
+        } else {
+            Outcome::Failed(format!(
+                "the network thread did not stop within {} s; going on without releasing its leases",
+                RELEASE_GRACE.as_secs()
+            ))
+        };
+        console::milestone("leases", &outcome);
     }
     console::milestone("stop-processes", &kill_rest(&boot.paths.proc));
     boot.sys.power.sync();

@@ -144,6 +144,9 @@ pub struct Boot {
     pub problems: Vec<StepProblem>,
     /// Boot assessment's plan, once the `assess` step has looked.
     pub assessment: Option<crate::bless::Plan>,
+    /// The network thread, once the network step started it; the
+    /// shutdown stops it, which gives the DHCP leases back.
+    pub network: Option<net::daemon::Daemon>,
 }
 
 impl Boot {
@@ -167,6 +170,7 @@ impl Boot {
             no_service: None,
             problems: Vec::new(),
             assessment: None,
+            network: None,
         }
     }
 }
@@ -456,26 +460,115 @@ fn configure_network(boot: &mut Boot) -> Outcome {
     let Some(machine) = &boot.machine else {
         return skipped("no valid Machine document");
     };
-    let none = liken_api::machine::NetworkSpec::default();
-    let spec = machine.spec.network.as_ref().unwrap_or(&none);
-    let mut found = net::read_interfaces(&boot.paths.sys);
+    let spec = machine.spec.network.clone().unwrap_or_default();
+    let sys = boot.paths.sys.clone();
+    let mut found = net::read_interfaces(&sys);
     // A named interface's driver may be one the image's modules are
     // still loading: wait for them rather than report it missing.
-    if net::decide_wait_for_drivers(spec, &found)
+    if net::decide_wait_for_drivers(&spec, &found)
         && let Some(worker) = &boot.image_modules
     {
         worker.settled();
-        found = net::read_interfaces(&boot.paths.sys);
+        found = net::read_interfaces(&sys);
     }
-    match net::configure(
-        spec,
-        &found,
-        &*boot.sys.netlink,
-        &*boot.sys.dhcp,
-        &boot.paths.resolv_conf,
-    ) {
-        Ok(text) => Outcome::ok_with(text),
-        Err(text) => Outcome::Failed(text),
+    let mut report = net::Report::default();
+    let modules = net::decide_modules(&spec);
+    if !modules.is_empty() {
+        match boot.load_modules(&modules) {
+            Some(r) if r.failed.is_empty() && r.missing.is_empty() => {}
+            Some(r) => {
+                report.failed.extend(
+                    r.failed
+                        .iter()
+                        .map(|(m, e)| format!("cannot load {m}, which bonds and VLANs need: {e}")),
+                );
+                report.failed.extend(
+                    r.missing.iter().map(|m| {
+                        format!("the image has no module {m}, which bonds and VLANs need")
+                    }),
+                );
+            }
+            None => report.failed.push(format!(
+                "no module tree to load {} from; bonds and VLANs cannot be made",
+                modules.join(" and ")
+            )),
+        }
+    }
+    let index_of = |name: &str| {
+        std::fs::read_to_string(sys.join("class/net").join(name).join("ifindex"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let nl = std::sync::Arc::clone(&boot.sys.netlink);
+    let links = net::decide_links(&spec, &found);
+    net::apply(&links, &*nl, &*boot.sys.sysctl, &index_of, &mut report);
+    let found = net::read_interfaces(&sys);
+    let actions = net::decide_network(&spec, &found);
+    net::apply(&actions, &*nl, &*boot.sys.sysctl, &index_of, &mut report);
+    let wanted = report.dhcp.len();
+    let daemon = net::daemon::spawn(net::daemon::Setup {
+        dhcp: report.dhcp.clone(),
+        spec: spec.clone(),
+        problems: report.failed.clone(),
+        run_liken: boot.paths.run_liken.clone(),
+        resolv_conf: boot.paths.resolv_conf.clone(),
+        netlink: std::sync::Arc::clone(&nl),
+        events: boot.events.clone(),
+    });
+    let mut done = report.done.clone();
+    match daemon {
+        Ok(d) => {
+            // The leases the boot waits for; the thread keeps asking
+            // for any that are late.
+            let deadline = Instant::now()
+                .checked_add(net::DHCP_DEADLINE)
+                .unwrap_or_else(Instant::now);
+            let mut bound = Vec::new();
+            let mut started = false;
+            while !started || bound.len() < wanted {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match d.next_ready(left) {
+                    Some(net::daemon::Ready::Started) => started = true,
+                    Some(net::daemon::Ready::Bound(what)) => bound.push(what),
+                    None => break,
+                }
+            }
+            for name in report.dhcp.iter().map(|l| &l.name) {
+                if !bound
+                    .iter()
+                    .any(|b| b.split(' ').next() == Some(name.as_str()))
+                {
+                    report.failed.push(format!(
+                        "{name}: no DHCP lease within {} s; init keeps asking in the background. \
+                         Check the cable and the DHCP server, or give the interface static addresses",
+                        net::DHCP_DEADLINE.as_secs()
+                    ));
+                }
+            }
+            done.extend(bound);
+            boot.network = Some(d);
+        }
+        Err(e) => report.failed.push(format!(
+            "cannot start the network thread ({e}): no DHCP, resolv.conf or network facts this boot"
+        )),
+    }
+    if net::decide_wait_for_dad(&spec) {
+        net::wait_for_dad(&*nl, std::time::Duration::from_secs(3));
+    }
+    if boot.paths.resolv_conf.exists() {
+        done.push(format!("DNS in {}", boot.paths.resolv_conf.display()));
+    }
+    let done = if done.is_empty() {
+        "loopback only".to_owned()
+    } else {
+        done.join(", ")
+    };
+    if report.failed.is_empty() {
+        Outcome::ok_with(done)
+    } else {
+        Outcome::Failed(format!("{} (done: {done})", report.failed.join("; ")))
     }
 }
 

@@ -1,5 +1,6 @@
-//! The rtnetlink requests against the real kernel, in a network
-//! namespace of their own so the host's network is never touched.
+//! The rtnetlink requests and dumps against the real kernel, in a
+//! network namespace of their own so the host's network is never
+//! touched.
 //!
 //! Runs without the test harness (Cargo.toml: harness = false) because
 //! unshare(2) with CLONE_NEWUSER refuses a process with more than one
@@ -7,10 +8,19 @@
 //! network namespace alone; otherwise it takes a user namespace too,
 //! which grants CAP_NET_ADMIN over the new network namespace. Where
 //! neither is allowed (a locked-down container) it says so and fails.
+//!
+//! What the requests did is read back from /proc and /sys, which
+//! init's encoders and decoders have no part in; the dumps init decodes
+//! are compared with them. Bonds and VLANs need the bonding and 8021q
+//! modules, which a build machine's kernel may lack: the QEMU tests
+//! (qemu-tests/tests/network.rs) make those on Debian's kernel.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
 
-use liken_init::sys::netlink::{Netlink, RealNetlink, Request};
+use liken_api::network::{AddressOrigin, RouteOrigin};
+use liken_init::net::facts;
+use liken_init::sys::netlink::{self, Netlink, Op, RealNetlink, Request, rta};
 use nix::sched::{CloneFlags, unshare};
 
 fn main() {
@@ -19,7 +29,17 @@ fn main() {
             "cannot make a network namespace (unshare); run as root or allow user namespaces",
         );
     }
-    let checks: [(&str, fn()); 1] = [("requests_change_the_kernel", requests_change_the_kernel)];
+    let checks: [(&str, fn()); 3] = [
+        (
+            "ipv4_requests_change_the_kernel",
+            ipv4_requests_change_the_kernel,
+        ),
+        ("ipv6_mtu_and_removals", ipv6_mtu_and_removals),
+        (
+            "dumps_and_notifications_show_the_changes",
+            dumps_and_notifications_show_the_changes,
+        ),
+    ];
     // A failed check panics, which ends the run with its message.
     let mut ran = 0;
     for (name, check) in checks {
@@ -44,6 +64,34 @@ fn routes() -> Vec<(Ipv4Addr, Ipv4Addr, Ipv4Addr, String)> {
         .collect()
 }
 
+/// The IPv6 routes from /proc/self/net/ipv6_route: (destination/len,
+/// gateway, interface), addresses as the kernel's 32 hex digits.
+fn routes6() -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string("/proc/self/net/ipv6_route").unwrap();
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                format!("{}/{}", f[0], f[1]),
+                f[4].to_owned(),
+                f[9].to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The IPv6 addresses from /proc/self/net/if_inet6: (address as 32 hex
+/// digits, prefix length in hex, interface).
+fn addresses6() -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string("/proc/self/net/if_inet6").unwrap();
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_owned(), f[2].to_owned(), f[5].to_owned())
+        })
+        .collect()
+}
+
 /// Whether the local routing table holds `addr` as one of this
 /// namespace's own addresses (/proc/self/net/fib_trie lists it as
 /// "|-- addr" followed by "/32 host LOCAL").
@@ -59,37 +107,81 @@ fn is_local(addr: Ipv4Addr) -> bool {
     false
 }
 
-fn requests_change_the_kernel() {
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn index(name: &str) -> u32 {
+    nix::net::if_::if_nametoindex(name).unwrap()
+}
+
+/// `ip -o link show dev <name>`: the namespace's /sys still shows the
+/// host's links, as it was mounted there.
+fn ip_link(name: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", "dev", name])
+        .output()
+        .expect("cannot run ip (iproute2); scripts/setup.sh installs it");
+    assert!(
+        out.status.success(),
+        "ip link show: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A veth pair made with iproute2, so the test has a link with a
+/// carrier and an MTU to change (a fresh namespace has only lo).
+fn veth() -> u32 {
+    let out = Command::new("ip")
+        .args(["link", "add", "ve0", "type", "veth", "peer", "name", "ve1"])
+        .output()
+        .expect("cannot run ip (iproute2); scripts/setup.sh installs it");
+    assert!(
+        out.status.success(),
+        "ip link add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    index("ve0")
+}
+
+fn address(op: Op, index: u32, a: &str, prefix: u8) -> Request {
+    Request::Address {
+        op,
+        index,
+        address: ip(a),
+        prefix,
+    }
+}
+
+fn route(op: Op, index: u32, to: &str, prefix: u8, via: &str) -> Request {
+    Request::Route {
+        op,
+        index,
+        destination: ip(to),
+        prefix,
+        gateway: ip(via),
+        protocol: rta::PROTO_BOOT,
+    }
+}
+
+fn ipv4_requests_change_the_kernel() {
     let nl = RealNetlink::new();
     // In a fresh namespace the loopback is index 1 and down.
     let lo = 1;
     let addr = Ipv4Addr::new(10, 9, 8, 7);
     assert!(!is_local(addr), "the address is there before it was added");
-    nl.apply(&Request::LinkUp { index: lo }).unwrap();
-    let add = Request::AddAddress {
-        index: lo,
-        address: addr,
-        prefix: 8,
-    };
+    nl.apply(&Request::up(lo)).unwrap();
+    let add = address(Op::Add, lo, "10.9.8.7", 8);
     nl.apply(&add).unwrap();
     assert!(is_local(addr), "the added address is not there");
     // Adding it again is the state asked for, not an error.
     nl.apply(&add).unwrap();
 
-    let route = Request::AddRoute {
-        index: lo,
-        destination: Ipv4Addr::new(172, 20, 0, 0),
-        prefix: 16,
-        gateway: Ipv4Addr::new(10, 9, 8, 1),
-    };
-    nl.apply(&route).unwrap();
-    nl.apply(&Request::AddRoute {
-        index: lo,
-        destination: Ipv4Addr::UNSPECIFIED,
-        prefix: 0,
-        gateway: Ipv4Addr::new(10, 9, 8, 2),
-    })
-    .unwrap();
+    let net = route(Op::Add, lo, "172.20.0.0", 16, "10.9.8.1");
+    nl.apply(&net).unwrap();
+    nl.apply(&route(Op::Add, lo, "0.0.0.0", 0, "10.9.8.2"))
+        .unwrap();
     let got = routes();
     assert!(
         got.contains(&(
@@ -110,20 +202,142 @@ fn requests_change_the_kernel() {
         "{got:?}"
     );
     // Replacing a route is allowed too.
-    nl.apply(&route).unwrap();
+    nl.apply(&net).unwrap();
+    // Removing it, and removing it again (already so).
+    let gone = route(Op::Remove, lo, "172.20.0.0", 16, "10.9.8.1");
+    nl.apply(&gone).unwrap();
+    nl.apply(&gone).unwrap();
+    assert!(
+        !routes().iter().any(|r| r.0 == Ipv4Addr::new(172, 20, 0, 0)),
+        "{:?}",
+        routes()
+    );
 
     // The kernel's refusal comes back as its errno.
     let err = nl
-        .apply(&Request::LinkUp { index: 999 })
+        .apply(&Request::up(999))
         .expect_err("a missing link was brought up");
     assert_eq!(err.raw_os_error(), Some(nix::libc::ENODEV), "{err}");
     let err = nl
-        .apply(&Request::AddRoute {
-            index: lo,
-            destination: Ipv4Addr::new(172, 30, 0, 0),
-            prefix: 16,
-            gateway: Ipv4Addr::new(192, 0, 2, 1),
-        })
+        .apply(&route(Op::Add, lo, "172.30.0.0", 16, "192.0.2.1"))
         .expect_err("a route through an unreachable gateway was added");
     assert_eq!(err.raw_os_error(), Some(nix::libc::ENETUNREACH), "{err}");
+}
+
+fn ipv6_mtu_and_removals() {
+    let nl = RealNetlink::new();
+    let ve0 = veth();
+    let ve1 = index("ve1");
+    nl.apply(&Request::Link {
+        index: ve0,
+        up: Some(true),
+        mtu: Some(9000),
+        master: None,
+    })
+    .unwrap();
+    nl.apply(&Request::up(ve1)).unwrap();
+    assert!(ip_link("ve0").contains(" mtu 9000 "), "{}", ip_link("ve0"));
+    let err = nl
+        .apply(&Request::Link {
+            index: ve0,
+            up: None,
+            mtu: Some(70_000),
+            master: None,
+        })
+        .expect_err("an MTU past the veth's limit was taken");
+    assert_eq!(err.raw_os_error(), Some(nix::libc::EINVAL), "{err}");
+
+    nl.apply(&address(Op::Add, ve0, "fd50::10", 64)).unwrap();
+    let want = (
+        "fd500000000000000000000000000010".to_owned(),
+        "40".to_owned(),
+        "ve0".to_owned(),
+    );
+    assert!(addresses6().contains(&want), "{:?}", addresses6());
+    nl.apply(&route(Op::Add, ve0, "fd99::", 64, "fd50::1"))
+        .unwrap();
+    let r = (
+        "fd990000000000000000000000000000/40".to_owned(),
+        "fd500000000000000000000000000001".to_owned(),
+        "ve0".to_owned(),
+    );
+    assert!(routes6().contains(&r), "{:?}", routes6());
+    nl.apply(&route(Op::Remove, ve0, "fd99::", 64, "fd50::1"))
+        .unwrap();
+    assert!(!routes6().contains(&r), "{:?}", routes6());
+    nl.apply(&address(Op::Remove, ve0, "fd50::10", 64)).unwrap();
+    nl.apply(&address(Op::Remove, ve0, "fd50::10", 64)).unwrap();
+    assert!(!addresses6().contains(&want), "{:?}", addresses6());
+}
+
+fn dumps_and_notifications_show_the_changes() {
+    let nl = RealNetlink::new();
+    let ve0 = index("ve0");
+    let monitor = netlink::open(netlink::MONITOR_GROUPS).unwrap();
+    nl.apply(&address(Op::Add, ve0, "192.168.50.10", 24))
+        .unwrap();
+    nl.apply(&address(Op::Add, ve0, "fd50::10", 64)).unwrap();
+    nl.apply(&route(Op::Add, ve0, "10.99.0.0", 16, "192.168.50.1"))
+        .unwrap();
+    // The address change was announced to the subscriber.
+    let mut buf = [0u8; 8192];
+    let n = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(&monitor),
+        &mut buf,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    )
+    .expect("no notification of the new address");
+    assert!(netlink::messages(&buf[..n]).count() >= 1);
+
+    let kernel = facts::read(&nl).unwrap();
+    let f = facts::decide_facts(&kernel, &[]);
+    let lo = f.link("lo").unwrap();
+    assert!(lo.up, "{lo:?}");
+    assert!(
+        lo.addresses.iter().any(|a| a.address == "10.9.8.7/8"),
+        "{lo:?}"
+    );
+    let ve = f.link("ve0").unwrap();
+    let shown = ip_link("ve0");
+    let mac = shown
+        .split("link/ether ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next());
+    assert_eq!(ve.mac.as_deref(), mac, "{shown}");
+    assert_eq!(ve.mtu, 9000);
+    let static_: Vec<&str> = ve
+        .addresses
+        .iter()
+        .filter(|a| a.origin == AddressOrigin::Static)
+        .map(|a| a.address.as_str())
+        .collect();
+    assert_eq!(static_, ["192.168.50.10/24", "fd50::10/64"], "{ve:?}");
+    assert!(
+        ve.addresses
+            .iter()
+            .any(|a| a.origin == AddressOrigin::LinkLocal && a.address.starts_with("fe80::")),
+        "{ve:?}"
+    );
+    let r = f
+        .routes
+        .iter()
+        .find(|r| r.to == "10.99.0.0/16")
+        .unwrap_or_else(|| panic!("{:?}", f.routes));
+    assert_eq!(
+        (r.via.as_deref(), r.dev.as_deref(), r.origin),
+        (Some("192.168.50.1"), Some("ve0"), RouteOrigin::Static)
+    );
+    assert!(
+        f.routes
+            .iter()
+            .any(|r| r.to == "192.168.50.0/24" && r.origin == RouteOrigin::Kernel),
+        "{:?}",
+        f.routes
+    );
+    // No local-table or link-local routes.
+    assert!(
+        !f.routes
+            .iter()
+            .any(|r| r.to.starts_with("fe80") || r.to == "10.9.8.7/32")
+    );
 }

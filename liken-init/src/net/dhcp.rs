@@ -1,20 +1,21 @@
-//! DHCPv4 (RFC 2131, options from RFC 2132): the message codec, the
-//! client's decisions, and the exchange over a UDP socket.
+//! DHCPv4 (RFC 2131, options from RFC 2132): the message codec and the
+//! client's socket.
 //!
-//! The codec and [`decide_reply`] are pure and tested on packet bytes;
-//! [`acquire`] is the thin loop that sends, waits and retransmits. The
-//! client asks servers to broadcast their replies, because until it is
-//! bound the interface has no address a unicast reply could reach.
+//! The codec is pure and tested on packet bytes; what to send when, and
+//! what a reply means, is [`super::lease`]'s state machine. A client
+//! without an address asks servers to broadcast their replies, because
+//! the interface has no address a unicast reply could reach; a bound
+//! client renews from its address (`ciaddr`) and is answered there.
 //!
-//! Only what a boot needs is built: DISCOVER, OFFER, REQUEST, ACK and
-//! NAK. Renewal is not: a lease is taken once at boot, and a machine
-//! whose lease runs out keeps the address (the kernel does not expire
-//! it), so DHCP servers should hand long leases or reservations.
+//! The messages built: DISCOVER, REQUEST (selecting, renewing and
+//! rebinding) and RELEASE; understood: OFFER, ACK and NAK, with the
+//! options a lease needs (mask, routers, DNS, lease time, server id,
+//! T1 and T2).
 
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BOOTREQUEST: u8 = 1;
 const BOOTREPLY: u8 = 2;
@@ -32,6 +33,8 @@ const OPT_LEASE: u8 = 51;
 const OPT_TYPE: u8 = 53;
 const OPT_SERVER_ID: u8 = 54;
 const OPT_PARAMS: u8 = 55;
+const OPT_T1: u8 = 58;
+const OPT_T2: u8 = 59;
 const OPT_CLIENT_ID: u8 = 61;
 const OPT_END: u8 = 255;
 
@@ -48,6 +51,8 @@ pub enum Kind {
     Ack,
     /// Server refusing.
     Nak,
+    /// Client giving its address back.
+    Release,
 }
 
 impl Kind {
@@ -58,6 +63,7 @@ impl Kind {
             Kind::Request => 3,
             Kind::Ack => 5,
             Kind::Nak => 6,
+            Kind::Release => 7,
         }
     }
 
@@ -68,6 +74,7 @@ impl Kind {
             3 => Kind::Request,
             5 => Kind::Ack,
             6 => Kind::Nak,
+            7 => Kind::Release,
             _ => return None,
         })
     }
@@ -82,6 +89,9 @@ pub struct Message {
     pub xid: u32,
     /// Ask for broadcast replies.
     pub broadcast: bool,
+    /// The client's own address, when it has one (ciaddr: renewing,
+    /// rebinding, releasing).
+    pub client_ip: Ipv4Addr,
     /// The address offered or assigned (yiaddr).
     pub your_ip: Ipv4Addr,
     /// Client hardware address.
@@ -96,6 +106,10 @@ pub struct Message {
     pub dns: Vec<Ipv4Addr>,
     /// Option 51, seconds.
     pub lease_secs: Option<u32>,
+    /// Option 58: when to renew, seconds after the lease was granted.
+    pub t1: Option<u32>,
+    /// Option 59: when to rebind.
+    pub t2: Option<u32>,
     /// Option 54.
     pub server_id: Option<Ipv4Addr>,
     /// Option 50.
@@ -143,6 +157,7 @@ impl Message {
             op: BOOTREQUEST,
             xid,
             broadcast: true,
+            client_ip: Ipv4Addr::UNSPECIFIED,
             your_ip: Ipv4Addr::UNSPECIFIED,
             mac,
             kind,
@@ -150,6 +165,8 @@ impl Message {
             routers: Vec::new(),
             dns: Vec::new(),
             lease_secs: None,
+            t1: None,
+            t2: None,
             server_id: None,
             requested_ip: None,
             params: vec![OPT_SUBNET, OPT_ROUTER, OPT_DNS, OPT_LEASE],
@@ -175,6 +192,27 @@ pub fn request(offer: &Message, mac: [u8; 6]) -> Message {
     let mut m = Message::client(Kind::Request, offer.xid, mac);
     m.requested_ip = Some(offer.your_ip);
     m.server_id = offer.server_id;
+    m
+}
+
+/// The REQUEST that extends the lease on `address` (renewing, unicast
+/// to its server, or rebinding, broadcast): from the address itself,
+/// naming neither the address nor a server, as RFC 2131 section 4.3.2
+/// asks, and answered at the address.
+pub fn extend(address: Ipv4Addr, xid: u32, mac: [u8; 6]) -> Message {
+    let mut m = Message::client(Kind::Request, xid, mac);
+    m.client_ip = address;
+    m.broadcast = false;
+    m
+}
+
+/// The RELEASE that gives `address` back to `server`.
+pub fn release(address: Ipv4Addr, server: Option<Ipv4Addr>, xid: u32, mac: [u8; 6]) -> Message {
+    let mut m = Message::client(Kind::Release, xid, mac);
+    m.client_ip = address;
+    m.broadcast = false;
+    m.server_id = server;
+    m.params = Vec::new();
     m
 }
 
@@ -205,7 +243,7 @@ pub fn encode(m: &Message) -> Vec<u8> {
     out.extend_from_slice(&0u16.to_be_bytes());
     let flags = if m.broadcast { FLAG_BROADCAST } else { 0 };
     out.extend_from_slice(&flags.to_be_bytes());
-    out.extend_from_slice(&Ipv4Addr::UNSPECIFIED.octets()); // ciaddr
+    out.extend_from_slice(&m.client_ip.octets());
     out.extend_from_slice(&m.your_ip.octets());
     out.extend_from_slice(&Ipv4Addr::UNSPECIFIED.octets()); // siaddr
     out.extend_from_slice(&Ipv4Addr::UNSPECIFIED.octets()); // giaddr
@@ -228,8 +266,10 @@ pub fn encode(m: &Message) -> Vec<u8> {
     }
     push_addrs(&mut out, OPT_ROUTER, &m.routers);
     push_addrs(&mut out, OPT_DNS, &m.dns);
-    if let Some(secs) = m.lease_secs {
-        push_opt(&mut out, OPT_LEASE, &secs.to_be_bytes());
+    for (code, secs) in [(OPT_LEASE, m.lease_secs), (OPT_T1, m.t1), (OPT_T2, m.t2)] {
+        if let Some(secs) = secs {
+            push_opt(&mut out, code, &secs.to_be_bytes());
+        }
     }
     if !m.params.is_empty() {
         push_opt(&mut out, OPT_PARAMS, &m.params);
@@ -283,6 +323,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             .and_then(|b| b.try_into().ok())
             .ok_or_else(short)?,
     );
+    let client_ip = field(12, 4).and_then(ipv4).ok_or_else(short)?;
     let your_ip = field(16, 4).and_then(ipv4).ok_or_else(short)?;
     let mac: [u8; 6] = field(28, 6)
         .and_then(|b| b.try_into().ok())
@@ -291,6 +332,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         op: fixed.first().copied().unwrap_or(0),
         xid,
         broadcast: flags & FLAG_BROADCAST != 0,
+        client_ip,
         your_ip,
         mac,
         kind: Kind::Discover,
@@ -298,6 +340,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         routers: Vec::new(),
         dns: Vec::new(),
         lease_secs: None,
+        t1: None,
+        t2: None,
         server_id: None,
         requested_ip: None,
         params: Vec::new(),
@@ -323,9 +367,14 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             OPT_SUBNET => m.subnet = Some(one_addr(code, data)?),
             OPT_ROUTER => m.routers = addrs(code, data)?,
             OPT_DNS => m.dns = addrs(code, data)?,
-            OPT_LEASE => {
+            OPT_LEASE | OPT_T1 | OPT_T2 => {
                 let b: [u8; 4] = data.try_into().map_err(|_| DecodeError::BadLength(code))?;
-                m.lease_secs = Some(u32::from_be_bytes(b));
+                let secs = Some(u32::from_be_bytes(b));
+                match code {
+                    OPT_LEASE => m.lease_secs = secs,
+                    OPT_T1 => m.t1 = secs,
+                    _ => m.t2 = secs,
+                }
             }
             OPT_SERVER_ID => m.server_id = Some(one_addr(code, data)?),
             OPT_REQUESTED_IP => m.requested_ip = Some(one_addr(code, data)?),
@@ -354,28 +403,10 @@ pub struct Lease {
     pub lease_secs: Option<u32>,
     /// The server that granted it.
     pub server: Option<Ipv4Addr>,
-}
-
-/// Where the exchange stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// DISCOVER sent, waiting for an OFFER.
-    Selecting,
-    /// REQUEST sent for this offer, waiting for the ACK.
-    Requesting(Message),
-}
-
-/// What to do with a packet that arrived.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    /// Not for us, or not what this phase waits for.
-    Ignore,
-    /// Take the offer: send this REQUEST and wait in the new phase.
-    Request(Message),
-    /// The server confirmed.
-    Bound(Lease),
-    /// The server refused; start over with a DISCOVER.
-    Restart,
+    /// T1 and T2 when the server gave them, seconds.
+    pub t1: Option<u32>,
+    /// See `t1`.
+    pub t2: Option<u32>,
 }
 
 /// A subnet mask's prefix length; `None` when the mask is not contiguous.
@@ -396,88 +427,27 @@ fn default_prefix(address: Ipv4Addr) -> u8 {
     }
 }
 
-/// Decides what a packet `m` means to a client with hardware address
-/// `mac`, in transaction `xid`, in `phase`.
-pub fn decide_reply(phase: &Phase, xid: u32, mac: [u8; 6], m: &Message) -> Reply {
-    if m.op != BOOTREPLY || m.xid != xid || m.mac != mac {
-        return Reply::Ignore;
+/// Whether `m` is a server's reply to our transaction `xid` from `mac`.
+pub fn is_reply_to(m: &Message, xid: u32, mac: [u8; 6]) -> bool {
+    m.op == BOOTREPLY && m.xid == xid && m.mac == mac
+}
+
+/// The lease an ACK grants.
+pub fn lease_from_ack(m: &Message) -> Lease {
+    let prefix = m
+        .subnet
+        .and_then(mask_prefix)
+        .unwrap_or_else(|| default_prefix(m.your_ip));
+    Lease {
+        address: m.your_ip,
+        prefix,
+        router: m.routers.first().copied(),
+        dns: m.dns.clone(),
+        lease_secs: m.lease_secs,
+        server: m.server_id,
+        t1: m.t1,
+        t2: m.t2,
     }
-    match (phase, m.kind) {
-        (Phase::Selecting, Kind::Offer) if !m.your_ip.is_unspecified() => {
-            Reply::Request(request(m, mac))
-        }
-        (Phase::Requesting(sent), Kind::Ack) => {
-            // An ACK from another server than the one we asked is for
-            // someone else's REQUEST in a shared broadcast domain.
-            if sent.server_id.is_some() && m.server_id.is_some() && sent.server_id != m.server_id {
-                return Reply::Ignore;
-            }
-            let prefix = m
-                .subnet
-                .and_then(mask_prefix)
-                .unwrap_or_else(|| default_prefix(m.your_ip));
-            Reply::Bound(Lease {
-                address: m.your_ip,
-                prefix,
-                router: m.routers.first().copied(),
-                dns: m.dns.clone(),
-                lease_secs: m.lease_secs,
-                server: m.server_id,
-            })
-        }
-        (Phase::Requesting(sent), Kind::Nak)
-            if sent.server_id.is_none() || m.server_id == sent.server_id =>
-        {
-            Reply::Restart
-        }
-        _ => Reply::Ignore,
-    }
-}
-
-/// Why no lease was had.
-#[derive(Debug)]
-pub enum DhcpError {
-    /// The socket could not be set up.
-    Socket(io::Error),
-    /// No server answered in time.
-    Timeout(Duration),
-}
-
-impl fmt::Display for DhcpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DhcpError::Socket(e) => write!(f, "cannot open the DHCP client socket: {e}"),
-            DhcpError::Timeout(d) => write!(
-                f,
-                "no DHCP lease within {}s; check the cable and the DHCP server, \
-                 or give the interface static addresses",
-                d.as_secs()
-            ),
-        }
-    }
-}
-
-fn open_socket(interface: &str) -> io::Result<UdpSocket> {
-    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68))?;
-    sock.set_broadcast(true)?;
-    nix::sys::socket::setsockopt(
-        &sock,
-        nix::sys::socket::sockopt::BindToDevice,
-        &std::ffi::OsString::from(interface),
-    )?;
-    Ok(sock)
-}
-
-/// Taking a lease on an interface that is up.
-pub trait DhcpClient {
-    /// A lease on `interface` for hardware address `mac`, or why not.
-    fn lease(&self, interface: &str, mac: [u8; 6]) -> Result<Lease, String>;
-}
-
-/// The real client over UDP, waiting at most `deadline` per interface.
-pub struct RealDhcp {
-    /// How long one interface may take.
-    pub deadline: Duration,
 }
 
 /// A transaction id that differs between machines (the MAC) and
@@ -492,70 +462,34 @@ pub fn decide_xid(mac: [u8; 6], since_epoch: Duration) -> u32 {
         ^ u32::from_le_bytes([s0, s1, s2, s3])
 }
 
-impl DhcpClient for RealDhcp {
-    fn lease(&self, interface: &str, mac: [u8; 6]) -> Result<Lease, String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        acquire(interface, mac, decide_xid(mac, now), self.deadline).map_err(|e| e.to_string())
-    }
-}
+/// The client's port.
+pub const CLIENT_PORT: u16 = 68;
+/// The servers' port.
+pub const SERVER_PORT: u16 = 67;
 
-/// Takes a lease on `interface` (which must be up), giving up after
-/// `deadline`. `xid` should differ between machines and boots.
-pub fn acquire(
-    interface: &str,
-    mac: [u8; 6],
-    xid: u32,
-    deadline: Duration,
-) -> Result<Lease, DhcpError> {
-    let sock = open_socket(interface).map_err(DhcpError::Socket)?;
-    let server = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
-    let started = Instant::now();
-    let mut phase = Phase::Selecting;
-    let mut outgoing = discover(xid, mac);
-    // RFC 2131 asks for randomised exponential backoff from 4 s; a boot
-    // waits for this, so start at 1 s and cap at 4 s.
-    let mut wait = Duration::from_secs(1);
-    let mut buf = [0u8; 1500];
-    while started.elapsed() < deadline {
-        // A send failure (no carrier yet) is retried like a lost packet.
-        let _ = sock.send_to(&encode(&outgoing), server);
-        let until = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(Instant::now);
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            if sock.set_read_timeout(Some(left)).is_err() {
-                break;
-            }
-            let Ok((n, _)) = sock.recv_from(&mut buf) else {
-                break;
-            };
-            let Some(Ok(m)) = buf.get(..n).map(decode) else {
-                continue;
-            };
-            match decide_reply(&phase, xid, mac, &m) {
-                Reply::Ignore => {}
-                Reply::Request(req) => {
-                    outgoing = req.clone();
-                    phase = Phase::Requesting(req);
-                    let _ = sock.send_to(&encode(&outgoing), server);
-                }
-                Reply::Bound(lease) => return Ok(lease),
-                Reply::Restart => {
-                    phase = Phase::Selecting;
-                    outgoing = discover(xid, mac);
-                    break;
-                }
-            }
-        }
-        wait = wait.saturating_mul(2).min(Duration::from_secs(4));
-    }
-    Err(DhcpError::Timeout(deadline))
+/// The client's socket on `interface`: port 68 of every address, bound
+/// to the device before the port, so that each interface's client has
+/// its own socket on the same port; broadcast allowed; non-blocking
+/// (its reader waits in poll).
+pub fn open_socket(interface: &str) -> io::Result<UdpSocket> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, setsockopt, socket, sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    setsockopt(
+        &fd,
+        sockopt::BindToDevice,
+        &std::ffi::OsString::from(interface),
+    )?;
+    setsockopt(&fd, sockopt::Broadcast, &true)?;
+    let any = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, CLIENT_PORT));
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &any)?;
+    Ok(UdpSocket::from(fd))
 }
 
 #[cfg(test)]
@@ -638,64 +572,48 @@ mod tests {
     }
 
     #[test]
-    fn full_exchange() {
-        let offer = decode(&slirp_reply(2)).unwrap();
-        let Reply::Request(req) = decide_reply(&Phase::Selecting, XID, MAC, &offer) else {
-            panic!("offer not taken");
-        };
-        assert_eq!(req.kind, Kind::Request);
-        let phase = Phase::Requesting(req);
-        let ack = decode(&slirp_reply(5)).unwrap();
+    fn an_ack_grants_a_lease_with_its_times() {
+        let mut ack = decode(&slirp_reply(5)).unwrap();
+        assert!(is_reply_to(&ack, XID, MAC));
+        assert!(!is_reply_to(&ack, XID + 1, MAC));
+        // Our own broadcast looped back is a request, not a reply.
+        assert!(!is_reply_to(
+            &decode(&encode(&discover(XID, MAC))).unwrap(),
+            XID,
+            MAC
+        ));
+        ack.t1 = Some(30);
+        ack.t2 = Some(52);
+        let again = decode(&encode(&ack)).unwrap();
+        assert_eq!((again.t1, again.t2), (Some(30), Some(52)));
         assert_eq!(
-            decide_reply(&phase, XID, MAC, &ack),
-            Reply::Bound(Lease {
+            lease_from_ack(&again),
+            Lease {
                 address: Ipv4Addr::new(10, 0, 2, 15),
                 prefix: 24,
                 router: Some(Ipv4Addr::new(10, 0, 2, 2)),
                 dns: vec![Ipv4Addr::new(10, 0, 2, 3)],
                 lease_secs: Some(86400),
                 server: Some(Ipv4Addr::new(10, 0, 2, 2)),
-            })
+                t1: Some(30),
+                t2: Some(52),
+            }
         );
-        let nak = decode(&slirp_reply(6)).unwrap();
-        assert_eq!(decide_reply(&phase, XID, MAC, &nak), Reply::Restart);
     }
 
     #[test]
-    fn ignores_what_is_not_ours() {
-        let offer = decode(&slirp_reply(2)).unwrap();
-        assert_eq!(
-            decide_reply(&Phase::Selecting, XID + 1, MAC, &offer),
-            Reply::Ignore
-        );
-        let mut other = MAC;
-        other[5] = 0x57;
-        assert_eq!(
-            decide_reply(&Phase::Selecting, XID, other, &offer),
-            Reply::Ignore
-        );
-        // An ACK while still selecting is someone else's.
-        let ack = decode(&slirp_reply(5)).unwrap();
-        assert_eq!(
-            decide_reply(&Phase::Selecting, XID, MAC, &ack),
-            Reply::Ignore
-        );
-        // Our own broadcast DISCOVER looped back is a request, not a reply.
-        let own = decode(&encode(&discover(XID, MAC))).unwrap();
-        assert_eq!(
-            decide_reply(&Phase::Selecting, XID, MAC, &own),
-            Reply::Ignore
-        );
-        // An ACK from a server we did not ask.
-        let Reply::Request(req) = decide_reply(&Phase::Selecting, XID, MAC, &offer) else {
-            panic!("offer not taken");
-        };
-        let mut ack = decode(&slirp_reply(5)).unwrap();
-        ack.server_id = Some(Ipv4Addr::new(10, 0, 2, 9));
-        assert_eq!(
-            decide_reply(&Phase::Requesting(req), XID, MAC, &ack),
-            Reply::Ignore
-        );
+    fn renewal_and_release_bytes() {
+        let me = Ipv4Addr::new(10, 0, 2, 15);
+        let got = encode(&extend(me, XID, MAC));
+        // No broadcast flag, ciaddr set, and neither option 50 nor 54.
+        assert_eq!(&got[10..16], &hex("0000 0a00020f")[..]);
+        let want = hex("350103 3d07 01525400123456 3704 01030633 ff");
+        assert_eq!(&got[240..240 + want.len()], &want[..]);
+        let got = encode(&release(me, Some(Ipv4Addr::new(10, 0, 2, 2)), XID, MAC));
+        assert_eq!(&got[12..16], &me.octets());
+        let want = hex("350107 3d07 01525400123456 3604 0a000202 ff");
+        assert_eq!(&got[240..240 + want.len()], &want[..]);
+        assert_eq!(decode(&got).unwrap().kind, Kind::Release);
     }
 
     #[test]

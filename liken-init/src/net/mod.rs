@@ -1,30 +1,55 @@
-//! The machine's network at boot: which interfaces the Machine's
-//! network spec names, what to do to each, doing it, and the resolver
-//! configuration.
+//! The machine's network: which links and interfaces the Machine's
+//! network spec names, what to do to each, doing it, and the thread
+//! that keeps it (leases, resolv.conf, the published facts).
 //!
-//! [`decide_network`] turns the spec and the interfaces found in
-//! /sys/class/net into a list of [`Action`]s, purely; [`apply`] carries
-//! them out through [`Netlink`] and a DHCP function, so both are tested
-//! without a kernel. [`decide_resolv`] writes resolv.conf's text from
-//! the static servers and the leases' servers.
+//! A boot configures in two passes, because a bond or a VLAN must exist
+//! before an interface entry can name it:
+//! 1. [`decide_links`]: the bonds (created, their members enslaved, up)
+//!    and the VLANs (created on their parents);
+//! 2. [`decide_network`], over the interfaces found after the first
+//!    pass: per `interfaces` entry its MTU, its IPv6 router
+//!    advertisement settings, the link up, its static addresses (both
+//!    families), its static routes (after the addresses, as their
+//!    gateways are reachable only once an address is on the link), DHCP.
+//!    The IPv4 routes of a DHCP entry with no static IPv4 address wait
+//!    for the lease: the network thread adds them with it. Entries that
+//!    name a VLAN come after the others, so a parent is up and has its
+//!    MTU before its VLAN (the kernel refuses to bring up a VLAN whose
+//!    parent is down, or to give it a larger MTU); a VLAN no entry names
+//!    is brought up last.
 //!
-//! IPv4 only: an IPv6 address or route in the spec is reported as not
-//! supported rather than silently dropped.
+//! Both return a list of [`Action`]s, purely; [`apply`] carries them out
+//! through [`Netlink`] and [`SysctlWriter`], going on past failures so
+//! that one refused field costs nothing else. What could not be done is
+//! a console line and a problem in the published facts, never a halted
+//! boot. DHCP leases are kept by the network thread ([`daemon`]), which
+//! also writes resolv.conf ([`decide_resolv`]) and the facts.
+//!
+//! IPv6: static addresses and routes, and router advertisements (a
+//! default route, and SLAAC addresses for their prefixes) where an
+//! entry's `slaac` asks for them. The kernel does that work; init sets
+//! `accept_ra` to 2 (accepted even once k3s turns forwarding on) and
+//! `autoconf` to 1, or both to 0 where `slaac` is off, before the link
+//! comes up. There is no DHCPv6 client: see the README for why.
 
+pub mod daemon;
 pub mod dhcp;
+pub mod facts;
+pub mod lease;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::Path;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 
 use liken_api::machine::{InterfaceSpec, NetworkSpec};
 use liken_api::validate::{parse_cidr, parse_mac};
 
-use crate::sys::netlink::{Netlink, Request};
+use crate::sys::netlink::{Netlink, Op, Request, bond_mode_number, rta};
+use crate::sys::sysctl::SysctlWriter;
 
-/// How long a boot waits for one interface's DHCP lease before going
-/// on without it.
+/// How long a boot waits for the DHCP leases before going on without
+/// them (the network thread keeps asking).
 pub const DHCP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// An interface the kernel has.
@@ -70,12 +95,43 @@ pub fn read_interfaces(sys: &Path) -> Vec<Found> {
 /// One thing to do to the network.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Bring the link up.
+    /// Create (or set up) a bond and enslave its members (found by name
+    /// when the action runs, as they are re-read after creation).
+    Bond {
+        /// Its name.
+        name: String,
+        /// The bonding driver's mode number.
+        mode: u8,
+        /// Link monitoring interval, milliseconds.
+        miimon: u32,
+        /// The members' names.
+        members: Vec<String>,
+    },
+    /// Create a VLAN on its parent (found by name when the action runs:
+    /// it may be a bond created just before).
+    Vlan {
+        /// Its name.
+        name: String,
+        /// The parent's name.
+        parent: String,
+        /// The VLAN id.
+        id: u16,
+    },
+    /// Write an IPv6 setting of the interface under /proc/sys.
+    Sysctl {
+        /// The parameter's file.
+        path: PathBuf,
+        /// Its value.
+        value: &'static str,
+    },
+    /// Set the link's MTU and bring it up.
     Up {
         /// Interface name.
         name: String,
         /// Interface index.
         index: u32,
+        /// The MTU to set first, if the spec names one.
+        mtu: Option<u32>,
     },
     /// Add a static address.
     Address {
@@ -83,8 +139,8 @@ pub enum Action {
         name: String,
         /// Interface index.
         index: u32,
-        /// The address.
-        address: Ipv4Addr,
+        /// The address, either family.
+        address: IpAddr,
         /// Its prefix length.
         prefix: u8,
     },
@@ -95,23 +151,44 @@ pub enum Action {
         /// Interface index.
         index: u32,
         /// Destination network.
-        destination: Ipv4Addr,
+        destination: IpAddr,
         /// Destination prefix length.
         prefix: u8,
-        /// Gateway.
-        gateway: Ipv4Addr,
+        /// Gateway, of the destination's family.
+        gateway: IpAddr,
     },
-    /// Take a DHCP lease and configure its address and default route.
-    Dhcp {
-        /// Interface name.
-        name: String,
-        /// Interface index.
-        index: u32,
-        /// Hardware address the client sends.
-        mac: [u8; 6],
-    },
+    /// Keep a DHCP lease on the interface (the network thread does).
+    Dhcp(DhcpLink),
     /// A spec entry that cannot be carried out.
     Problem(String),
+}
+
+/// An interface whose DHCPv4 lease the network thread keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhcpLink {
+    /// Interface name.
+    pub name: String,
+    /// Interface index.
+    pub index: u32,
+    /// Hardware address the client sends.
+    pub mac: [u8; 6],
+    /// The entry's static IPv4 routes when it has no static IPv4
+    /// address: their gateways are reachable only through the lease's
+    /// subnet, so the thread adds them once a lease is on the link, and
+    /// again after each new one (the kernel drops a route with the
+    /// address that made its gateway reachable).
+    pub routes: Vec<StaticRoute>,
+}
+
+/// A static route of a [`DhcpLink`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaticRoute {
+    /// Destination network.
+    pub destination: IpAddr,
+    /// Destination prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    pub gateway: IpAddr,
 }
 
 fn describe_wanted(name: Option<&str>, mac: Option<&str>) -> String {
@@ -123,11 +200,12 @@ fn describe_wanted(name: Option<&str>, mac: Option<&str>) -> String {
     }
 }
 
-fn v4_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
-    match parse_cidr(text)? {
-        (IpAddr::V4(a), len) if len <= 32 => Some((a, len)),
-        _ => None,
+fn have(found: &[Found]) -> String {
+    if found.is_empty() {
+        return "none".to_owned();
     }
+    let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
+    names.join(", ")
 }
 
 /// The interface a spec entry names by `name`, by its parsed `mac`, or
@@ -146,158 +224,406 @@ fn find_interface<'a>(
 }
 
 /// Whether to wait for the system image's drivers before configuring:
-/// an interface `spec` names (by a valid name or MAC) is not among
-/// `found`, and its driver may be among the modules still loading
-/// ([`crate::image_modules`]). An entry that can never match (a bad MAC,
-/// neither name nor MAC) is left to [`decide_network`] to report.
+/// an interface `spec` names (an entry by a valid name or MAC, a bond
+/// member) is not among `found`, and its driver may be among the
+/// modules still loading ([`crate::image_modules`]). Bonds and VLANs
+/// are made by init, so their names are not waited for; an entry that
+/// can never match (a bad MAC, neither name nor MAC) is left to
+/// [`decide_network`] to report.
 pub fn decide_wait_for_drivers(spec: &NetworkSpec, found: &[Found]) -> bool {
-    spec.interfaces.iter().any(|iface| {
+    let made: BTreeSet<&str> = spec
+        .bonds
+        .iter()
+        .map(|b| b.name.as_str())
+        .chain(spec.vlans.iter().map(|v| v.name.as_str()))
+        .collect();
+    let entry_missing = spec.interfaces.iter().any(|iface| {
+        if iface.name.as_deref().is_some_and(|n| made.contains(n)) {
+            return false;
+        }
         let mac = match iface.mac.as_deref().map(parse_mac) {
             Some(None) => return false,
             Some(Some(m)) => Some(m),
             None => None,
         };
         (iface.name.is_some() || mac.is_some()) && find_interface(iface, mac, found).is_none()
-    })
+    });
+    let member_missing = spec
+        .bonds
+        .iter()
+        .flat_map(|b| &b.members)
+        .any(|m| !found.iter().any(|f| f.name == *m));
+    entry_missing || member_missing
 }
 
-/// What to do for `spec` on a machine with interfaces `found`: the
-/// loopback up first, then per spec entry its link up, its static
-/// addresses, its DHCP lease, and its static routes (last, as their
-/// gateways are reachable only once an address is on the link).
+/// The kernel modules the links of `spec` need (the kernel cannot load
+/// them itself: there is no modprobe for it to call).
+pub fn decide_modules(spec: &NetworkSpec) -> Vec<&'static str> {
+    let mut modules = Vec::new();
+    if !spec.bonds.is_empty() {
+        modules.push("bonding");
+    }
+    if !spec.vlans.is_empty() {
+        modules.push("8021q");
+    }
+    modules
+}
+
+/// The first pass: bonds with their members, then VLANs, for a machine
+/// with interfaces `found`. A member or parent that is missing is a
+/// problem; the link is made anyway where it can be, so the rest of the
+/// spec still applies.
+pub fn decide_links(spec: &NetworkSpec, found: &[Found]) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let exists = |name: &str| found.iter().any(|f| f.name == name);
+    for bond in &spec.bonds {
+        let (present, missing): (Vec<&String>, Vec<&String>) =
+            bond.members.iter().partition(|m| exists(m));
+        for m in missing {
+            actions.push(Action::Problem(format!(
+                "bond {}: member {m} not found (have: {}); check the name, or that its driver is in spec.modules",
+                bond.name,
+                have(found)
+            )));
+        }
+        actions.push(Action::Bond {
+            name: bond.name.clone(),
+            mode: bond_mode_number(bond.mode),
+            miimon: bond.miimon(),
+            members: present.into_iter().cloned().collect(),
+        });
+    }
+    for vlan in &spec.vlans {
+        if exists(&vlan.parent) || spec.bonds.iter().any(|b| b.name == vlan.parent) {
+            actions.push(Action::Vlan {
+                name: vlan.name.clone(),
+                parent: vlan.parent.clone(),
+                id: vlan.id,
+            });
+        } else {
+            actions.push(Action::Problem(format!(
+                "VLAN {}: its parent {} is not found (have: {}); check the name, or that its driver is in spec.modules",
+                vlan.name,
+                vlan.parent,
+                have(found)
+            )));
+        }
+    }
+    actions
+}
+
+fn ipv6_conf(name: &str, key: &str) -> PathBuf {
+    Path::new(crate::sysctls::PROC_SYS)
+        .join("net/ipv6/conf")
+        .join(name)
+        .join(key)
+}
+
+/// The second pass: what to do for each `interfaces` entry of `spec` on
+/// a machine with interfaces `found` (read after [`decide_links`]'s
+/// links were made), the loopback up first.
 pub fn decide_network(spec: &NetworkSpec, found: &[Found]) -> Vec<Action> {
     let mut actions = Vec::new();
     if let Some(lo) = found.iter().find(|f| f.name == "lo") {
         actions.push(Action::Up {
             name: lo.name.clone(),
             index: lo.index,
+            mtu: None,
         });
     }
+    let is_vlan = |i: &&InterfaceSpec| {
+        i.name
+            .as_ref()
+            .is_some_and(|n| spec.vlans.iter().any(|v| v.name == *n))
+    };
+    let (vlans, others): (Vec<&InterfaceSpec>, Vec<&InterfaceSpec>) =
+        spec.interfaces.iter().partition(is_vlan);
     let mut used = BTreeSet::new();
-    for iface in &spec.interfaces {
-        let want_mac = iface.mac.as_deref().map(parse_mac);
-        let wanted = describe_wanted(iface.name.as_deref(), iface.mac.as_deref());
-        if matches!(want_mac, Some(None)) {
-            actions.push(Action::Problem(format!(
-                "interface {wanted}: the mac is not a MAC address such as 52:54:00:12:34:56"
-            )));
-            continue;
-        }
-        let Some(hit) = find_interface(iface, want_mac.flatten(), found) else {
-            let have: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
-            actions.push(Action::Problem(format!(
-                "interface {wanted} not found (have: {}); check the Machine document or that the driver is in spec.modules",
-                if have.is_empty() {
-                    "none".to_owned()
-                } else {
-                    have.join(", ")
-                }
-            )));
-            continue;
-        };
-        if !used.insert(hit.index) {
-            actions.push(Action::Problem(format!(
-                "interface {wanted} is {} again, which an earlier entry configures; merge the entries",
-                hit.name
-            )));
-            continue;
-        }
-        let (name, index) = (hit.name.clone(), hit.index);
-        actions.push(Action::Up {
-            name: name.clone(),
-            index,
-        });
-        for a in &iface.addresses {
-            match v4_cidr(a) {
-                Some((address, prefix)) => actions.push(Action::Address {
-                    name: name.clone(),
-                    index,
-                    address,
-                    prefix,
-                }),
-                None => actions.push(Action::Problem(format!(
-                    "{name}: address {a:?} is not an IPv4 address with a prefix length (IPv6 is not supported yet)"
-                ))),
-            }
-        }
-        if iface.dhcp {
-            match hit.mac {
-                Some(mac) => actions.push(Action::Dhcp {
-                    name: name.clone(),
-                    index,
-                    mac,
-                }),
-                None => actions.push(Action::Problem(format!(
-                    "{name}: DHCP needs a hardware address and this interface has none; give it static addresses"
-                ))),
-            }
-        }
-        for r in &iface.routes {
-            let to = if r.to == "default" {
-                Some((Ipv4Addr::UNSPECIFIED, 0))
-            } else {
-                v4_cidr(&r.to)
-            };
-            match (to, r.via.parse::<Ipv4Addr>()) {
-                (Some((destination, prefix)), Ok(gateway)) => actions.push(Action::Route {
-                    name: name.clone(),
-                    index,
-                    destination,
-                    prefix,
-                    gateway,
-                }),
-                _ => actions.push(Action::Problem(format!(
-                    "{name}: route to {:?} via {:?} is not an IPv4 route (IPv6 is not supported yet)",
-                    r.to, r.via
-                ))),
-            }
+    for iface in others.into_iter().chain(vlans) {
+        decide_interface(iface, found, &mut used, &mut actions);
+    }
+    // A VLAN no entry names still comes up, once its parent is.
+    for vlan in &spec.vlans {
+        if let Some(f) = found.iter().find(|f| f.name == vlan.name)
+            && !used.contains(&f.index)
+        {
+            actions.push(Action::Up {
+                name: f.name.clone(),
+                index: f.index,
+                mtu: None,
+            });
         }
     }
     actions
 }
 
+fn decide_interface(
+    iface: &InterfaceSpec,
+    found: &[Found],
+    used: &mut BTreeSet<u32>,
+    actions: &mut Vec<Action>,
+) {
+    let want_mac = iface.mac.as_deref().map(parse_mac);
+    let wanted = describe_wanted(iface.name.as_deref(), iface.mac.as_deref());
+    if matches!(want_mac, Some(None)) {
+        actions.push(Action::Problem(format!(
+            "interface {wanted}: the mac is not a MAC address such as 52:54:00:12:34:56"
+        )));
+        return;
+    }
+    let Some(hit) = find_interface(iface, want_mac.flatten(), found) else {
+        actions.push(Action::Problem(format!(
+            "interface {wanted} not found (have: {}); check the Machine document or that the driver is in spec.modules",
+            have(found)
+        )));
+        return;
+    };
+    if !used.insert(hit.index) {
+        actions.push(Action::Problem(format!(
+            "interface {wanted} is {} again, which an earlier entry configures; merge the entries",
+            hit.name
+        )));
+        return;
+    }
+    let (name, index) = (hit.name.clone(), hit.index);
+    let ra = if iface.slaac() { "2" } else { "0" };
+    let autoconf = if iface.slaac() { "1" } else { "0" };
+    for (key, value) in [("accept_ra", ra), ("autoconf", autoconf)] {
+        actions.push(Action::Sysctl {
+            path: ipv6_conf(&name, key),
+            value,
+        });
+    }
+    actions.push(Action::Up {
+        name: name.clone(),
+        index,
+        mtu: iface.mtu,
+    });
+    for a in &iface.addresses {
+        match parse_cidr(a) {
+            Some((address, prefix)) => actions.push(Action::Address {
+                name: name.clone(),
+                index,
+                address,
+                prefix,
+            }),
+            None => actions.push(Action::Problem(format!(
+                "{name}: address {a:?} is not an address with a prefix length"
+            ))),
+        }
+    }
+    // IPv4 routes wait for the lease when only it gives the link an
+    // IPv4 subnet.
+    let after_lease = iface.dhcp
+        && hit.mac.is_some()
+        && !iface
+            .addresses
+            .iter()
+            .any(|a| parse_cidr(a).is_some_and(|(a, _)| a.is_ipv4()));
+    let mut leased_routes = Vec::new();
+    for r in &iface.routes {
+        match (parse_cidr(&r.to), r.via.parse::<IpAddr>()) {
+            (Some((destination, prefix)), Ok(gateway))
+                if destination.is_ipv4() == gateway.is_ipv4() =>
+            {
+                let route = StaticRoute {
+                    destination,
+                    prefix,
+                    gateway,
+                };
+                if after_lease && destination.is_ipv4() {
+                    leased_routes.push(route);
+                } else {
+                    actions.push(Action::Route {
+                        name: name.clone(),
+                        index,
+                        destination,
+                        prefix,
+                        gateway,
+                    })
+                }
+            }
+            _ => actions.push(Action::Problem(format!(
+                "{name}: route to {:?} via {:?} is not a destination and a gateway of one family",
+                r.to, r.via
+            ))),
+        }
+    }
+    if iface.dhcp {
+        match hit.mac {
+            Some(mac) => actions.push(Action::Dhcp(DhcpLink {
+                name,
+                index,
+                mac,
+                routes: leased_routes,
+            })),
+            None => actions.push(Action::Problem(format!(
+                "{name}: DHCP needs a hardware address and this interface has none; give it static addresses"
+            ))),
+        }
+    }
+}
+
 /// What [`apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// One short phrase per configured interface (`eth0 10.0.2.15/24
-    /// by DHCP`).
+    /// One short phrase per thing done (`eth0 10.0.2.15/24`, `bond
+    /// bond0 of eth2, eth3`).
     pub done: Vec<String>,
     /// What failed, each a sentence saying what to do.
     pub failed: Vec<String>,
-    /// DNS servers the leases gave.
-    pub leased_dns: Vec<Ipv4Addr>,
+    /// The interfaces whose DHCP leases the network thread keeps.
+    pub dhcp: Vec<DhcpLink>,
 }
 
-/// Takes a DHCP lease on the interface (name, mac), or says why not.
-pub type LeaseFn<'a> = dyn FnMut(&str, [u8; 6]) -> Result<dhcp::Lease, String> + 'a;
-
-/// Carries out `actions`; `lease` takes a DHCP lease on an interface
-/// (name, mac) that is already up. A failed action is reported and the
-/// rest go on, so one bad interface does not cost the others.
-pub fn apply(actions: &[Action], netlink: &dyn Netlink, lease: &mut LeaseFn<'_>) -> Report {
-    let mut report = Report::default();
+/// Carries out `actions` in order; `index_of` finds a link's index by
+/// name at the time (links this pass made are not in any earlier list).
+/// A failed action is reported and the rest go on, so one bad field
+/// does not cost the others.
+pub fn apply(
+    actions: &[Action],
+    netlink: &dyn Netlink,
+    sysctl: &dyn SysctlWriter,
+    index_of: &dyn Fn(&str) -> Option<u32>,
+    report: &mut Report,
+) {
+    let request = |r: Request, what: &dyn Fn() -> String, report: &mut Report| {
+        netlink
+            .apply(&r)
+            .map_err(|e| report.failed.push(format!("{}: {e}", what())))
+            .is_ok()
+    };
     for action in actions {
         match action {
-            Action::Up { name, index } => {
-                if let Err(e) = netlink.apply(&Request::LinkUp { index: *index }) {
-                    report.failed.push(format!("cannot bring {name} up: {e}"));
+            Action::Bond {
+                name,
+                mode,
+                miimon,
+                members,
+            } => {
+                let made = request(
+                    Request::Bond {
+                        name: name.clone(),
+                        mode: *mode,
+                        miimon: *miimon,
+                    },
+                    &|| format!("cannot create bond {name}"),
+                    report,
+                );
+                let Some(bond) = index_of(name).filter(|_| made) else {
+                    continue;
+                };
+                let mut joined = Vec::new();
+                for m in members {
+                    let Some(member) = index_of(m) else {
+                        report
+                            .failed
+                            .push(format!("bond {name}: member {m} vanished"));
+                        continue;
+                    };
+                    // A link joins a bond only while it is down; the
+                    // bonding driver brings it up again.
+                    let what = || format!("cannot add {m} to bond {name}; is it up and in use?");
+                    let down = Request::Link {
+                        index: member,
+                        up: Some(false),
+                        mtu: None,
+                        master: None,
+                    };
+                    let join = Request::Link {
+                        index: member,
+                        up: None,
+                        mtu: None,
+                        master: Some(bond),
+                    };
+                    if request(down, &what, report) && request(join, &what, report) {
+                        joined.push(m.as_str());
+                    }
                 }
+                if request(
+                    Request::up(bond),
+                    &|| format!("cannot bring {name} up"),
+                    report,
+                ) {
+                    report
+                        .done
+                        .push(format!("bond {name} of {}", joined.join(", ")));
+                }
+            }
+            Action::Vlan { name, parent, id } => {
+                let Some(parent_index) = index_of(parent) else {
+                    report.failed.push(format!(
+                        "VLAN {name}: its parent {parent} is not there (was the bond made?)"
+                    ));
+                    continue;
+                };
+                let made = request(
+                    Request::Vlan {
+                        name: name.clone(),
+                        parent: parent_index,
+                        id: *id,
+                    },
+                    &|| format!("cannot create VLAN {name} (id {id} on {parent})"),
+                    report,
+                );
+                // It comes up in the second pass, after its parent.
+                if made {
+                    report.done.push(format!("VLAN {name} {id} on {parent}"));
+                }
+            }
+            Action::Sysctl { path, value } => {
+                if let Err(e) = sysctl.write(path, value) {
+                    report
+                        .failed
+                        .push(format!("cannot write {value} to {}: {e}", path.display()));
+                }
+            }
+            Action::Up { name, index, mtu } => {
+                if let Some(mtu) = mtu {
+                    let set = Request::Link {
+                        index: *index,
+                        up: None,
+                        mtu: Some(*mtu),
+                        master: None,
+                    };
+                    if request(
+                        set,
+                        &|| {
+                            format!(
+                                "{name}: the kernel refused MTU {mtu} (the card's limit, or above its parent's)"
+                            )
+                        },
+                        report,
+                    ) {
+                        report.done.push(format!("{name} mtu {mtu}"));
+                    }
+                }
+                request(
+                    Request::up(*index),
+                    &|| format!("cannot bring {name} up"),
+                    report,
+                );
             }
             Action::Address {
                 name,
                 index,
                 address,
                 prefix,
-            } => match netlink.apply(&Request::AddAddress {
-                index: *index,
-                address: *address,
-                prefix: *prefix,
-            }) {
-                Ok(()) => report.done.push(format!("{name} {address}/{prefix}")),
-                Err(e) => report
-                    .failed
-                    .push(format!("cannot add {address}/{prefix} to {name}: {e}")),
-            },
+            } => {
+                let add = Request::Address {
+                    op: Op::Add,
+                    index: *index,
+                    address: *address,
+                    prefix: *prefix,
+                };
+                if request(
+                    add,
+                    &|| format!("cannot add {address}/{prefix} to {name}"),
+                    report,
+                ) {
+                    report.done.push(format!("{name} {address}/{prefix}"));
+                }
+            }
             Action::Route {
                 name,
                 index,
@@ -305,114 +631,60 @@ pub fn apply(actions: &[Action], netlink: &dyn Netlink, lease: &mut LeaseFn<'_>)
                 prefix,
                 gateway,
             } => {
-                if let Err(e) = netlink.apply(&Request::AddRoute {
+                let add = Request::Route {
+                    op: Op::Add,
                     index: *index,
                     destination: *destination,
                     prefix: *prefix,
                     gateway: *gateway,
-                }) {
-                    report.failed.push(format!(
-                        "cannot add the route to {destination}/{prefix} via {gateway} on {name}: {e}; \
-                         check that the gateway is inside one of {name}'s subnets"
-                    ));
-                }
+                    protocol: rta::PROTO_BOOT,
+                };
+                request(
+                    add,
+                    &|| {
+                        format!(
+                            "cannot add the route to {destination}/{prefix} via {gateway} on {name}; \
+                             check that the gateway is inside one of {name}'s subnets"
+                        )
+                    },
+                    report,
+                );
             }
-            Action::Dhcp { name, index, mac } => match lease(name, *mac) {
-                Ok(l) => apply_lease(name, *index, &l, netlink, &mut report),
-                Err(e) => report.failed.push(format!("{name}: {e}")),
-            },
+            Action::Dhcp(link) => report.dhcp.push(link.clone()),
             Action::Problem(p) => report.failed.push(p.clone()),
         }
     }
-    report
 }
 
-fn apply_lease(
-    name: &str,
-    index: u32,
-    lease: &dhcp::Lease,
-    netlink: &dyn Netlink,
-    report: &mut Report,
-) {
-    let (address, prefix) = (lease.address, lease.prefix);
-    if let Err(e) = netlink.apply(&Request::AddAddress {
-        index,
-        address,
-        prefix,
-    }) {
-        report.failed.push(format!(
-            "{name}: cannot add the leased {address}/{prefix}: {e}"
-        ));
-        return;
-    }
-    if let Some(gateway) = lease.router
-        && let Err(e) = netlink.apply(&Request::AddRoute {
-            index,
-            destination: Ipv4Addr::UNSPECIFIED,
-            prefix: 0,
-            gateway,
-        })
-    {
-        report.failed.push(format!(
-            "{name}: cannot add the default route via {gateway} from the lease: {e}"
-        ));
-    }
-    report
-        .done
-        .push(format!("{name} {address}/{prefix} by DHCP"));
-    for d in &lease.dns {
-        if !report.leased_dns.contains(d) {
-            report.leased_dns.push(*d);
+/// Whether the boot waits for IPv6 duplicate address detection before
+/// going on: the spec has static IPv6 addresses, which the NTP step and
+/// k3s use at once, and a tentative address cannot be used yet.
+pub fn decide_wait_for_dad(spec: &NetworkSpec) -> bool {
+    spec.interfaces
+        .iter()
+        .flat_map(|i| &i.addresses)
+        .any(|a| parse_cidr(a).is_some_and(|(a, _)| a.is_ipv6()))
+}
+
+/// Waits until no address is tentative, or `within` has passed (a
+/// duplicate is then the kernel's to report: the address stays
+/// unusable, and the facts show it).
+pub fn wait_for_dad(nl: &dyn Netlink, within: std::time::Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        match facts::read(nl) {
+            Ok(k) if facts::any_tentative(&k) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            _ => return,
         }
     }
 }
 
-/// The whole network step: plan `spec` against the interfaces in
-/// `sys`, carry it out, and write resolv.conf at `resolv_conf` when
-/// there are servers. `Ok` with a summary when everything was done,
-/// `Err` with what failed (and what was done) otherwise.
-pub fn configure(
-    spec: &NetworkSpec,
-    found: &[Found],
-    netlink: &dyn Netlink,
-    dhcp: &dyn dhcp::DhcpClient,
-    resolv_conf: &Path,
-) -> Result<String, String> {
-    let actions = decide_network(spec, found);
-    let mut report = apply(&actions, netlink, &mut |name, mac| dhcp.lease(name, mac));
-    let mut done = if report.done.is_empty() {
-        vec!["loopback only".to_owned()]
-    } else {
-        report.done.clone()
-    };
-    if let Some(text) = decide_resolv(spec, &report.leased_dns) {
-        let written = resolv_conf
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| crate::fsutil::write_atomic(resolv_conf, text.as_bytes(), 0o644));
-        match written {
-            Ok(()) => done.push(format!("DNS in {}", resolv_conf.display())),
-            Err(e) => report.failed.push(format!(
-                "cannot write {}: {e}; names will not resolve",
-                resolv_conf.display()
-            )),
-        }
-    }
-    if report.failed.is_empty() {
-        Ok(done.join(", "))
-    } else {
-        Err(format!(
-            "{} (done: {})",
-            report.failed.join("; "),
-            done.join(", ")
-        ))
-    }
-}
-
-/// resolv.conf's text: the spec's static servers first, then the
-/// leases', each once, at most three (the C library reads no more).
-/// `None` when there is no server at all, so an existing file is left.
-pub fn decide_resolv(spec: &NetworkSpec, leased: &[Ipv4Addr]) -> Option<String> {
+/// The DNS servers for resolv.conf: the spec's static servers first,
+/// then the leases', each once, at most three (the C library reads no
+/// more).
+pub fn decide_servers(spec: &NetworkSpec, leased: &[std::net::Ipv4Addr]) -> Vec<IpAddr> {
     let mut servers: Vec<IpAddr> = Vec::new();
     let statics = spec
         .interfaces
@@ -420,398 +692,22 @@ pub fn decide_resolv(spec: &NetworkSpec, leased: &[Ipv4Addr]) -> Option<String> 
         .flat_map(|i| i.dns.iter())
         .filter_map(|d| d.parse::<IpAddr>().ok());
     for s in statics.chain(leased.iter().copied().map(IpAddr::V4)) {
-        if !servers.contains(&s) {
+        if !servers.contains(&s) && servers.len() < crate::dns::MAX_NAMESERVERS {
             servers.push(s);
         }
     }
-    if servers.is_empty() {
-        return None;
-    }
+    servers
+}
+
+/// resolv.conf's text for `servers`.
+pub fn decide_resolv(servers: &[IpAddr]) -> String {
     let mut text =
-        String::from("# Written by liken-init at boot from the Machine document and DHCP.\n");
-    for s in servers.iter().take(3) {
+        String::from("# Written by liken-init from the Machine document and its DHCP leases.\n");
+    for s in servers {
         let _ = writeln!(text, "nameserver {s}");
     }
-    Some(text)
+    text
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sys::netlink::FakeNetlink;
-    use liken_api::machine::RouteSpec;
-
-    const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
-
-    fn found() -> Vec<Found> {
-        vec![
-            Found {
-                name: "lo".into(),
-                index: 1,
-                mac: None,
-            },
-            Found {
-                name: "eth0".into(),
-                index: 2,
-                mac: Some(MAC),
-            },
-        ]
-    }
-
-    fn dhcp_spec() -> NetworkSpec {
-        NetworkSpec {
-            interfaces: vec![InterfaceSpec {
-                mac: Some("52:54:00:12:34:56".into()),
-                dhcp: true,
-                ..InterfaceSpec::default()
-            }],
-            ..NetworkSpec::default()
-        }
-    }
-
-    fn static_spec() -> NetworkSpec {
-        NetworkSpec {
-            interfaces: vec![InterfaceSpec {
-                name: Some("eth0".into()),
-                addresses: vec!["192.168.1.10/24".into()],
-                routes: vec![
-                    RouteSpec {
-                        to: "0.0.0.0/0".into(),
-                        via: "192.168.1.1".into(),
-                    },
-                    RouteSpec {
-                        to: "10.8.0.0/16".into(),
-                        via: "192.168.1.254".into(),
-                    },
-                ],
-                dns: vec!["192.168.1.1".into(), "9.9.9.9".into()],
-                ..InterfaceSpec::default()
-            }],
-            ..NetworkSpec::default()
-        }
-    }
-
-    #[test]
-    fn dhcp_by_mac() {
-        assert_eq!(
-            decide_network(&dhcp_spec(), &found()),
-            vec![
-                Action::Up {
-                    name: "lo".into(),
-                    index: 1
-                },
-                Action::Up {
-                    name: "eth0".into(),
-                    index: 2
-                },
-                Action::Dhcp {
-                    name: "eth0".into(),
-                    index: 2,
-                    mac: MAC
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn static_by_name() {
-        let actions = decide_network(&static_spec(), &found());
-        assert_eq!(
-            actions[2..],
-            [
-                Action::Address {
-                    name: "eth0".into(),
-                    index: 2,
-                    address: Ipv4Addr::new(192, 168, 1, 10),
-                    prefix: 24
-                },
-                Action::Route {
-                    name: "eth0".into(),
-                    index: 2,
-                    destination: Ipv4Addr::UNSPECIFIED,
-                    prefix: 0,
-                    gateway: Ipv4Addr::new(192, 168, 1, 1)
-                },
-                Action::Route {
-                    name: "eth0".into(),
-                    index: 2,
-                    destination: Ipv4Addr::new(10, 8, 0, 0),
-                    prefix: 16,
-                    gateway: Ipv4Addr::new(192, 168, 1, 254)
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn problems_are_reported_not_dropped() {
-        let mut spec = dhcp_spec();
-        spec.interfaces[0].mac = Some("52:54:00:12:34:99".into());
-        spec.interfaces.push(InterfaceSpec {
-            name: Some("eth0".into()),
-            addresses: vec!["fd00::5/64".into()],
-            ..InterfaceSpec::default()
-        });
-        spec.interfaces.push(InterfaceSpec {
-            name: Some("eth0".into()),
-            dhcp: true,
-            ..InterfaceSpec::default()
-        });
-        spec.interfaces.push(InterfaceSpec {
-            name: Some("lo".into()),
-            dhcp: true,
-            ..InterfaceSpec::default()
-        });
-        let actions = decide_network(&spec, &found());
-        let problems: Vec<&String> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Problem(p) => Some(p),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(problems.len(), 4, "{problems:?}");
-        assert!(problems[0].contains("mac 52:54:00:12:34:99 not found (have: lo, eth0)"));
-        assert!(problems[1].contains("IPv6 is not supported"));
-        assert!(problems[2].contains("an earlier entry configures"));
-        assert!(problems[3].contains("lo: DHCP needs a hardware address"));
-    }
-
-    #[test]
-    fn name_and_mac_must_both_match() {
-        let mut spec = dhcp_spec();
-        spec.interfaces[0].name = Some("eth1".into());
-        let actions = decide_network(&spec, &found());
-        assert!(matches!(&actions[1], Action::Problem(p) if p.contains("eth1 with mac")));
-    }
-
-    #[test]
-    fn apply_dhcp_then_routes() {
-        let nl = FakeNetlink::default();
-        let mut asked = Vec::new();
-        let report = apply(
-            &decide_network(&dhcp_spec(), &found()),
-            &nl,
-            &mut |name, mac| {
-                asked.push((name.to_owned(), mac));
-                Ok(dhcp::Lease {
-                    address: Ipv4Addr::new(10, 0, 2, 15),
-                    prefix: 24,
-                    router: Some(Ipv4Addr::new(10, 0, 2, 2)),
-                    dns: vec![Ipv4Addr::new(10, 0, 2, 3)],
-                    lease_secs: Some(86400),
-                    server: Some(Ipv4Addr::new(10, 0, 2, 2)),
-                })
-            },
-        );
-        assert_eq!(asked, vec![("eth0".to_owned(), MAC)]);
-        assert_eq!(
-            nl.applied(),
-            vec![
-                Request::LinkUp { index: 1 },
-                Request::LinkUp { index: 2 },
-                Request::AddAddress {
-                    index: 2,
-                    address: Ipv4Addr::new(10, 0, 2, 15),
-                    prefix: 24
-                },
-                Request::AddRoute {
-                    index: 2,
-                    destination: Ipv4Addr::UNSPECIFIED,
-                    prefix: 0,
-                    gateway: Ipv4Addr::new(10, 0, 2, 2)
-                },
-            ]
-        );
-        assert_eq!(report.done, vec!["eth0 10.0.2.15/24 by DHCP"]);
-        assert!(report.failed.is_empty());
-        assert_eq!(report.leased_dns, vec![Ipv4Addr::new(10, 0, 2, 3)]);
-        assert_eq!(
-            decide_resolv(&dhcp_spec(), &report.leased_dns).unwrap(),
-            "# Written by liken-init at boot from the Machine document and DHCP.\nnameserver 10.0.2.3\n"
-        );
-    }
-
-    #[test]
-    fn apply_goes_on_after_a_failure() {
-        let bad = Request::AddAddress {
-            index: 2,
-            address: Ipv4Addr::new(192, 168, 1, 10),
-            prefix: 24,
-        };
-        let nl = FakeNetlink {
-            fail: vec![bad],
-            ..FakeNetlink::default()
-        };
-        let report = apply(
-            &decide_network(&static_spec(), &found()),
-            &nl,
-            &mut |_, _| Err("unused".into()),
-        );
-        assert_eq!(nl.applied().len(), 5);
-        assert_eq!(report.failed.len(), 1);
-        assert!(report.failed[0].starts_with("cannot add 192.168.1.10/24 to eth0"));
-        assert!(report.done.is_empty());
-    }
-
-    #[test]
-    fn dhcp_failure_is_reported() {
-        let nl = FakeNetlink::default();
-        let report = apply(&decide_network(&dhcp_spec(), &found()), &nl, &mut |_, _| {
-            Err("no DHCP lease within 20s".into())
-        });
-        assert_eq!(report.failed, vec!["eth0: no DHCP lease within 20s"]);
-        assert_eq!(nl.applied().len(), 2);
-    }
-
-    #[test]
-    fn resolv_order_and_limit() {
-        let text = decide_resolv(
-            &static_spec(),
-            &[
-                Ipv4Addr::new(9, 9, 9, 9),
-                Ipv4Addr::new(1, 1, 1, 1),
-                Ipv4Addr::new(8, 8, 8, 8),
-            ],
-        )
-        .unwrap();
-        let lines: Vec<&str> = text.lines().skip(1).collect();
-        assert_eq!(
-            lines,
-            [
-                "nameserver 192.168.1.1",
-                "nameserver 9.9.9.9",
-                "nameserver 1.1.1.1"
-            ]
-        );
-        assert_eq!(decide_resolv(&dhcp_spec(), &[]), None);
-    }
-
-    struct FakeDhcp(Result<dhcp::Lease, String>);
-
-    impl dhcp::DhcpClient for FakeDhcp {
-        fn lease(&self, _: &str, _: [u8; 6]) -> Result<dhcp::Lease, String> {
-            self.0.clone()
-        }
-    }
-
-    fn slirp_lease() -> dhcp::Lease {
-        dhcp::Lease {
-            address: Ipv4Addr::new(10, 0, 2, 15),
-            prefix: 24,
-            router: Some(Ipv4Addr::new(10, 0, 2, 2)),
-            dns: vec![Ipv4Addr::new(10, 0, 2, 3)],
-            lease_secs: Some(86400),
-            server: Some(Ipv4Addr::new(10, 0, 2, 2)),
-        }
-    }
-
-    #[test]
-    fn configure_writes_resolv_conf() {
-        let dir = std::env::temp_dir().join(format!("liken-net-conf-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("etc/resolv.conf");
-        let nl = FakeNetlink::default();
-        let got = configure(
-            &dhcp_spec(),
-            &found(),
-            &nl,
-            &FakeDhcp(Ok(slirp_lease())),
-            &path,
-        );
-        assert_eq!(
-            got,
-            Ok(format!(
-                "eth0 10.0.2.15/24 by DHCP, DNS in {}",
-                path.display()
-            ))
-        );
-        assert!(
-            std::fs::read_to_string(&path)
-                .unwrap()
-                .ends_with("\nnameserver 10.0.2.3\n")
-        );
-        assert_eq!(nl.applied().len(), 4);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn configure_without_spec_brings_loopback_up() {
-        let nl = FakeNetlink::default();
-        let path = std::env::temp_dir().join("liken-net-never-written/resolv.conf");
-        let got = configure(
-            &NetworkSpec::default(),
-            &found(),
-            &nl,
-            &FakeDhcp(Err("unused".into())),
-            &path,
-        );
-        assert_eq!(got, Ok("loopback only".to_owned()));
-        assert_eq!(nl.applied(), vec![Request::LinkUp { index: 1 }]);
-        assert!(!path.exists());
-    }
-
-    #[test]
-    fn configure_reports_missing_interface() {
-        let nl = FakeNetlink::default();
-        let path = std::env::temp_dir().join("liken-net-never-written/resolv.conf");
-        let lo_only = &found()[..1];
-        let got = configure(
-            &dhcp_spec(),
-            lo_only,
-            &nl,
-            &FakeDhcp(Ok(slirp_lease())),
-            &path,
-        );
-        let err = got.unwrap_err();
-        assert!(
-            err.starts_with("interface mac 52:54:00:12:34:56 not found (have: lo)"),
-            "{err}"
-        );
-        assert!(err.ends_with("(done: loopback only)"), "{err}");
-    }
-
-    #[test]
-    fn waits_for_drivers_only_for_a_named_interface_not_there_yet() {
-        let all = found();
-        let lo_only = &all[..1];
-        // dhcp_spec names its interface by MAC: missing with lo alone.
-        assert!(decide_wait_for_drivers(&dhcp_spec(), lo_only));
-        assert!(!decide_wait_for_drivers(&dhcp_spec(), &all));
-        let named = |name: Option<&str>, mac: Option<&str>| NetworkSpec {
-            interfaces: vec![InterfaceSpec {
-                name: name.map(str::to_owned),
-                mac: mac.map(str::to_owned),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        assert!(decide_wait_for_drivers(&named(Some("eth0"), None), lo_only));
-        assert!(!decide_wait_for_drivers(&named(Some("eth0"), None), &all));
-        // No interfaces, a MAC that is not one, or an entry naming
-        // nothing: no driver can help, so nothing to wait for.
-        assert!(!decide_wait_for_drivers(&NetworkSpec::default(), lo_only));
-        assert!(!decide_wait_for_drivers(
-            &named(None, Some("not-a-mac")),
-            lo_only
-        ));
-        assert!(!decide_wait_for_drivers(&named(None, None), lo_only));
-    }
-
-    #[test]
-    fn reads_sysfs() {
-        let dir = std::env::temp_dir().join(format!("liken-net-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for (name, index, addr) in [
-            ("eth0", "2", "52:54:00:12:34:56\n"),
-            ("lo", "1", "00:00:00:00:00:00\n"),
-        ] {
-            let d = dir.join("class/net").join(name);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("ifindex"), format!("{index}\n")).unwrap();
-            std::fs::write(d.join("address"), addr).unwrap();
-        }
-        assert_eq!(read_interfaces(&dir), found());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

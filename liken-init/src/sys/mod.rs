@@ -14,8 +14,8 @@
 //! - [`efivars`] reads EFI variables (the entry systemd-boot booted);
 //! - [`command`] runs a program to its end (mke2fs, `k3s kubectl`)
 //!   without racing the reaper;
-//! - [`netlink`] brings links up and adds IPv4 addresses and routes
-//!   over rtnetlink;
+//! - [`netlink`] changes and reads links (bonds and VLANs too),
+//!   addresses and routes of both families over rtnetlink;
 //! - [`sysctl`] writes a kernel parameter under /proc/sys;
 //! - [`clock`] reads and sets the wall clock (the NTP step);
 //! - [`process`] clears init's signal mask in a child before exec,
@@ -41,12 +41,11 @@ pub struct Sys {
     pub modules: std::sync::Arc<dyn modules::ModuleLoader + Send + Sync>,
     /// sync(2) and reboot(2).
     pub power: Box<dyn power::Power + Send>,
-    /// rtnetlink: links, addresses, routes.
-    pub netlink: Box<dyn netlink::Netlink + Send>,
+    /// rtnetlink: links, addresses, routes; shared with the network
+    /// thread ([`crate::net::daemon`]).
+    pub netlink: std::sync::Arc<dyn netlink::Netlink + Send + Sync>,
     /// /proc/sys writes.
     pub sysctl: Box<dyn sysctl::SysctlWriter + Send>,
-    /// The DHCP client.
-    pub dhcp: Box<dyn crate::net::dhcp::DhcpClient + Send>,
     /// Programs run to their end.
     pub run: std::sync::Arc<dyn command::Runner + Send + Sync>,
     /// The wall clock.
@@ -62,12 +61,9 @@ impl Sys {
             mount: Box::new(mount::RealMounter),
             modules: std::sync::Arc::new(modules::RealLoader),
             power: Box::new(power::RealPower),
-            netlink: Box::new(netlink::RealNetlink::new()),
+            netlink: std::sync::Arc::new(netlink::RealNetlink::new()),
             sysctl: Box::new(sysctl::RealSysctl),
             clock: Box::new(clock::RealClock),
-            dhcp: Box::new(crate::net::dhcp::RealDhcp {
-                deadline: crate::net::DHCP_DEADLINE,
-            }),
         }
     }
 }
