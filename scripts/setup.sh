@@ -37,6 +37,7 @@ packages=(
   docker-registry   # a real registry, started by the test on loopback
   chrony            # chronyd serves NTP on loopback to init's SNTP client (liken-init/tests/chrony_dnsmasq.rs)
   dnsmasq-base      # dnsmasq answers init's DNS stub resolver on loopback (the same test)
+  iproute2          # ip netns, tap devices and bridges for the QEMU network tests' own namespace (qemu-tests/tests/network.rs, which also runs dnsmasq's DHCP and RA there)
   prometheus        # promtool check metrics reads every exposition liken-kube serves (liken-kube/tests/exposition.rs)
   # The benchmarks' references (`make bench`; `make test` runs each once
   # at a tiny size) and the tests that fetch releases from a real web

@@ -31,6 +31,7 @@ pub mod disk;
 pub mod drives;
 pub mod firmware;
 pub mod install;
+pub mod netns;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -384,17 +385,13 @@ impl Vm {
     /// As [`Vm::boot`], with more QEMU arguments (devices such as a
     /// network card; the machine has none otherwise).
     pub fn boot_with(boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vm {
-        let images = images();
-        let mut args: Vec<OsString> = vec![
-            "-kernel".into(),
-            images.vmlinux.clone().into(),
-            "-initrd".into(),
-            boot.initrd.into(),
-            "-append".into(),
-            format!("console=ttyS0 panic=-1 {}", boot.append).into(),
-        ];
-        args.extend(qemu_args.iter().map(|a| a.as_ref().to_owned()));
-        Vm::launch(boot.name, &args)
+        Vm::start(boot.name, &kernel_args(boot, qemu_args), None, None)
+    }
+
+    /// As [`Vm::boot_with`], with QEMU running inside network namespace
+    /// `netns` ([`netns::Netns`]), where its `-netdev tap` devices are.
+    pub fn boot_in_netns(netns: &str, boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vm {
+        Vm::start(boot.name, &kernel_args(boot, qemu_args), None, Some(netns))
     }
 
     /// Boots a disk under UEFI: OVMF's code and a per-test copy of its
@@ -411,16 +408,21 @@ impl Vm {
     /// `args` (firmware, disks, devices), logging the console to
     /// `<name>.log`.
     pub fn launch(name: &str, args: &[OsString]) -> Vm {
-        Vm::start(name, args, None)
+        Vm::start(name, args, None, None)
     }
 
     /// As [`Vm::launch`], also printing every console line that starts
     /// with `shown` on stdout as it arrives, for a person watching.
     pub fn launch_showing(name: &str, args: &[OsString], shown: &'static str) -> Vm {
-        Vm::start(name, args, Some(shown))
+        Vm::start(name, args, Some(shown), None)
     }
 
-    fn start(name: &str, args: &[OsString], shown: Option<&'static str>) -> Vm {
+    fn start(
+        name: &str,
+        args: &[OsString],
+        shown: Option<&'static str>,
+        netns: Option<&str>,
+    ) -> Vm {
         std::fs::create_dir_all(log_dir()).unwrap_or_else(|e| panic!("mkdir qemu-logs: {e}"));
         let log = log_dir().join(format!("{name}.log"));
         let monitor =
@@ -430,7 +432,17 @@ impl Vm {
             Ok("kvm") => "kvm",
             _ => "tcg",
         };
-        let mut child = Command::new("qemu-system-x86_64")
+        // `ip netns exec` enters the namespace and execs QEMU, so the
+        // child is QEMU itself either way.
+        let mut qemu = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "qemu-system-x86_64"]);
+                c
+            }
+            None => Command::new("qemu-system-x86_64"),
+        };
+        let mut child = qemu
             .args(["-machine", "q35", "-accel", accel, "-m", "512", "-smp", "1"])
             .args([
                 "-nodefaults",
@@ -555,6 +567,28 @@ impl Vm {
         match self.wait_for(|l| l.contains(needle), within) {
             Some(line) => line,
             None => self.fail(needle, within),
+        }
+    }
+
+    /// Waits up to `within` for a console line, from line number `from`
+    /// of [`Vm::seen`] on (seen so far or to come), that satisfies `want`,
+    /// without moving `expect`'s place; the last such line seen so far,
+    /// else the first to come. For output that changes over a boot (the
+    /// stand-in's network snapshots); `what` names it in a failure.
+    pub fn expect_where(
+        &mut self,
+        from: usize,
+        what: &str,
+        within: Duration,
+        want: impl Fn(&str) -> bool,
+    ) -> String {
+        let from = from.min(self.seen.len());
+        if let Some(line) = self.seen[from..].iter().rev().find(|l| want(l)) {
+            return line.clone();
+        }
+        match self.wait_for(want, within) {
+            Some(line) => line,
+            None => self.fail(what, within),
         }
     }
 
@@ -703,6 +737,20 @@ impl Vm {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// QEMU's arguments for a direct kernel boot of `boot`, then `qemu_args`.
+fn kernel_args(boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "-kernel".into(),
+        images().vmlinux.clone().into(),
+        "-initrd".into(),
+        boot.initrd.into(),
+        "-append".into(),
+        format!("console=ttyS0 panic=-1 {}", boot.append).into(),
+    ];
+    args.extend(qemu_args.iter().map(|a| a.as_ref().to_owned()));
+    args
 }
 
 impl Drop for Vm {

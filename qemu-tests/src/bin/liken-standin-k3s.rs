@@ -32,6 +32,10 @@
 //!   successful write of it (`/var/lib/liken-standin/written-<version>`):
 //!   the new slot's entry carries this instruction on, and the release
 //!   must not be written back and forth forever.
+//! - `net:<targets>`: ask init for its status and print the answer, then
+//!   print what a program on the machine sees of the network whenever it
+//!   changes and send a datagram to each target every second
+//!   (`qemu-tests/src/standin/net.rs`).
 //!
 //! What a service sees, printed by `run` as read from the kernel's own
 //! files, not from anything init reports: the hostname
@@ -60,6 +64,9 @@ use liken_api::control::{
     RELEASES_DIR, Request, Response, SOCKET_PATH, WriteRelease, read_frame, write_frame,
 };
 use liken_api::{BootRecord, Release, decode};
+
+#[path = "../standin/net.rs"]
+mod net;
 
 /// Where the stand-in remembers releases it had written.
 const MARKER_DIR: &str = "/var/lib/liken-standin";
@@ -323,6 +330,13 @@ fn main() {
             std::thread::sleep(Duration::from_millis(500));
             say(&format!("exiting with status {code}"));
             std::process::exit(code);
+        }
+        Some(("net", targets)) => {
+            match ask(&Request::Status) {
+                Ok(r) => say_answer("status", &r),
+                Err(e) => say(&format!("status request failed: {e}")),
+            }
+            net::watch(targets, &say)
         }
         Some(("write-release", dir)) => {
             write_release(dir);
