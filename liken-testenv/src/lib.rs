@@ -525,6 +525,33 @@ impl ControlPlane {
         c
     }
 
+    /// `kubectl apply -f -` of `yaml` as admin; fails the test with
+    /// kubectl's output when it does not succeed.
+    pub fn apply(&self, yaml: &str) {
+        let mut child = self
+            .kubectl()
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running kubectl apply: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(yaml.as_bytes())
+                .unwrap_or_else(|e| panic!("writing to kubectl apply: {e}"));
+        }
+        let out = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("waiting for kubectl apply: {e}"));
+        assert!(
+            out.status.success(),
+            "kubectl apply failed: {}{}\n--- applied ---\n{yaml}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The pids of the running processes (etcd, kube-apiserver, ...).
     pub fn pids(&self) -> Vec<(String, u32)> {
         self.procs

@@ -268,30 +268,7 @@ pub const FAST: &[&str] = &[
 pub const STALE: Duration = Duration::from_secs(3);
 
 fn apply(cp: &ControlPlane, text: &str) {
-    let mut child = cp
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(
-            "kubectl is missing: run scripts/setup.sh (it installs Debian's kubernetes-client)",
-        );
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cp.apply(text);
 }
 
 /// A running operator process.

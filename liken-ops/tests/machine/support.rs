@@ -62,27 +62,7 @@ pub fn apply_manifest(cp: &ControlPlane, file: &str) {
     let text = fs::read_to_string(&path)
         .unwrap()
         .replace("@LIKEN_VERSION@", OLD);
-    let mut child = cp
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: run scripts/setup.sh (Debian's kubernetes-client)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply {file}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cp.apply(&text);
 }
 
 /// Polls `f` until it answers `Some`, or fails with `what` and the last
@@ -650,26 +630,7 @@ pub fn restart(host: &Host, extra: &[&str]) -> Operator {
 
 /// Applies a YAML document as admin.
 pub fn apply(yaml: &str) {
-    let mut child = cp()
-        .kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cp().apply(yaml);
 }
 
 /// The names of the pods bound to `node` in `namespace` that are not
