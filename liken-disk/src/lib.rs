@@ -16,6 +16,9 @@
 //! - [`guid`]: GUIDs, random (v4) or derived from a name (reproducible
 //!   images).
 //! - [`crc32`]: the checksum GPT uses.
+//! - [`cpio`]: a deterministic newc archive (an initramfs part): the
+//!   deployment layer `liken layer` packs, and the per-role layer
+//!   install mode writes to a machine's ESP.
 //!
 //! Everything works on a `Read + Write + Seek` at byte offsets (a
 //! `std::fs::File` of an image or a block device). Pure planning
@@ -43,6 +46,7 @@
     )
 )]
 
+pub mod cpio;
 pub mod crc32;
 pub mod fat;
 pub mod gpt;

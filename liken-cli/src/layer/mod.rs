@@ -32,7 +32,8 @@
 //! The archive holds CA keys, so the output file itself is written 0600,
 //! atomically.
 
-pub mod cpio;
+/// The newc writer, shared with liken-init's install mode.
+pub use liken_disk::cpio;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

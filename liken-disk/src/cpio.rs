@@ -11,6 +11,9 @@
 //! entries, [`Archive::finish`] sorts them by path, numbers inodes in that
 //! order, and writes zero mtimes and owner 0:0. Nothing from the machine
 //! that builds it (clock, user, inode numbers) reaches the bytes.
+//!
+//! `liken layer` packs deployment layers with it, and liken-init's
+//! install mode packs the per-role layer it writes to a machine's ESP.
 
 /// What an entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +109,8 @@ impl Archive {
                 Body::File(b) => (S_IFREG | e.perm, 1, b),
             };
             // Inode 0 is left for the trailer; the sizes were checked in add.
-            write_member(&mut out, i as u32 + 1, mode, nlink, &e.path, data);
+            let ino = u32::try_from(i).unwrap_or(u32::MAX).saturating_add(1);
+            write_member(&mut out, ino, mode, nlink, &e.path, data);
         }
         write_member(&mut out, 0, 0, 1, TRAILER, &[]);
         out
@@ -121,12 +125,14 @@ fn write_member(out: &mut Vec<u8>, ino: u32, mode: u32, nlink: u32, name: &str, 
         0, // gid
         nlink,
         0, // mtime
-        data.len() as u32,
+        u32::try_from(data.len()).unwrap_or(u32::MAX),
         0, // dev major
         0, // dev minor
         0, // rdev major
         0, // rdev minor
-        name.len() as u32 + 1,
+        u32::try_from(name.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1),
         0, // check (newc has none)
     ];
     out.extend_from_slice(b"070701");
