@@ -167,6 +167,13 @@ crds:
 # release (else today's date and the channel's next serial).
 IMAGES_OUT ?= $(CARGO_TARGET_DIR)/images
 K3S_BINARY ?=
+# K3S_AIRGAP_IMAGES=<archive> ... (k3s's release asset
+# k3s-airgap-images-amd64.tar.zst, or any .tar/.tar.gz/.tgz/.tar.zst/
+# .tzst/.tar.bz2/.tbz/.tar.lz4 or .txt list k3s imports) puts k3s's own
+# images into the system image, which init hands to k3s's agent/images;
+# without it k3s pulls pause, coredns and local-path from their
+# registries on first start (images/README.md).
+K3S_AIRGAP_IMAGES ?=
 # LIKEN_OPS_BINARY=<static binary> makes it the operator image
 # liken.sh/liken-ops:<LIKEN_VERSION, else dev> (IMAGES_OUT/liken-ops.tar,
 # images/oci-image.sh), which the system image carries for k3s to preload.
@@ -183,7 +190,7 @@ images:
 	@cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/liken || { \
 	  cp $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/.liken.$$$$ && mv $(IMAGES_OUT)/.liken.$$$$ $(IMAGES_OUT)/liken; }
 	$(if $(LIKEN_OPS_BINARY),./images/oci-image.sh $(LIKEN_OPS_BINARY) liken.sh/liken-ops:$(or $(LIKEN_VERSION),dev) $(LIKEN_OPS_IMAGE))
-	./images/build-system.sh $(addprefix --image ,$(LIKEN_OPS_IMAGE)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
+	./images/build-system.sh $(addprefix --image ,$(LIKEN_OPS_IMAGE)) $(addprefix --airgap ,$(K3S_AIRGAP_IMAGES)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
 	./images/build-loaders.sh $(IMAGES_OUT)
 	./images/licenses.sh $(IMAGES_OUT)/licenses.md $(K3S_BINARY)
 	./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel liken.sqfs

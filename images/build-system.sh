@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Builds the squashfs system image a liken slot holds:
 #
-#   build-system.sh [--image IMAGE.tar]... OUT.sqfs [K3S]
+#   build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... OUT.sqfs [K3S]
 #
 # K3S is the k3s binary to install as /usr/bin/k3s; without it the image
 # has no k3s, and the script says so. (The QEMU tests pass their
 # stand-in service here, into an image of its own; images built for
 # people never hold it.) Each --image is an OCI image archive
 # (oci-image.sh writes the operators' ones) to install in
-# /usr/share/liken/images under its own file name.
+# /usr/share/liken/images under its own file name. Each --airgap is an
+# archive of images for k3s itself (k3s's release asset
+# k3s-airgap-images-<arch>.tar.zst holds pause, coredns, local-path,
+# metrics-server, traefik), installed there too: init links every file
+# there that k3s imports into k3s's agent/images directory, so k3s starts
+# its own pods without reaching a registry. The Makefile passes
+# K3S_AIRGAP_IMAGES= here.
 #
 # The tree, root-owned and /usr-merged like Debian 12's:
 #   /bin /sbin /lib /lib64   symlinks to usr/bin, usr/sbin, usr/lib, usr/lib64
@@ -23,11 +29,14 @@
 #   /usr/share/liken/features   images/features: each feature's manifests,
 #                            which init gives k3s only while the Cluster
 #                            declares that feature
-#   /usr/share/liken/images  the --image archives, which init links into
-#                            k3s's airgap images directory (absent without)
+#   /usr/share/liken/images  the --image and --airgap archives, which init
+#                            links into k3s's airgap images directory
+#                            (absent without)
 #   /etc/os-release, passwd, group, hosts, nsswitch.conf, mtab
 #   /etc/resolv.conf -> /run/resolv.conf, /etc/rancher -> /run/rancher
 #                            (/etc is read-only; init writes both under /run)
+#   /etc/machine-id -> /var/lib/liken/machine-id  (init writes it on the
+#                            data partition on the first boot)
 #   /proc /sys /dev /run /var /tmp   empty mount points
 #
 # The image is deterministic (every owner root, every time 0, no
@@ -39,11 +48,15 @@ umask 022
 
 here=$(cd "$(dirname "$0")" && pwd)
 images=()
-while [ $# -gt 0 ] && [ "$1" = --image ]; do
-  images+=("$(realpath -m "${2:?--image needs an OCI image archive}")")
-  shift 2
+airgap=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --image) images+=("$(realpath -m "${2:?--image needs an OCI image archive}")"); shift 2 ;;
+    --airgap) airgap+=("$(realpath -m "${2:?--airgap needs an image archive}")"); shift 2 ;;
+    *) break ;;
+  esac
 done
-out=${1:?usage: build-system.sh [--image IMAGE.tar]... OUT.sqfs [K3S]}
+out=${1:?usage: build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... OUT.sqfs [K3S]}
 k3s=${2:-}
 out=$(realpath -m "$out")
 version=${LIKEN_VERSION:-dev}
@@ -78,6 +91,27 @@ for img in "${images[@]}"; do
   }
 done
 
+# k3s imports these from agent/images (pkg/agent/containerd/watcher.go's
+# isFileSupported: rancher/wharfie's tarfile.SupportedExtensions and
+# .txt), and init links the same (liken-init seed.rs AIRGAP_SUFFIXES).
+for a in "${airgap[@]}"; do
+  base=$(basename "$a")
+  [ -f "$a" ] || { echo "images: K3S_AIRGAP_IMAGES: $a is not a file" >&2; exit 1; }
+  shopt -s nocasematch
+  case "$base" in
+    .*) ok= ;;
+    *.tar|*.tar.lz4|*.tar.bz2|*.tbz|*.tar.gz|*.tgz|*.tar.zst|*.tzst|*.txt) ok=1 ;;
+    *) ok= ;;
+  esac
+  shopt -u nocasematch
+  [ -n "$ok" ] || {
+    echo "images: K3S_AIRGAP_IMAGES: $base is not named as k3s imports it (.tar, .tar.gz/.tgz, .tar.zst/.tzst, .tar.bz2/.tbz, .tar.lz4 or a .txt list)" >&2
+    exit 1
+  }
+  [ -z "${image_names[$base]:-}" ] || { echo "images: two images archives are named $base" >&2; exit 1; }
+  image_names[$base]=1
+done
+
 # One build of an image at a time (several test runs may start one).
 mkdir -p "$(dirname "$out")"
 exec 9> "$out.lock"
@@ -97,6 +131,7 @@ inputs=$(
   echo "features $(cd "$here/features" && find . -type f -name '*.yaml' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   if [ -n "$k3s" ]; then echo "k3s $(sha256sum < "$k3s" | cut -d' ' -f1)"; else echo "k3s none"; fi
   for img in "${images[@]}"; do echo "image $(basename "$img") $(sha256sum < "$img" | cut -d' ' -f1)"; done
+  for a in "${airgap[@]}"; do echo "airgap $(basename "$a") $(sha256sum < "$a" | cut -d' ' -f1)"; done
   awk '{ print "deb " $1 " " $2 }' <<< "$debs"
 )
 if [ -f "$out" ] && [ -f "$out.inputs" ] && [ "$(cat "$out.inputs")" = "$inputs" ]; then
@@ -186,6 +221,7 @@ cat > "$stage/etc/hosts" <<'EOF'
 EOF
 ln -s /run/resolv.conf "$stage/etc/resolv.conf"
 ln -s /run/rancher "$stage/etc/rancher"
+ln -s /var/lib/liken/machine-id "$stage/etc/machine-id"
 ln -s ../proc/self/mounts "$stage/etc/mtab"
 
 # The manifests init hands k3s on leaders (liken-init's seed step).
@@ -202,9 +238,9 @@ find "$stage/usr/share/liken/manifests" -name '*.yaml' -exec sed -i "s/@LIKEN_VE
     install -D -m 0644 "$here/features/$f" "$stage/usr/share/liken/features/$f"
   done
 # The operator images init preloads into k3s (liken-init's seed step).
-if [ ${#images[@]} -gt 0 ]; then
+if [ $((${#images[@]} + ${#airgap[@]})) -gt 0 ]; then
   mkdir -p "$stage/usr/share/liken/images"
-  for img in "${images[@]}"; do cp "$img" "$stage/usr/share/liken/images/"; done
+  for img in "${images[@]}" "${airgap[@]}"; do cp "$img" "$stage/usr/share/liken/images/"; done
 fi
 find "$stage/usr/share/liken" -type f -exec chmod 0644 {} +
 
@@ -253,7 +289,10 @@ mksquashfs "$stage" "$out.tmp" -noappend -all-root -no-xattrs -mkfs-time 0 -all-
   -comp zstd -quiet -no-progress >/dev/null
 mv "$out.tmp" "$out"
 printf '%s\n' "$inputs" > "$out.inputs"
-echo "images: $out ($(stat -c %s "$out") bytes, kernel $kver modules, $(wc -l <<< "$debs") Debian packages, ${#images[@]} operator images)" >&2
+echo "images: $out ($(stat -c %s "$out") bytes, kernel $kver modules, $(wc -l <<< "$debs") Debian packages, ${#images[@]} operator images, ${#airgap[@]} k3s airgap archives)" >&2
+if [ -n "$k3s" ] && [ ${#airgap[@]} -eq 0 ]; then
+  echo "images: $(basename "$out") has no k3s airgap images: k3s will pull pause, coredns and local-path from their registries (pass K3S_AIRGAP_IMAGES=<k3s-airgap-images-amd64.tar.zst>)" >&2
+fi
 if [ -n "$k3s" ]; then
   echo "images: $(basename "$out") holds k3s from $k3s" >&2
 else
