@@ -11,12 +11,22 @@
 //! a release that failed. That goes into the boot record.
 //!
 //! Healthy means what the cluster needs, not "init started": with k3s,
-//! k3s answers its /readyz endpoint and this machine's node is
-//! registered. init asks through the image's own `k3s kubectl` (run as
-//! a child with a timeout, every few seconds, from a worker thread), so
-//! init itself needs no TLS client and stays small. Without k3s (tests
-//! with the stand-in) `liken.bless-after=<s>` on the command line
-//! makes "the supervised service has stayed up that long" the test.
+//! this machine's Node is `Ready=True` with a heartbeat taken after this
+//! boot began. A Node object and the kubelet's kubeconfig survive
+//! reboots, so "the apiserver answers and the node exists" can hold
+//! while this boot's kubelet never started; a Ready condition whose
+//! `lastHeartbeatTime` is older than the boot is such a leftover. The
+//! kubelet stamps that time from this machine's own clock
+//! (kubelet_node_status.go's setters), the same clock that dates the
+//! boot, so the comparison holds even when the cluster's clocks differ.
+//! init asks through the image's own `k3s kubectl get node <name>` with
+//! a JSONPath template ([`NODE_JSONPATH`]: the name, then the Ready
+//! condition's status, heartbeat and reason), run as a child with a
+//! timeout, every few seconds, from a worker thread, and reads only its
+//! stdout: a warning on stderr is never taken for an answer. So init
+//! needs no TLS client and no JSON decoder for it, and stays small. Without k3s (tests with the stand-in) `liken.bless-after=<s>`
+//! on the command line makes "the supervised service has stayed up that
+//! long" the test.
 //!
 //! Blessing removes the counter: the UEFI entry is renamed to
 //! `liken-<slot>.conf` (`decide_bless`; the directory fsynced after),
@@ -40,7 +50,7 @@ use std::time::{Duration, Instant};
 use liken_api::bootloader::{
     self, ENTRIES_DIR, EntryName, decide_grub_bless, parse_grubenv, render_grubenv,
 };
-use liken_api::{BootAssessment, Role, Slot};
+use liken_api::{BootAssessment, Role, Slot, Time};
 
 use crate::console::Outcome;
 use crate::esp::{Esp, EspError};
@@ -150,7 +160,7 @@ pub fn decide_trial(
 pub enum Health {
     /// The supervised service has stayed up this long.
     Uptime(Duration),
-    /// k3s answers and the node is registered.
+    /// The node is Ready with a heartbeat from this boot.
     K3s(K3sProbe),
     /// Nothing can make it healthy (no documents, no k3s); the reason.
     Never(String),
@@ -202,67 +212,86 @@ pub fn decide_health(
     }
 }
 
-/// The two questions for k3s: is the API server ready, is the node
-/// registered.
-pub fn probe_commands(p: &K3sProbe) -> [CommandSpec; 2] {
+/// What kubectl prints of the Node: its name, then its Ready
+/// condition's status, heartbeat and reason, separated by spaces (text
+/// outside a JSONPath template's braces is printed as it is; a filter
+/// picks the Ready condition). kubectl does the JSON, so init carries no
+/// JSON decoder for it.
+pub const NODE_JSONPATH: &str = "jsonpath={.metadata.name} \
+    {range .status.conditions[?(@.type==\"Ready\")]}{.status} {.lastHeartbeatTime} {.reason}{end}";
+
+/// The question for k3s: this machine's Node, on stdout.
+pub fn probe_command(p: &K3sProbe) -> CommandSpec {
     let kc = p.kubeconfig.display().to_string();
-    [
-        CommandSpec::new(
-            &p.k3s,
-            &["kubectl", "--kubeconfig", &kc, "get", "--raw", "/readyz"],
-            KUBECTL_TIMEOUT,
-        ),
-        CommandSpec::new(
-            &p.k3s,
-            &[
-                "kubectl",
-                "--kubeconfig",
-                &kc,
-                "get",
-                "node",
-                &p.node,
-                "-o",
-                "name",
-            ],
-            KUBECTL_TIMEOUT,
-        ),
-    ]
+    CommandSpec::new(
+        &p.k3s,
+        &[
+            "kubectl",
+            "--kubeconfig",
+            &kc,
+            "get",
+            "node",
+            &p.node,
+            "-o",
+            NODE_JSONPATH,
+        ],
+        KUBECTL_TIMEOUT,
+    )
 }
 
-fn describe_failure(what: &str, r: &io::Result<CommandOutput>) -> String {
-    match r {
-        Err(e) => format!("{what}: cannot run k3s kubectl ({e})"),
-        Ok(out) => match &out.status {
-            None => format!(
-                "{what}: k3s kubectl ran past {} s",
-                KUBECTL_TIMEOUT.as_secs()
-            ),
-            Some(s) => format!("{what}: k3s kubectl {s}: {}", out.last_line()),
-        },
-    }
-}
-
-/// Decides from the answers whether k3s is healthy: `Ok` with a detail,
-/// or `Err` with what is not there yet.
+/// Decides from `k3s kubectl get node <node> -o` [`NODE_JSONPATH`]
+/// whether the node is healthy this boot: `Ok` with a detail, or `Err`
+/// with what is not there yet. Only stdout is read; `since` is when this
+/// boot began.
 pub fn decide_k3s_health(
     node: &str,
-    readyz: &io::Result<CommandOutput>,
-    registered: Option<&io::Result<CommandOutput>>,
+    since: Time,
+    answer: &io::Result<CommandOutput>,
 ) -> Result<String, String> {
-    match readyz {
-        Ok(out) if out.success() && out.output.trim() == "ok" => {}
-        other => return Err(describe_failure("k3s is not ready", other)),
-    }
-    match registered {
-        Some(Ok(out)) if out.success() && out.output.trim() == format!("node/{node}") => {
-            Ok(format!("k3s answers /readyz and node {node} is registered"))
+    let out = match answer {
+        Err(e) => return Err(format!("node {node}: cannot run k3s kubectl ({e})")),
+        Ok(out) => out,
+    };
+    match &out.status {
+        None => {
+            return Err(format!(
+                "node {node}: k3s kubectl ran past {} s",
+                KUBECTL_TIMEOUT.as_secs()
+            ));
         }
-        Some(other) => Err(describe_failure(
-            &format!("node {node} is not registered"),
-            other,
-        )),
-        None => Err(format!("node {node}: not asked yet")),
+        Some(s) if !out.success() => {
+            return Err(format!("node {node}: k3s kubectl {s}: {}", out.last_line()));
+        }
+        Some(_) => {}
     }
+    let mut words = out.stdout.split_whitespace();
+    let name = words.next().unwrap_or("");
+    if name != node {
+        return Err(format!(
+            "node {node}: k3s kubectl answered for {name:?}, not this node"
+        ));
+    }
+    let (Some(status), Some(heartbeat)) = (words.next(), words.next()) else {
+        return Err(format!("node {node} has no Ready condition yet"));
+    };
+    let reason = words.next().unwrap_or("");
+    if status != "True" {
+        return Err(format!(
+            "node {node} is not Ready (Ready={status}: {reason})"
+        ));
+    }
+    let beat: Time = heartbeat.parse().map_err(|e| {
+        format!("node {node} is Ready, but its heartbeat time cannot be read ({e})")
+    })?;
+    if beat < since {
+        return Err(format!(
+            "node {node} is Ready, but its last heartbeat ({beat}) is from before this boot \
+             began ({since}): this boot's kubelet has not reported yet"
+        ));
+    }
+    Ok(format!(
+        "node {node} is Ready with a heartbeat at {beat}, after this boot began ({since})"
+    ))
 }
 
 /// What the boot assessment decided at boot.
@@ -375,10 +404,13 @@ pub struct Assessor {
 
 impl Assessor {
     /// Starts the assessment of a plan (none: nothing to assess). A k3s
-    /// health test starts its worker thread now.
+    /// health test starts its worker thread now; `since` is when this
+    /// boot began by the wall clock (after the ntp step set it), which a
+    /// heartbeat must follow.
     pub fn start(
         plan: Option<Plan>,
         started: Instant,
+        since: Time,
         runner: Arc<dyn Runner + Send + Sync>,
     ) -> Assessor {
         let finding: Finding = Arc::new(Mutex::new(None));
@@ -393,7 +425,7 @@ impl Assessor {
             let shared = Arc::clone(&finding);
             let spawned = std::thread::Builder::new()
                 .name("k3s-health".into())
-                .spawn(move || k3s_worker(&probe, &*runner, &shared));
+                .spawn(move || k3s_worker(&probe, since, &*runner, &shared));
             if let Err(e) = spawned {
                 crate::console::line(&format!(
                     "bless: cannot start the k3s health thread ({e}); this boot cannot be blessed"
@@ -469,18 +501,11 @@ impl Assessor {
     }
 }
 
-fn k3s_worker(probe: &K3sProbe, runner: &dyn Runner, finding: &Finding) {
-    let [readyz, node] = probe_commands(probe);
+fn k3s_worker(probe: &K3sProbe, since: Time, runner: &dyn Runner, finding: &Finding) {
+    let command = probe_command(probe);
     loop {
         std::thread::sleep(POLL);
-        let ready = runner.run(&readyz);
-        let ready_ok = ready.as_ref().is_ok_and(CommandOutput::success);
-        let registered = if ready_ok {
-            Some(runner.run(&node))
-        } else {
-            None
-        };
-        let verdict = decide_k3s_health(&probe.node, &ready, registered.as_ref());
+        let verdict = decide_k3s_health(&probe.node, since, &runner.run(&command));
         let healthy = verdict.is_ok();
         *finding
             .lock()
@@ -545,7 +570,12 @@ pub fn run_due(boot: &mut Boot, service: State, assess: &mut Assessor) -> Option
         Verdict::Bless(why) => {
             let trial = assess.plan()?.trial.clone();
             let esp_mount = boot.paths.run_liken.join("esp");
-            let result = match Esp::try_mount(&*boot.sys.mount, &boot.paths.sys, &esp_mount) {
+            let result = match Esp::try_mount(
+                &*boot.sys.mount,
+                &boot.paths.sys,
+                boot.paths.boot_disk.as_deref(),
+                &esp_mount,
+            ) {
                 Ok(esp) => {
                     let done = bless(&esp, &trial);
                     if let Err(e) = esp.unmount() {
@@ -654,7 +684,12 @@ pub fn step(boot: &mut Boot) -> Outcome {
     };
     let esp_mount = boot.paths.run_liken.join("esp");
     let (entries, grubenv) = {
-        let esp = match Esp::mount(&*boot.sys.mount, &boot.paths.sys, &esp_mount) {
+        let esp = match Esp::mount(
+            &*boot.sys.mount,
+            &boot.paths.sys,
+            boot.paths.boot_disk.as_deref(),
+            &esp_mount,
+        ) {
             Ok(esp) => esp,
             Err(e) => {
                 return Outcome::Failed(format!(
@@ -713,7 +748,10 @@ pub fn step(boot: &mut Boot) -> Outcome {
     let mut detail = if trial.counted {
         let test = match &health {
             Health::Uptime(d) => format!("once the service has stayed up {} s", d.as_secs()),
-            Health::K3s(p) => format!("once k3s is ready and node {} is registered", p.node),
+            Health::K3s(p) => format!(
+                "once node {} is Ready with a heartbeat from this boot",
+                p.node
+            ),
             Health::Never(why) => format!("never: {why}"),
         };
         format!(
@@ -813,45 +851,98 @@ mod tests {
         assert!(!t.counted && !t.other_slot_bad);
     }
 
-    fn out(code: i32, text: &str) -> io::Result<CommandOutput> {
+    fn out(code: i32, stdout: &str, stderr: &str) -> io::Result<CommandOutput> {
         Ok(CommandOutput {
             status: Some(ExitStatus::Code(code)),
-            output: text.into(),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
         })
     }
 
+    /// What `k3s kubectl get node <name> -o` [`NODE_JSONPATH`] prints.
+    fn node_line(name: &str, ready: &str, heartbeat: &str) -> String {
+        format!("{name} {ready} {heartbeat} KubeletReady")
+    }
+
     #[test]
-    fn k3s_health_needs_readyz_and_the_node() {
-        let ok = decide_k3s_health("n1", &out(0, "ok\n"), Some(&out(0, "node/n1\n")));
+    fn k3s_health_needs_a_ready_node_with_a_heartbeat_from_this_boot() {
+        let since: Time = "2026-12-03T10:00:00Z".parse().unwrap();
+        let fresh = node_line("n1", "True", "2026-12-03T10:00:42Z");
         assert_eq!(
-            ok,
-            Ok("k3s answers /readyz and node n1 is registered".into())
+            decide_k3s_health("n1", since, &out(0, &fresh, "")),
+            Ok(
+                "node n1 is Ready with a heartbeat at 2026-12-03T10:00:42Z, after this boot \
+                began (2026-12-03T10:00:00Z)"
+                    .into()
+            )
+        );
+        // The Node from before the reboot: Ready, but stale.
+        let stale = node_line("n1", "True", "2026-12-03T09:58:10Z");
+        let e = decide_k3s_health("n1", since, &out(0, &stale, "")).unwrap_err();
+        assert!(e.contains("from before this boot began"), "{e}");
+        // Fresh, but NotReady (or Unknown after the node controller's grace).
+        for status in ["False", "Unknown"] {
+            let not = node_line("n1", status, "2026-12-03T10:01:00Z");
+            let e = decide_k3s_health("n1", since, &out(0, &not, "")).unwrap_err();
+            assert!(e.contains(&format!("not Ready (Ready={status}")), "{e}");
+        }
+        // Noise on stderr is not read, whichever way it points: a
+        // warning beside a good answer blesses, and a good-looking line
+        // there beside a stale answer does not.
+        let warned = out(
+            0,
+            &fresh,
+            "W1203 10:00:43.1 loader.go:223] Config not found: /etc/rancher/k3s/k3s.yaml\n",
+        );
+        assert!(decide_k3s_health("n1", since, &warned).is_ok());
+        let e = decide_k3s_health("n1", since, &out(0, &stale, &fresh)).unwrap_err();
+        assert!(e.contains("from before this boot"), "{e}");
+        // The answer on stderr only is no answer.
+        assert!(
+            decide_k3s_health("n1", since, &out(0, "", &fresh))
+                .unwrap_err()
+                .contains("answered for \"\"")
+        );
+        // Another node's, a failure, no Ready condition, a bad time.
+        let other = node_line("n2", "True", "2026-12-03T10:00:42Z");
+        assert!(
+            decide_k3s_health("n1", since, &out(0, &other, ""))
+                .unwrap_err()
+                .contains("\"n2\", not this node")
         );
         let e = decide_k3s_health(
             "n1",
-            &out(1, "The connection to the server was refused\n"),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.contains("not ready") && e.contains("refused"), "{e}");
-        let e = decide_k3s_health(
-            "n1",
-            &out(0, "ok"),
-            Some(&out(
+            since,
+            &out(
                 1,
-                "Error from server (NotFound): nodes \"n1\" not found",
-            )),
+                "",
+                "Error from server (NotFound): nodes \"n1\" not found\n",
+            ),
         )
         .unwrap_err();
-        assert!(e.contains("not registered"), "{e}");
-        let e = decide_k3s_health("n1", &Err(io::ErrorKind::NotFound.into()), None).unwrap_err();
+        assert!(
+            e.contains("exited with status 1") && e.contains("not found"),
+            "{e}"
+        );
+        assert!(
+            decide_k3s_health("n1", since, &out(0, "n1 ", ""))
+                .unwrap_err()
+                .contains("no Ready condition")
+        );
+        assert!(
+            decide_k3s_health("n1", since, &out(0, "n1 True yesterday", ""))
+                .unwrap_err()
+                .contains("cannot be read")
+        );
+        let e = decide_k3s_health("n1", since, &Err(io::ErrorKind::NotFound.into())).unwrap_err();
         assert!(e.contains("cannot run"), "{e}");
         let timed = Ok(CommandOutput {
             status: None,
-            output: String::new(),
+            stdout: String::new(),
+            stderr: String::new(),
         });
         assert!(
-            decide_k3s_health("n1", &timed, None)
+            decide_k3s_health("n1", since, &timed)
                 .unwrap_err()
                 .contains("ran past")
         );
@@ -875,12 +966,12 @@ mod tests {
             p.kubeconfig,
             PathBuf::from("/var/lib/rancher/k3s/agent/kubelet.kubeconfig")
         );
-        let [r, n] = probe_commands(&p);
         assert_eq!(
-            r.display(),
-            "/usr/bin/k3s kubectl --kubeconfig /var/lib/rancher/k3s/agent/kubelet.kubeconfig get --raw /readyz"
+            probe_command(&p).display(),
+            "/usr/bin/k3s kubectl --kubeconfig /var/lib/rancher/k3s/agent/kubelet.kubeconfig \
+             get node n2 -o jsonpath={.metadata.name} {range .status.conditions[?(@.type==\"Ready\")]}\
+             {.status} {.lastHeartbeatTime} {.reason}{end}"
         );
-        assert!(n.display().ends_with("get node n2 -o name"));
         assert!(matches!(
             decide_health(None, None, Some((Role::Leader, "n")), Some("no k3s")),
             Health::Never(w) if w == "no k3s"
@@ -960,7 +1051,7 @@ mod tests {
             blessed: false,
         };
         let runner: Arc<dyn Runner + Send + Sync> = Arc::new(FakeRunner::default());
-        let mut a = Assessor::start(Some(plan.clone()), t0, Arc::clone(&runner));
+        let mut a = Assessor::start(Some(plan.clone()), t0, Time::EPOCH, Arc::clone(&runner));
         let running = State::Running { pid: 1, since: t0 };
         let later = t0 + Duration::from_secs(2);
         assert!(matches!(a.poll(later, running), Verdict::Bless(_)));
@@ -981,6 +1072,7 @@ mod tests {
                 ..plan
             }),
             t0,
+            Time::EPOCH,
             runner,
         );
         assert_eq!(done.poll(t0, running), Verdict::Done);

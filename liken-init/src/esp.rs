@@ -149,11 +149,16 @@ pub struct Esp<'a> {
 }
 
 impl<'a> Esp<'a> {
-    /// Finds LIKEN-ESP under `sys` (/sys) and mounts it at `at`
-    /// ([`MOUNT_POINT`] on a machine), waiting for any other holder to
-    /// finish first.
-    pub fn mount(mounter: &'a dyn Mounter, sys: &Path, at: &Path) -> Result<Esp<'a>, EspError> {
-        let device = match block::find_by_label(sys, ESP_LABEL) {
+    /// Finds LIKEN-ESP under `sys` (/sys), on `disk` (the booted slot's)
+    /// when known, and mounts it at `at` ([`MOUNT_POINT`] on a machine),
+    /// waiting for any other holder to finish first.
+    pub fn mount(
+        mounter: &'a dyn Mounter,
+        sys: &Path,
+        disk: Option<&str>,
+        at: &Path,
+    ) -> Result<Esp<'a>, EspError> {
+        let device = match block::find_by_label(sys, disk, ESP_LABEL) {
             Ok(Some(d)) => d,
             Ok(None) => return Err(EspError::NotFound),
             Err(devs) => return Err(EspError::Several(devs)),
@@ -164,13 +169,18 @@ impl<'a> Esp<'a> {
     /// As [`Esp::mount`], but returns [`EspError::Busy`] at once instead
     /// of waiting when another job holds the ESP (for the supervisor
     /// loop, which must not stall behind a release write).
-    pub fn try_mount(mounter: &'a dyn Mounter, sys: &Path, at: &Path) -> Result<Esp<'a>, EspError> {
+    pub fn try_mount(
+        mounter: &'a dyn Mounter,
+        sys: &Path,
+        disk: Option<&str>,
+        at: &Path,
+    ) -> Result<Esp<'a>, EspError> {
         let held = match HELD.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Err(EspError::Busy),
         };
-        let device = match block::find_by_label(sys, ESP_LABEL) {
+        let device = match block::find_by_label(sys, disk, ESP_LABEL) {
             Ok(Some(d)) => d,
             Ok(None) => return Err(EspError::NotFound),
             Err(devs) => return Err(EspError::Several(devs)),
@@ -430,7 +440,7 @@ mod tests {
         .unwrap();
         let fake = FakeMounter::default();
         let at = dir.join("esp");
-        let esp = Esp::mount(&fake, &sys, &at).unwrap();
+        let esp = Esp::mount(&fake, &sys, None, &at).unwrap();
         assert_eq!(esp.root(), at.as_path());
         drop(esp);
         assert_eq!(
@@ -444,20 +454,23 @@ mod tests {
             busy: vec![at.clone()],
             ..Default::default()
         };
-        Esp::mount(&busy, &sys, &at).unwrap().unmount().unwrap();
+        Esp::mount(&busy, &sys, None, &at)
+            .unwrap()
+            .unmount()
+            .unwrap();
         assert_eq!(
             busy.calls().last(),
             Some(&MountCall::Unmount(at.clone(), true))
         );
         assert!(matches!(
-            Esp::mount(&fake, &dir.join("none"), &at),
+            Esp::mount(&fake, &dir.join("none"), None, &at),
             Err(EspError::NotFound)
         ));
         let failing = FakeMounter {
             fail_mount: vec![at.clone()],
             ..Default::default()
         };
-        let e = Esp::mount(&failing, &sys, &at).err().unwrap();
+        let e = Esp::mount(&failing, &sys, None, &at).err().unwrap();
         assert!(e.to_string().contains("cannot mount the ESP"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -3,6 +3,13 @@
 //! the directory. Every replaced file in init goes through here (the
 //! ESP's files too, through [`crate::esp`]), and so does every directory
 //! fsync.
+//!
+//! And reading files so PID 1 never hangs on one: [`open_regular`] opens
+//! without following a link (O_NOFOLLOW) or blocking (O_NONBLOCK: a FIFO
+//! put where a document should be would otherwise stop init in open(2)
+//! until a writer came), and refuses anything but a regular file;
+//! [`read_capped`] reads such a file whole only up to a cap, so a huge
+//! file cannot exhaust init's memory.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -55,6 +62,52 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     replace_from(path, &mut &*bytes, mode).map(drop)
 }
 
+/// Opens `path` for reading without following a link in its last
+/// component, without blocking, and only when it is a regular file.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                io::Error::new(io::ErrorKind::InvalidInput, "it is a symlink")
+            } else {
+                e
+            }
+        })?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
+/// Reads the regular file `path` whole (see [`open_regular`]), refusing
+/// one larger than `cap` bytes.
+pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let f = open_regular(path)?;
+    let too_big = |len: u64| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is larger than the {cap} bytes init reads (at least {len})"),
+        )
+    };
+    let len = f.metadata()?.len();
+    if len > cap {
+        return Err(too_big(len));
+    }
+    let mut bytes = Vec::new();
+    // Files of /proc report no size: the cap holds for what is read too.
+    f.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > cap {
+        return Err(too_big(cap.saturating_add(1)));
+    }
+    Ok(bytes)
+}
+
 /// fsyncs a directory, so the entries created, renamed or removed in it
 /// are on disk.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -97,6 +150,32 @@ mod tests {
             (dir.as_path(), dir.join(".boot.json.tmp"))
         );
         assert!(temp_beside(Path::new("/")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reads_refuse_links_fifos_directories_and_oversize_files() {
+        let dir = std::env::temp_dir().join(format!("liken-init-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("doc.yaml");
+        std::fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_capped(&file, 10).unwrap(), b"0123456789");
+        let e = read_capped(&file, 9).unwrap_err();
+        assert!(e.to_string().contains("larger than the 9 bytes"), "{e}");
+        std::os::unix::fs::symlink(&file, dir.join("link.yaml")).unwrap();
+        let e = read_capped(&dir.join("link.yaml"), 100).unwrap_err();
+        assert_eq!(e.to_string(), "it is a symlink");
+        // A FIFO with no writer: a plain open would block for ever.
+        let fifo = dir.join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_capped(&fifo, 100).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = read_capped(&dir, 100).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        // /proc's files have no size; the cap holds for what is read.
+        assert!(read_capped(Path::new("/proc/self/mountinfo"), 1 << 20).is_ok());
+        assert!(read_capped(Path::new("/proc/self/mountinfo"), 1).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

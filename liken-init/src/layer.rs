@@ -167,11 +167,19 @@ pub fn cluster_path(etc_liken: &Path) -> PathBuf {
     etc_liken.join("cluster.yaml")
 }
 
+/// A layer document's text: a regular file (no link, no FIFO) of at most
+/// [`crate::staged::MAX_DOCUMENT`] bytes, as UTF-8.
+fn read_document(path: &Path) -> std::io::Result<String> {
+    let bytes = crate::fsutil::read_capped(path, crate::staged::MAX_DOCUMENT)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))
+}
+
 /// Reads the Cluster document.
 pub fn read_cluster(etc_liken: &Path) -> Result<Cluster, String> {
     let path = cluster_path(etc_liken);
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = read_document(&path).map_err(|e| {
         format!("cannot read {origin}: {e}; boot with a deployment layer made by `liken layer`")
     })?;
     decode::strict::<Cluster>(&text, &origin).map_err(|e| {
@@ -200,7 +208,7 @@ pub fn read_machines(etc_liken: &Path) -> Result<Vec<Candidate>, String> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let origin = path.display().to_string();
-        let document = match std::fs::read_to_string(&path) {
+        let document = match read_document(&path) {
             Ok(text) => decode::strict::<Machine>(&text, &origin),
             Err(e) => Err(DecodeError::Syntax {
                 origin,

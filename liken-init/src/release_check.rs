@@ -21,9 +21,7 @@
 //! wrong, and the caller's error appends the remedy that fits its media.
 
 use std::fmt;
-use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use liken_api::release::{Artifact, RELEASE_FILE, Release};
@@ -160,27 +158,9 @@ impl Verified {
 
 /// Opens `path` for reading when it is a regular file: a release's
 /// files are plain files in its directory, never links to somewhere
-/// else (O_NOFOLLOW refuses one as the last component).
-pub fn open_regular(path: &Path) -> io::Result<File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(nix::libc::ELOOP) {
-                io::Error::new(io::ErrorKind::InvalidInput, "it is a symlink")
-            } else {
-                e
-            }
-        })?;
-    if !f.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "it is not a regular file",
-        ));
-    }
-    Ok(f)
-}
+/// else, and a FIFO in their place must not block init (O_NOFOLLOW,
+/// O_NONBLOCK; see [`crate::fsutil::open_regular`]).
+pub use crate::fsutil::open_regular;
 
 /// Which side of [`hash_copy`] failed.
 #[derive(Debug)]

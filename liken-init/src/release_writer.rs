@@ -80,6 +80,13 @@ pub enum WriteError {
     /// This boot has no slot (install media, netboot): there is no
     /// inactive slot to write.
     NoSlot,
+    /// The booted entry is on trial and not blessed yet: the other slot
+    /// holds the only release known to boot, and writing would remove
+    /// its entry.
+    OnTrial {
+        /// The slot that booted on trial.
+        booted: Slot,
+    },
     /// The request's directory is not one directly below the releases
     /// directory.
     Directory {
@@ -162,6 +169,13 @@ impl fmt::Display for WriteError {
             WriteError::Busy => {
                 f.write_str("another release is being written; wait for its answer, then ask again")
             }
+            WriteError::OnTrial { booted } => write!(
+                f,
+                "slot {booted} booted on trial and is not blessed yet: writing slot {} now would \
+                 remove the entry of the release this machine last ran well, the only one known \
+                 to boot; ask again once this boot is blessed",
+                booted.other()
+            ),
             WriteError::NoSlot => f.write_str(
                 "this boot has no slot (no liken.slot= on the command line: install media or \
                  netboot), so there is no inactive slot to write; install the machine first",
@@ -354,6 +368,22 @@ pub fn decide_booted_entry(booted: Slot, entries: &[String]) -> Option<&String> 
     entries
         .iter()
         .find(|n| EntryName::parse(n).is_ok_and(|e| e.slot == booted))
+}
+
+/// Whether a write may start, from this boot's assessment: never while
+/// the booted entry is counted and not yet blessed, since the write
+/// replaces the other slot, which then holds the only release known to
+/// boot. A boot with no assessment (booted without a bootloader that
+/// counts tries, or whose ESP could not be read at boot) has no trial to
+/// protect.
+pub fn decide_may_write(
+    booted: Slot,
+    assessment: Option<&liken_api::BootAssessment>,
+) -> Result<(), WriteError> {
+    match assessment {
+        Some(a) if a.counted && !a.blessed => Err(WriteError::OnTrial { booted }),
+        _ => Ok(()),
+    }
 }
 
 /// grubenv before the slot is overwritten: the preferred slot moved to
@@ -755,6 +785,8 @@ pub fn write_release(
 pub struct WorkerPaths {
     /// /sys, for the partitions.
     pub sys: PathBuf,
+    /// The disk of the booted slot: the partitions written are its own.
+    pub boot_disk: Option<String>,
     /// /proc, for mounts and the command line.
     pub proc: PathBuf,
     /// Where the ESP is mounted (`/run/liken/esp`).
@@ -763,9 +795,9 @@ pub struct WorkerPaths {
     pub releases: PathBuf,
 }
 
-fn open_partition(sys: &Path, slot: Slot) -> Result<SlotTarget, WriteError> {
+fn open_partition(sys: &Path, disk: Option<&str>, slot: Slot) -> Result<SlotTarget, WriteError> {
     let label = slot.partition_label();
-    let device = match crate::sys::block::find_by_label(sys, label) {
+    let device = match crate::sys::block::find_by_label(sys, disk, label) {
         Ok(Some(d)) => d,
         Ok(None) => {
             return Err(WriteError::Partition {
@@ -819,8 +851,16 @@ pub fn spawn(
             let cmdline = std::fs::read_to_string(paths.proc.join("cmdline")).unwrap_or_default();
             let mounter = crate::sys::mount::RealMounter;
             let sys = paths.sys.clone();
-            let open_slot = move |slot: Slot| open_partition(&sys, slot);
-            let esp = || Esp::mount(&mounter, &paths.sys, &paths.esp_mount);
+            let disk = paths.boot_disk.clone();
+            let open_slot = move |slot: Slot| open_partition(&sys, disk.as_deref(), slot);
+            let esp = || {
+                Esp::mount(
+                    &mounter,
+                    &paths.sys,
+                    paths.boot_disk.as_deref(),
+                    &paths.esp_mount,
+                )
+            };
             let progress = |text: &str| console::line(&format!("{MILESTONE}: {text}"));
             let machine = Machine {
                 releases: &paths.releases,
@@ -869,6 +909,28 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::BTreeMap;
     use std::fs::File;
+
+    #[test]
+    fn a_boot_on_trial_never_overwrites_the_other_slot() {
+        use liken_api::BootAssessment;
+        let at = |counted, blessed| BootAssessment {
+            counted,
+            blessed,
+            other_slot_bad: false,
+        };
+        let e = decide_may_write(Slot::B, Some(&at(true, false))).unwrap_err();
+        assert!(matches!(e, WriteError::OnTrial { booted: Slot::B }));
+        assert!(
+            e.to_string().starts_with(
+                "slot B booted on trial and is not blessed yet: writing slot A now would remove"
+            ),
+            "{e}"
+        );
+        // Blessed this boot, blessed before, or nothing counted.
+        assert!(decide_may_write(Slot::B, Some(&at(true, true))).is_ok());
+        assert!(decide_may_write(Slot::A, Some(&at(false, true))).is_ok());
+        assert!(decide_may_write(Slot::A, None).is_ok());
+    }
 
     #[test]
     fn the_target_is_the_other_slot() {

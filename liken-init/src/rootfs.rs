@@ -33,7 +33,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use liken_api::Slot;
+use liken_api::{Role, Slot};
 
 use crate::console::Outcome;
 use crate::image_modules;
@@ -217,6 +217,9 @@ pub struct Switch<'a> {
     pub layer_from: PathBuf,
     /// Where it is copied (/run/liken/layer).
     pub layer_to: PathBuf,
+    /// This machine's role, when its documents say: a follower's copy
+    /// leaves out the keys and the server token ([`crate::role_layer`]).
+    pub role: Option<Role>,
     /// The mounts moved into the new root ([`MOVED`]).
     pub moves: Vec<PathBuf>,
     /// Whether to delete the initramfs's files after the switch (only
@@ -233,6 +236,8 @@ pub struct Switched {
     pub mounted: Vec<PathBuf>,
     /// How many of the initramfs's files and directories were freed.
     pub freed: usize,
+    /// Why / could not be made recursively shared after the switch.
+    pub unshared: Option<String>,
 }
 
 /// Why the switch did not happen (everything was undone).
@@ -377,7 +382,7 @@ fn try_switch(s: &Switch<'_>, undo: &mut Undo) -> Result<Switched, String> {
         Some("mode=1777"),
     )?;
 
-    copy_layer(&s.layer_from, &s.layer_to)?;
+    copy_layer(&s.layer_from, &s.layer_to, s.role)?;
 
     for from in &s.moves {
         let rel = from.strip_prefix("/").unwrap_or(from);
@@ -397,10 +402,17 @@ fn try_switch(s: &Switch<'_>, undo: &mut Undo) -> Result<Switched, String> {
     m.switch_root(root)
         .map_err(|e| format!("cannot switch root to {}: {e}", root.display()))?;
     let freed = old_root.as_ref().map_or(0, free_initramfs);
+    // As systemd does at boot: the kubelet's and containerd's mounts
+    // must propagate (crate::k3s_host). Past the switch nothing can be
+    // undone, so a refusal is reported, not fatal.
+    let unshared = crate::k3s_host::share_root(m).err().map(|e| {
+        format!("cannot make / recursively shared ({e}); k3s's volume mounts will not propagate")
+    });
     Ok(Switched {
         freed,
         formatted,
         mounted: vec![PathBuf::from("/var"), PathBuf::from("/tmp")],
+        unshared,
     })
 }
 
@@ -475,10 +487,16 @@ fn format_data(s: &Switch<'_>, undo: &mut Undo) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest file a deployment layer holds (documents, certificates,
+/// keys and tokens are kilobytes).
+pub const MAX_LAYER_FILE: u64 = 1 << 20;
+
 /// Copies the layer tree keeping each file's mode (the identity stays
 /// 0600: files are created with their mode, never wider first).
 /// Symbolic links and special files are refused; a layer holds neither.
-pub fn copy_layer(from: &Path, to: &Path) -> Result<(), String> {
+/// With a `role`, only what it needs is copied
+/// ([`crate::role_layer::keep`]).
+pub fn copy_layer(from: &Path, to: &Path, role: Option<Role>) -> Result<(), String> {
     if to.exists() {
         std::fs::remove_dir_all(to).map_err(|e| format!("cannot clear {}: {e}", to.display()))?;
     }
@@ -488,7 +506,8 @@ pub fn copy_layer(from: &Path, to: &Path) -> Result<(), String> {
         return std::fs::create_dir_all(to)
             .map_err(|e| format!("cannot create {}: {e}", to.display()));
     }
-    copy_dir(from, to, 0).map_err(|e| {
+    let keep = |rel: &str| role.is_none_or(|r| crate::role_layer::keep(r, rel));
+    copy_dir(from, to, "", &keep).map_err(|e| {
         format!(
             "cannot copy the layer from {} to {}: {e}",
             from.display(),
@@ -497,8 +516,8 @@ pub fn copy_layer(from: &Path, to: &Path) -> Result<(), String> {
     })
 }
 
-fn copy_dir(from: &Path, to: &Path, depth: u32) -> io::Result<()> {
-    if depth > 16 {
+fn copy_dir(from: &Path, to: &Path, rel: &str, keep: &dyn Fn(&str) -> bool) -> io::Result<()> {
+    if rel.split('/').count() > 16 {
         return Err(io::Error::other(
             "the layer nests deeper than 16 directories",
         ));
@@ -511,17 +530,28 @@ fn copy_dir(from: &Path, to: &Path, depth: u32) -> io::Result<()> {
         let kind = e.file_type()?;
         let src = e.path();
         let dst = to.join(e.file_name());
+        let name = e.file_name().to_string_lossy().into_owned();
+        let sub = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if !keep(&sub) {
+            continue;
+        }
         if kind.is_dir() {
-            copy_dir(&src, &dst, depth.saturating_add(1))?;
+            copy_dir(&src, &dst, &sub, keep)?;
         } else if kind.is_file() {
             let mode = e.metadata()?.mode() & 0o7777;
-            let mut input = std::fs::File::open(&src)?;
+            // No link, no FIFO, and no file larger than a layer holds.
+            let bytes = crate::fsutil::read_capped(&src, MAX_LAYER_FILE)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", src.display())))?;
             let mut out = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(mode)
                 .open(&dst)?;
-            io::copy(&mut input, &mut out)?;
+            io::Write::write_all(&mut out, &bytes)?;
             // The umask narrows the mode at creation; set it exactly.
             out.set_permissions(std::fs::Permissions::from_mode(mode))?;
         } else {
@@ -594,8 +624,8 @@ pub fn clear_dir(dir: &Path, dev: u64, depth: u32) -> usize {
 /// has for this computer. Every failure leaves init on the initramfs.
 pub fn step(boot: &mut Boot) -> Outcome {
     let sys = boot.paths.sys.clone();
-    let a = block::find_by_label(&sys, Slot::A.partition_label());
-    let b = block::find_by_label(&sys, Slot::B.partition_label());
+    let a = block::find_by_label(&sys, None, Slot::A.partition_label());
+    let b = block::find_by_label(&sys, None, Slot::B.partition_label());
     let (slot, device) = match decide_root(boot.cmdline.install, boot.cmdline.slot, &a, &b) {
         RootPlan::Initramfs(why) => return Outcome::ok_with(why),
         RootPlan::Refuse(why) => {
@@ -603,13 +633,18 @@ pub fn step(boot: &mut Boot) -> Outcome {
         }
         RootPlan::Slot { slot, device } => (slot, device),
     };
-    let data = match block::find_by_label(&sys, DATA_LABEL) {
+    // The data partition (and later the ESP) only on the disk that holds
+    // the slot: another disk's LIKEN-DATA is another machine's.
+    let disk = block::disk_of(&sys, &device);
+    let data = match block::find_by_label(&sys, disk.as_deref(), DATA_LABEL) {
         Ok(Some(d)) => d,
         Ok(None) => {
             return Outcome::Failed(format!(
-                "slot {slot} is on {}, but no partition is named {DATA_LABEL} for /var; \
-                 the disk was not installed by liken: reinstall it; running from the initramfs",
-                device.display()
+                "slot {slot} is on {}, but no partition on its disk ({}) is named {DATA_LABEL} \
+                 for /var; the disk was not installed by liken: reinstall it; running from the \
+                 initramfs",
+                device.display(),
+                disk.as_deref().unwrap_or("unknown")
             ));
         }
         Err(devs) => {
@@ -634,6 +669,17 @@ pub fn step(boot: &mut Boot) -> Outcome {
         data_device: data.clone(),
         layer_from: boot.paths.etc_liken.clone(),
         layer_to: boot.paths.run_liken.join(LAYER_DIR),
+        role: boot
+            .cluster
+            .as_ref()
+            .zip(boot.machine.as_ref())
+            .map(|(c, m)| {
+                if c.is_leader(&m.metadata.name) {
+                    Role::Leader
+                } else {
+                    Role::Follower
+                }
+            }),
         moves: MOVED.iter().map(PathBuf::from).collect(),
         free_initramfs: true,
     };
@@ -648,6 +694,7 @@ pub fn step(boot: &mut Boot) -> Outcome {
         }
     };
     boot.mounted.extend(done.mounted);
+    boot.paths.boot_disk = disk;
     boot.paths.etc_liken = boot.paths.run_liken.join(LAYER_DIR);
     boot.paths.resolv_conf = PathBuf::from(RESOLV_CONF);
     let formatted = if done.formatted {
@@ -656,13 +703,17 @@ pub fn step(boot: &mut Boot) -> Outcome {
         ""
     };
     let modules = start_image_modules(boot);
-    Outcome::ok_with(format!(
+    let text = format!(
         "slot {slot} from {} is the root, /var on {}{formatted}; {} initramfs entries freed; \
          {modules}",
         device.display(),
         data.display(),
         done.freed
-    ))
+    );
+    match done.unshared {
+        Some(why) => Outcome::Failed(format!("{why} ({text})")),
+        None => Outcome::ok_with(text),
+    }
 }
 
 /// Where the resolver configuration goes once the system image is the
@@ -818,6 +869,7 @@ mod tests {
             data_device: t.data.clone(),
             layer_from: t.layer.clone(),
             layer_to: t.dir.join("run-liken-layer"),
+            role: None,
             moves: MOVED.iter().map(PathBuf::from).collect(),
             free_initramfs: false,
         }
@@ -858,6 +910,8 @@ mod tests {
                 MountCall::Move("/dev".into(), root.join("dev")),
                 MountCall::Move("/run".into(), root.join("run")),
                 MountCall::SwitchRoot(root.clone()),
+                // `/` made recursively shared (crate::k3s_host).
+                MountCall::Mount("none".into(), "/".into()),
             ]
         );
         let copied = t.dir.join("run-liken-layer");
@@ -868,6 +922,53 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&t.dir);
+    }
+
+    #[test]
+    fn a_followers_copy_of_the_layer_has_no_keys_and_no_server_token() {
+        let dir = std::env::temp_dir().join(format!("liken-init-rolecopy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let from = dir.join("etc-liken");
+        for (rel, text) in [
+            ("cluster.yaml", "c"),
+            ("machines/node-2.yaml", "m"),
+            ("identity/server/token", "K10x::server:s"),
+            ("identity/server/agent-token", "K10x::node:a"),
+            ("identity/server/tls/server-ca.crt", "CERT"),
+            ("identity/server/tls/server-ca.key", "KEY"),
+            ("identity/server/tls/etcd/peer-ca.key", "KEY"),
+        ] {
+            let p = from.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, text).unwrap();
+        }
+        let to = dir.join("run-layer");
+        copy_layer(&from, &to, Some(Role::Follower)).unwrap();
+        let mut kept = Vec::new();
+        let mut dirs = vec![to.clone()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    kept.push(p.strip_prefix(&to).unwrap().display().to_string());
+                }
+            }
+        }
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                "cluster.yaml",
+                "identity/server/agent-token",
+                "identity/server/tls/server-ca.crt",
+                "machines/node-2.yaml"
+            ]
+        );
+        copy_layer(&from, &to, Some(Role::Leader)).unwrap();
+        assert!(to.join("identity/server/tls/etcd/peer-ca.key").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

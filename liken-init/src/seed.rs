@@ -9,14 +9,19 @@
 //! - **Identity**: on a leader whose k3s has no `server/tls` yet, the
 //!   layer's CAs and service-account key are copied there, so k3s uses
 //!   the cluster's identity instead of minting a new one.
-//! - **Token**: leaders at `server/token`, where k3s itself keeps it;
-//!   followers at [`FOLLOWER_TOKEN`]; both 0600, and config.yaml's
-//!   `token-file` names it, so the secret is on no command line.
+//! - **Tokens**: leaders keep the server token at `server/token` and the
+//!   agent token at `server/agent-token`, where k3s itself keeps them
+//!   (config.yaml's `token-file` and `agent-token-file` name them);
+//!   followers hold only the agent token, at [`FOLLOWER_TOKEN`] (their
+//!   `token-file`): it joins agents and nothing else. All 0600, so no
+//!   secret is on a command line.
 //! - **Manifests** (leaders): the CRDs and the operators' manifests from
 //!   `/usr/share/liken/manifests`, and each declared feature's from
 //!   `/usr/share/liken/features/<slug>`, into k3s's auto-deploy directory.
-//! - **Airgap images**: the operator image tarballs in
-//!   /usr/share/liken/images, linked into k3s's agent images directory.
+//! - **Airgap images**: the archives in /usr/share/liken/images (the
+//!   operators' images, and k3s's own airgap archive when the image was
+//!   built with `K3S_AIRGAP_IMAGES=`), linked into k3s's agent images
+//!   directory, in every form k3s imports ([`AIRGAP_SUFFIXES`]).
 //!
 //! Every write is atomic and happens only when the bytes (or mode, or
 //! link) differ, so a reboot with the same documents and image writes
@@ -35,7 +40,8 @@
 //! | --- | --- |
 //! | `node-name` | the Machine's hostname (`spec.hostname`, else its name) |
 //! | `data-dir` | [`DATA_DIR`], on the data partition |
-//! | `token-file` | the token written from the layer's `identity/server/token` |
+//! | `token-file` | the layer's `identity/server/token` on leaders, its `identity/server/agent-token` on followers |
+//! | `agent-token-file` | on leaders whose layer has `identity/server/agent-token` |
 //! | `cluster-init: true` | the first name in the Cluster's `spec.leaders`, on this machine: it starts the embedded etcd |
 //! | `server` | the Cluster's `spec.endpoint`, on the other leaders (they join the etcd cluster) and on followers |
 //! | `tls-san` | the host of `spec.endpoint`, on leaders, so the API server's certificate names the address machines and people use |
@@ -76,8 +82,14 @@ pub const DATA_DIR: &str = "/var/lib/rancher/k3s";
 pub const CONFIG: &str = "/run/rancher/k3s/config.yaml";
 /// The token on a leader, where k3s keeps it itself.
 pub const LEADER_TOKEN: &str = "/var/lib/rancher/k3s/server/token";
-/// The token on a follower, in liken's own state.
+/// The token on a follower (the agent token), in liken's own state.
 pub const FOLLOWER_TOKEN: &str = "/var/lib/liken/k3s-token";
+/// The agent token on a leader, where k3s keeps it (k3s-io/k3s
+/// pkg/server/server.go, printTokens), named by config.yaml's
+/// `agent-token-file` so k3s makes the supervisor's `node` password from
+/// it (pkg/daemons/control/deps/deps.go, genUsers) rather than from the
+/// server token.
+pub const LEADER_AGENT_TOKEN: &str = "/var/lib/rancher/k3s/server/agent-token";
 /// The start of every file name init places among k3s's manifests.
 pub const MANIFEST_PREFIX: &str = "liken-";
 /// The layer's identity, below /etc/liken (as `liken layer` packs it).
@@ -101,6 +113,23 @@ pub const IDENTITY_FILES: [(&str, bool); 11] = [
 ];
 
 const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// The names k3s imports from agent/images: image archives, plain or
+/// compressed, and `.txt` lists of images to pull. k3s's watcher takes
+/// wharfie's `tarfile.SupportedExtensions` plus `.txt`
+/// (k3s-io/k3s pkg/agent/containerd/watcher.go, `isFileSupported`), and
+/// `preloadFile` opens each by its suffix, case-insensitively
+/// (pkg/agent/containerd/containerd.go; rancher/wharfie pkg/tarfile).
+pub const AIRGAP_SUFFIXES: [&str; 9] = [
+    ".tar", ".tar.lz4", ".tar.bz2", ".tbz", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".txt",
+];
+
+/// Whether k3s imports a file of this name from agent/images (and init
+/// links it there): a supported suffix, and not a dot file.
+pub fn is_airgap_file(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !name.starts_with('.') && AIRGAP_SUFFIXES.iter().any(|s| lower.ends_with(s))
+}
 /// How deep below a manifest directory files are looked for.
 pub const MAX_DEPTH: u32 = 4;
 
@@ -150,8 +179,14 @@ pub fn token_file(role: Role) -> &'static str {
     }
 }
 
-/// k3s's config.yaml for this machine (see the module's table).
-pub fn render_k3s_config(machine: &Machine, cluster: &Cluster, role: Role) -> String {
+/// k3s's config.yaml for this machine (see the module's table);
+/// `agent_token`: a leader has an agent token to name.
+pub fn render_k3s_config(
+    machine: &Machine,
+    cluster: &Cluster,
+    role: Role,
+    agent_token: bool,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -165,6 +200,9 @@ pub fn render_k3s_config(machine: &Machine, cluster: &Cluster, role: Role) -> St
     let _ = writeln!(out, "node-name: {}", quote(machine.hostname()));
     let _ = writeln!(out, "data-dir: {}", quote(DATA_DIR));
     let _ = writeln!(out, "token-file: {}", quote(token_file(role)));
+    if role == Role::Leader && agent_token {
+        let _ = writeln!(out, "agent-token-file: {}", quote(LEADER_AGENT_TOKEN));
+    }
     match decide_join(machine, cluster, role) {
         Join::InitCluster => {
             let _ = writeln!(out, "cluster-init: true");
@@ -211,9 +249,17 @@ pub fn decide_token(text: &str) -> Result<String, String> {
 }
 
 /// The auto-deploy file name for a manifest: `liken-` and `prefix`, then
-/// its path below its directory with `/` as `-`, lower-cased, anything
-/// but letters, digits, `.` and `-` as `-` (k3s names an addon after its
-/// file, and an addon's name must be a DNS subdomain).
+/// its path below its directory without the extension, lower-cased, with
+/// anything but letters and digits (`/` and `.` included) as `-`, then
+/// the extension. So the name has one period, before the extension.
+///
+/// k3s names the Addon that applies a file after everything before the
+/// file's first period (`basename` in k3s-io/k3s pkg/deploy/controller.go),
+/// and two files that share that name share one Addon, each pruning the
+/// other's objects on every apply. With one period the Addon is named
+/// after the whole path ([`addon_name`]), and [`decide_manifests`] checks
+/// the names on that shortened form. The Addon name must be a DNS
+/// subdomain, so trailing dashes are trimmed.
 pub fn manifest_name(prefix: &str, rel: &Path) -> Option<String> {
     let mut parts = Vec::new();
     for c in rel.components() {
@@ -222,23 +268,29 @@ pub fn manifest_name(prefix: &str, rel: &Path) -> Option<String> {
             _ => return None,
         }
     }
-    if parts.is_empty() {
+    let file = parts.pop()?;
+    let (stem, ext) = file.rsplit_once('.')?;
+    let ext = ext.to_ascii_lowercase();
+    if !MANIFEST_EXTENSIONS.contains(&ext.as_str()) {
         return None;
     }
+    parts.push(stem.to_owned());
     let joined = format!("{MANIFEST_PREFIX}{prefix}{}", parts.join("-"));
-    Some(
-        joined
-            .chars()
-            .map(|c| {
-                let c = c.to_ascii_lowercase();
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '-'
-                }
-            })
-            .collect(),
-    )
+    let name: String = joined
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() { c } else { '-' }
+        })
+        .collect();
+    let name = name.trim_end_matches('-');
+    (name.len() > MANIFEST_PREFIX.len()).then(|| format!("{name}.{ext}"))
+}
+
+/// The Addon k3s makes for a manifest file: its name up to the first
+/// period (k3s-io/k3s pkg/deploy/controller.go, `basename`).
+pub fn addon_name(file: &str) -> &str {
+    file.split('.').next().unwrap_or(file)
 }
 
 fn is_manifest(name: &str) -> bool {
@@ -274,14 +326,20 @@ pub fn decide_manifests(
     existing: &[String],
 ) -> ManifestPlan {
     let mut plan = ManifestPlan::default();
-    let mut names = BTreeSet::new();
+    // Checked on k3s's shortened name: two files with one Addon would
+    // prune each other's objects.
+    let mut addons = BTreeSet::new();
     let mut add = |plan: &mut ManifestPlan, prefix: &str, (from, rel): &Found| match manifest_name(
         prefix, rel,
     ) {
-        Some(name) if names.insert(name.clone()) => plan.place.push((from.clone(), name)),
+        Some(name) if addons.insert(addon_name(&name).to_owned()) => {
+            plan.place.push((from.clone(), name));
+        }
         Some(name) => plan.problems.push(format!(
-            "{} would be placed as {name}, a name another manifest already has; rename one",
-            from.display()
+            "{} would be placed as {name}, whose k3s Addon {} another manifest already has; \
+             rename one",
+            from.display(),
+            addon_name(&name)
         )),
         None => plan
             .problems
@@ -364,8 +422,12 @@ pub struct SeedPaths {
     pub k3s_data: PathBuf,
     /// config.yaml.
     pub config: PathBuf,
-    /// /var/lib/liken, for a follower's token.
+    /// /var/lib/liken, for a follower's token and the machine ID.
     pub var_liken: PathBuf,
+    /// /var, the data partition (for /var/run and the node password).
+    pub var: PathBuf,
+    /// /run/rancher, which the image's /etc/rancher links to.
+    pub rancher_run: PathBuf,
 }
 
 impl SeedPaths {
@@ -377,6 +439,12 @@ impl SeedPaths {
             k3s_data: paths.k3s_data.clone(),
             config: paths.k3s_config.clone(),
             var_liken: paths.var_liken.clone(),
+            var: paths.var.clone(),
+            rancher_run: paths
+                .k3s_config
+                .parent()
+                .and_then(Path::parent)
+                .map_or_else(|| PathBuf::from("/run/rancher"), Path::to_path_buf),
         }
     }
 }
@@ -563,6 +631,40 @@ fn copy_identity(layer_tls: &Path, server: &Path) -> Result<bool, String> {
     })
 }
 
+/// The token in a layer's token file.
+fn read_token(path: &Path) -> Result<String, String> {
+    let bytes = crate::fsutil::read_capped(path, 4096)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    decide_token(&String::from_utf8_lossy(&bytes))
+        .map_err(|e| format!("{} is not a token: {e}", path.display()))
+}
+
+/// Writes a leader's token file `name` below `server`, 0600, unless the
+/// cluster exists already (`had_tls`) and has one: like the CAs, a
+/// running cluster's tokens are its own (k3s encrypts its bootstrap
+/// data with the server token), and a differing one is kept and noted.
+fn place_token(r: &mut Report, server: &Path, name: &str, token: &str, had_tls: bool) {
+    let path = server.join(name);
+    if had_tls && path.symlink_metadata().is_ok() {
+        let same = crate::fsutil::read_capped(&path, 4096)
+            .is_ok_and(|t| String::from_utf8_lossy(&t).trim() == token);
+        if !same {
+            r.notes.push(format!(
+                "{} differs from the layer's and is kept: it is the running cluster's",
+                path.display()
+            ));
+        }
+        r.unchanged = r.unchanged.saturating_add(1);
+        return;
+    }
+    let written = create_dir(server, 0o700)
+        .and_then(|()| write_if_changed(&path, format!("{token}\n").as_bytes(), 0o600));
+    match written {
+        Ok(changed) => r.wrote(&path, changed),
+        Err(e) => r.fail(format!("cannot write {}: {e}", path.display()), true),
+    }
+}
+
 /// Seeds k3s for `machine` in `cluster` as `role`.
 pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> Report {
     let mut r = Report::default();
@@ -570,24 +672,28 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
     let layer_identity = p.layer.join(LAYER_IDENTITY);
 
     // The token: without it a leader makes a token of its own and a
-    // follower cannot join, so k3s waits for a layer that has one.
-    let token_path = layer_identity.join("token");
-    let token = match std::fs::read_to_string(&token_path) {
-        Ok(text) => {
-            decide_token(&text).map_err(|e| format!("{} is not a token: {e}", token_path.display()))
-        }
-        Err(e) => Err(format!("cannot read {}: {e}", token_path.display())),
+    // follower cannot join, so k3s waits for a layer that has one. A
+    // follower joins with the agent token alone, never the server's.
+    let token_name = match role {
+        Role::Leader => "token",
+        Role::Follower => "agent-token",
     };
-    let token = match token {
+    let token = match read_token(&layer_identity.join(token_name)) {
         Ok(t) => Some(t),
         Err(e) => {
-            r.fail(
-                format!("{e}; rebuild the layer with `liken layer` from the cluster's identity"),
-                true,
-            );
+            let how = match role {
+                Role::Leader => "rebuild the layer with `liken layer` from the cluster's identity",
+                Role::Follower => {
+                    "a follower joins with the agent token only: rebuild the layer with \
+                     `liken layer` from an identity `liken mint` or `liken adopt` gave an \
+                     agent token"
+                }
+            };
+            r.fail(format!("{e}; {how}"), true);
             None
         }
     };
+    let mut agent_token = false;
 
     match role {
         Role::Leader => {
@@ -602,29 +708,18 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
                 Err(e) => r.fail(e, true),
             }
             if let Some(token) = &token {
-                let path = server.join("token");
-                // Like the CAs, the token of a cluster that exists is
-                // the cluster's: k3s encrypts its bootstrap data with it.
-                let exists = path.symlink_metadata().is_ok();
-                if had_tls && exists {
-                    let same =
-                        std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == token.as_str());
-                    if !same {
-                        r.notes.push(format!(
-                            "{} differs from the layer's token and is kept: it is the running \
-                             cluster's",
-                            path.display()
-                        ));
+                place_token(&mut r, &server, "token", token, had_tls);
+            }
+            // An older identity has no agent token: k3s then makes the
+            // agent password from the server token, as it does itself.
+            let agent_path = layer_identity.join("agent-token");
+            if agent_path.symlink_metadata().is_ok() {
+                match read_token(&agent_path) {
+                    Ok(agent) => {
+                        place_token(&mut r, &server, "agent-token", &agent, had_tls);
+                        agent_token = true;
                     }
-                    r.unchanged = r.unchanged.saturating_add(1);
-                } else {
-                    let written = create_dir(&server, 0o700).and_then(|()| {
-                        write_if_changed(&path, format!("{token}\n").as_bytes(), 0o600)
-                    });
-                    match written {
-                        Ok(changed) => r.wrote(&path, changed),
-                        Err(e) => r.fail(format!("cannot write {}: {e}", path.display()), true),
-                    }
+                    Err(e) => r.fail(e, true),
                 }
             }
             seed_manifests(p, cluster, &mut r);
@@ -644,7 +739,16 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
 
     seed_images(p, &mut r);
 
-    let config = render_k3s_config(machine, cluster, role);
+    // What k3s expects of its host on the data partition: /var/run, the
+    // machine ID, and /etc/rancher/node kept across reboots.
+    let host = crate::k3s_host::prepare(&p.var, &p.var_liken, &p.rancher_run);
+    r.written.extend(host.written);
+    r.unchanged = r.unchanged.saturating_add(host.unchanged);
+    for f in host.failures {
+        r.fail(f, false);
+    }
+
+    let config = render_k3s_config(machine, cluster, role, agent_token);
     let written = p
         .config
         .parent()
@@ -750,7 +854,7 @@ fn seed_images(p: &SeedPaths, r: &mut Report) {
                 .filter_map(Result::ok)
                 .filter(|e| e.path().is_file())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".tar") && !n.starts_with('.'))
+                .filter(|n| is_airgap_file(n))
                 .collect();
             crate::order::by_key(&mut names, |n| crate::order::text_key(n));
             names
@@ -775,7 +879,8 @@ fn seed_images(p: &SeedPaths, r: &mut Report) {
     let plan = decide_images(&tarballs, &share_images, &existing);
     if tarballs.is_empty() {
         r.notes.push(format!(
-            "no operator images in {} (the operators are not built yet)",
+            "no images in {}: k3s pulls its own (pause, coredns, local-path) from their \
+             registries, and the operators are not built yet",
             share_images.display()
         ));
     }
@@ -901,7 +1006,7 @@ mod tests {
     #[test]
     fn the_first_leader_starts_the_cluster() {
         let c = cluster(&["node-1", "node-2"]);
-        let got = render_k3s_config(&machine("node-1"), &c, Role::Leader);
+        let got = render_k3s_config(&machine("node-1"), &c, Role::Leader, true);
         assert_eq!(
             got,
             "# k3s configuration for Machine node-1 (leader) of Cluster home,\n\
@@ -910,6 +1015,7 @@ mod tests {
              node-name: \"node-1.lan\"\n\
              data-dir: \"/var/lib/rancher/k3s\"\n\
              token-file: \"/var/lib/rancher/k3s/server/token\"\n\
+             agent-token-file: \"/var/lib/rancher/k3s/server/agent-token\"\n\
              cluster-init: true\n\
              tls-san:\n  - \"10.0.0.10\"\n\
              node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
@@ -921,7 +1027,7 @@ mod tests {
     fn other_leaders_and_followers_join_through_the_endpoint() {
         let mut c = cluster(&["node-1", "node-2"]);
         c.spec.endpoint = "https://k8s.example.org:6443/".into();
-        let leader = render_k3s_config(&machine("node-2"), &c, Role::Leader);
+        let leader = render_k3s_config(&machine("node-2"), &c, Role::Leader, false);
         assert!(
             leader.contains("\nserver: \"https://k8s.example.org:6443\"\n"),
             "{leader}"
@@ -931,9 +1037,10 @@ mod tests {
             "{leader}"
         );
         assert!(!leader.contains("cluster-init"), "{leader}");
+        assert!(!leader.contains("agent-token-file"), "{leader}");
         let plain = Machine::new("worker-1", MachineSpec::default());
         assert_eq!(
-            render_k3s_config(&plain, &c, Role::Follower),
+            render_k3s_config(&plain, &c, Role::Follower, true),
             "# k3s configuration for Machine worker-1 (follower) of Cluster home,\n\
              # written by liken-init from the running documents at every boot.\n\
              # Edit the documents, not this file: changes here are lost.\n\
@@ -954,7 +1061,7 @@ mod tests {
             .node_labels
             .insert("note".into(), "a \"quoted\" # value: é".into());
         for role in Role::ALL {
-            let text = render_k3s_config(&m, &cluster(&["node-1"]), role);
+            let text = render_k3s_config(&m, &cluster(&["node-1"]), role, true);
             let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
             assert_eq!(v["node-name"], "node-1.lan");
             assert_eq!(v["data-dir"], DATA_DIR);
@@ -1008,6 +1115,7 @@ mod tests {
         ]);
         let existing = vec![
             "liken-crds-machines.liken.sh.yaml".to_owned(),
+            "liken-crds-machines-liken-sh.yaml".to_owned(),
             "liken-feature-iscsi-manifests-iscsid.yaml".to_owned(),
             "liken-feature-iscsi-manifests-iscsid.yaml.skip".to_owned(),
             "ccm.yaml".to_owned(),
@@ -1018,12 +1126,19 @@ mod tests {
         assert_eq!(
             names,
             [
-                "liken-crds-machines.liken.sh.yaml",
+                "liken-crds-machines-liken-sh.yaml",
                 "liken-operators-machine-operator.yaml",
                 "liken-feature-flux-manifests-flux-system.yaml"
             ]
         );
-        assert_eq!(plan.remove, ["liken-feature-iscsi-manifests-iscsid.yaml"]);
+        // The names of before this naming (several periods) go.
+        assert_eq!(
+            plan.remove,
+            [
+                "liken-crds-machines.liken.sh.yaml",
+                "liken-feature-iscsi-manifests-iscsid.yaml"
+            ]
+        );
         assert_eq!(plan.missing_features, ["nope"]);
         assert!(plan.problems.is_empty());
 
@@ -1035,6 +1150,82 @@ mod tests {
             "{:?}",
             plan.problems
         );
+        // Names that differ only after a period would have shared k3s's
+        // Addon (`liken-crds-machines` for both) before; now they differ
+        // in it. And the same path with two extensions clashes on it.
+        let dotted = vec![
+            found("/m", "crds/machines.liken.sh.yaml"),
+            found("/m", "crds/machines.yaml"),
+            found("/m", "x.yaml"),
+            found("/m", "x.json"),
+        ];
+        let plan = decide_manifests(&dotted, &BTreeMap::new(), &[]);
+        let placed: Vec<&str> = plan.place.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            placed,
+            [
+                "liken-crds-machines-liken-sh.yaml",
+                "liken-crds-machines.yaml",
+                "liken-x.yaml"
+            ]
+        );
+        let addons: BTreeSet<&str> = placed.iter().map(|n| addon_name(n)).collect();
+        assert_eq!(addons.len(), placed.len());
+        assert_eq!(plan.problems.len(), 1, "{:?}", plan.problems);
+        assert!(
+            plan.problems[0].contains("whose k3s Addon liken-x another manifest already has"),
+            "{:?}",
+            plan.problems
+        );
+    }
+
+    #[test]
+    fn manifest_names_have_one_period() {
+        let name = |rel: &str| manifest_name("", Path::new(rel));
+        assert_eq!(
+            name("crds/clusters.liken.sh.yaml").as_deref(),
+            Some("liken-crds-clusters-liken-sh.yaml")
+        );
+        assert_eq!(
+            name("Ops/Deploy.YML").as_deref(),
+            Some("liken-ops-deploy.yml")
+        );
+        assert_eq!(name("a_.json").as_deref(), Some("liken-a.json"));
+        assert_eq!(
+            addon_name("liken-crds-clusters-liken-sh.yaml"),
+            "liken-crds-clusters-liken-sh"
+        );
+        assert_eq!(name("README.md"), None);
+        assert_eq!(name("_.yaml"), None);
+        assert_eq!(name("../x.yaml"), None);
+    }
+
+    #[test]
+    fn every_archive_k3s_imports_is_an_airgap_file() {
+        for n in [
+            "k3s-airgap-images-amd64.tar",
+            "k3s-airgap-images-amd64.tar.zst",
+            "k3s-airgap-images-amd64.tzst",
+            "a.tar.gz",
+            "a.tgz",
+            "a.tar.bz2",
+            "a.tbz",
+            "a.tar.lz4",
+            "A.TAR.GZ",
+            "pull-these.txt",
+        ] {
+            assert!(is_airgap_file(n), "{n}");
+        }
+        for n in [
+            ".hidden.tar",
+            "a.tar.xz",
+            "a.zip",
+            "a.zst",
+            "a.gz",
+            "README",
+        ] {
+            assert!(!is_airgap_file(n), "{n}");
+        }
     }
 
     #[test]
@@ -1088,6 +1279,8 @@ mod tests {
                 k3s_data: self.0.join("var/lib/rancher/k3s"),
                 config: self.0.join("run/rancher/k3s/config.yaml"),
                 var_liken: self.0.join("var/lib/liken"),
+                var: self.0.join("var"),
+                rancher_run: self.0.join("run/rancher"),
             }
         }
 
@@ -1101,6 +1294,10 @@ mod tests {
                 );
             }
             self.write("layer/identity/server/token", b"K10aa::server:secret\n");
+            self.write(
+                "layer/identity/server/agent-token",
+                b"K10aa::node:agentsecret\n",
+            );
             self.write(
                 "share/manifests/crds/machines.liken.sh.yaml",
                 b"kind: CustomResourceDefinition\n",
@@ -1147,6 +1344,11 @@ mod tests {
             "K10aa::server:secret\n"
         );
         assert_eq!(t.mode(&format!("{K3S}/server/token")), 0o600);
+        assert_eq!(
+            t.read(&format!("{K3S}/server/agent-token")),
+            "K10aa::node:agentsecret\n"
+        );
+        assert_eq!(t.mode(&format!("{K3S}/server/agent-token")), 0o600);
         let manifests: Vec<String> = list_names(&t.0.join(K3S).join("server/manifests"))
             .unwrap()
             .into_iter()
@@ -1155,8 +1357,8 @@ mod tests {
         assert_eq!(
             manifests,
             [
-                "liken-crds-clusters.liken.sh.yaml",
-                "liken-crds-machines.liken.sh.yaml",
+                "liken-crds-clusters-liken-sh.yaml",
+                "liken-crds-machines-liken-sh.yaml",
                 "liken-feature-flux-manifests-flux-system.yaml"
             ]
         );
@@ -1164,12 +1366,17 @@ mod tests {
         assert_eq!(link, t.0.join("share/images/liken-ops.tar"));
         assert_eq!(
             t.read("run/rancher/k3s/config.yaml"),
-            render_k3s_config(&m, &c, Role::Leader)
+            render_k3s_config(&m, &c, Role::Leader, true)
         );
         assert!(!t.0.join(K3S).join("server/.tls.liken-tmp").exists());
         let first = r.written.len();
-        // The tls directory, the token, three manifests, a link, config.yaml.
-        assert_eq!(first, 7, "{:?}", r.written);
+        // The tls directory, both tokens, three manifests, a link,
+        // /var/run, the machine ID, /etc/rancher/node, config.yaml.
+        assert_eq!(first, 11, "{:?}", r.written);
+        assert_eq!(
+            std::fs::read_link(t.0.join("run/rancher/node")).unwrap(),
+            t.0.join("var/lib/rancher/node")
+        );
 
         let again = seed(&t.paths(), &m, &c, Role::Leader);
         assert!(again.failures.is_empty(), "{:?}", again.failures);
@@ -1216,7 +1423,7 @@ mod tests {
         assert!(
             r.notes
                 .iter()
-                .any(|n| n.contains("differs from the layer's token")),
+                .any(|n| n.contains("differs from the layer's and is kept")),
             "{:?}",
             r.notes
         );
@@ -1258,7 +1465,11 @@ mod tests {
         let c = cluster(&["node-1"]);
         let r = seed(&t.paths(), &m, &c, Role::Follower);
         assert!(r.failures.is_empty(), "{:?}", r.failures);
-        assert_eq!(t.read("var/lib/liken/k3s-token"), "K10aa::server:secret\n");
+        // The agent token, never the server's.
+        assert_eq!(
+            t.read("var/lib/liken/k3s-token"),
+            "K10aa::node:agentsecret\n"
+        );
         assert_eq!(t.mode("var/lib/liken/k3s-token"), 0o600);
         assert!(!t.0.join(K3S).join("server").exists());
         assert!(t.0.join(K3S).join("agent/images/liken-ops.tar").exists());
@@ -1280,11 +1491,10 @@ mod tests {
             &cluster(&["node-1"]),
             Role::Follower,
         );
+        let why = r.block.as_deref().unwrap();
         assert!(
-            r.block
-                .as_deref()
-                .unwrap()
-                .contains("identity/server/token"),
+            why.contains("identity/server/agent-token")
+                && why.contains("a follower joins with the agent token only"),
             "{r:?}"
         );
         assert!(
@@ -1293,6 +1503,17 @@ mod tests {
                 .any(|n| n.contains("operators are not built yet")),
             "{r:?}"
         );
+        // A follower never takes the server token, even when the layer
+        // has nothing else.
+        t.write("layer/identity/server/token", b"K10aa::server:secret\n");
+        let r = seed(
+            &t.paths(),
+            &machine("w"),
+            &cluster(&["node-1"]),
+            Role::Follower,
+        );
+        assert!(r.block.is_some(), "{r:?}");
+        assert!(!t.0.join("var/lib/liken/k3s-token").exists());
         // The configuration is still written, for a person to read.
         assert!(t.0.join("run/rancher/k3s/config.yaml").exists());
     }

@@ -37,18 +37,32 @@ pub const STOP_GRACE: Duration = Duration::from_secs(20);
 pub const RELEASE_GRACE: Duration = Duration::from_secs(2);
 /// How long other processes get after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long the whole shutdown may take before init reboots without
+/// syncing: both graces, their SIGKILL waits, and a minute for sync and
+/// the unmounts.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(90);
 /// The longest the loop sleeps with nothing to do.
 const IDLE: Duration = Duration::from_secs(3600);
 
 /// Runs the loop forever.
 pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receiver<Event>) -> ! {
-    let started = match (&sup.service, &boot.no_service) {
-        (Some(_), _) => match sup.start(Instant::now()) {
+    let started = match (&sup.service, &boot.no_service, boot.k3s_hold) {
+        (Some(_), _, Some(wait)) => {
+            let now = Instant::now();
+            sup.hold(now.checked_add(wait).unwrap_or(now));
+            format!(
+                "{} {} held for {} s: the clock is behind the cluster's CA (k3s line)",
+                sup.name,
+                service_args(&sup),
+                wait.as_secs()
+            )
+        }
+        (Some(_), _, None) => match sup.start(Instant::now()) {
             Ok(pid) => format!("{} {} pid {pid}", sup.name, service_args(&sup)),
             Err(e) => e,
         },
-        (None, Some(why)) => format!("nothing to supervise: {why}"),
-        (None, None) => "nothing to supervise".to_owned(),
+        (None, Some(why), _) => format!("nothing to supervise: {why}"),
+        (None, None, _) => "nothing to supervise".to_owned(),
     };
     let uptime = console::uptime().map_or(String::new(), |u| format!(", uptime {u:.2} s"));
     console::milestone(
@@ -61,6 +75,7 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
     let mut assess = Assessor::start(
         boot.assessment.clone(),
         boot.started_at,
+        boot.started,
         std::sync::Arc::clone(&boot.sys.run),
     );
     loop {
@@ -206,6 +221,15 @@ fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Send
     if let Err(e) = release_writer::decide_target_slot(booted) {
         return refuse(e.to_string());
     }
+    // The record's assessment is updated when the boot is blessed.
+    if let Some(slot) = booted
+        && let Err(e) = release_writer::decide_may_write(
+            slot,
+            boot.record.as_ref().and_then(|r| r.assessment.as_ref()),
+        )
+    {
+        return refuse(e.to_string());
+    }
     let Some(ticket) = writes.try_begin() else {
         return refuse(release_writer::WriteError::Busy.to_string());
     };
@@ -215,6 +239,7 @@ fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Send
     ));
     let paths = WorkerPaths {
         sys: boot.paths.sys.clone(),
+        boot_disk: boot.paths.boot_disk.clone(),
         proc: boot.paths.proc.clone(),
         esp_mount: boot.paths.run_liken.join("esp"),
         releases: RELEASES_DIR.into(),
@@ -357,6 +382,12 @@ pub fn shutdown<S: Spawner>(
         "shutdown",
         &Outcome::ok_with(format!("{} requested", action.name())),
     );
+    if let Err(e) = crate::sys::power::force_after(action, SHUTDOWN_DEADLINE) {
+        console::line(&format!(
+            "shutdown: no deadline thread ({e}); a hanging disk could stop the {}",
+            action.name()
+        ));
+    }
     let mut deferred = VecDeque::new();
     console::milestone("stop-k3s", &stop_service(sup, events, &mut deferred));
     // Requests that arrive now get an answer rather than a timeout.
@@ -381,6 +412,19 @@ pub fn shutdown<S: Spawner>(
     console::milestone("stop-processes", &kill_rest(&boot.paths.proc));
     boot.sys.power.sync();
     console::milestone("sync", &Outcome::Ok(None));
+    // What k3s left mounted below /var (containerd's overlays, the
+    // kubelet's volumes) first, deepest first, or /var stays busy.
+    let (nested, nested_failed) =
+        crate::k3s_host::unmount_nested(&*boot.sys.mount, &boot.paths.proc, &boot.paths.var);
+    let nested_outcome = if nested_failed.is_empty() {
+        Outcome::ok_with(format!("{nested} below {}", boot.paths.var.display()))
+    } else {
+        Outcome::Failed(format!(
+            "could not unmount {}; data was synced first",
+            nested_failed.join(", ")
+        ))
+    };
+    console::milestone("unmount-nested", &nested_outcome);
     let (detached, failed) = mounts::unmount_all(&*boot.sys.mount, &boot.mounted);
     let outcome = if failed.is_empty() {
         let mut text = format!("{} filesystems", boot.mounted.len());

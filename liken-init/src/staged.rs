@@ -136,8 +136,15 @@ pub enum Promotion {
     Failed(String),
 }
 
+/// The most bytes a staged or promoted document (or its digest file)
+/// may have; a Machine or Cluster document is a few kilobytes.
+pub const MAX_DOCUMENT: u64 = 1 << 20;
+
+/// Reads a staged or promoted file, absent being `None`: opened without
+/// following links or blocking, refused unless a regular file of at
+/// most [`MAX_DOCUMENT`] bytes ([`crate::fsutil::read_capped`]).
 fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    match std::fs::read(path) {
+    match crate::fsutil::read_capped(path, MAX_DOCUMENT) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -252,8 +259,9 @@ pub fn decide_data_partition(mountinfo: &str, var: &Path) -> Result<(), String> 
     }
 }
 
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(field: &str) -> String {
+/// A /proc/self/mountinfo field with its escapes decoded: the kernel
+/// escapes space, tab, newline and backslash as octal.
+pub fn unescape(field: &str) -> String {
     field
         .replace("\\040", " ")
         .replace("\\011", "\t")
@@ -261,10 +269,15 @@ fn unescape(field: &str) -> String {
         .replace("\\134", "\\")
 }
 
+/// The most of /proc/self/mountinfo init reads (k3s's containers add a
+/// few lines each).
+pub const MOUNTINFO_CAP: u64 = 4 << 20;
+
 /// Whether the data partition is mounted on `paths.var`.
 pub fn data_partition(paths: &Paths) -> Result<(), String> {
     let path = paths.proc.join("self/mountinfo");
-    let text = std::fs::read_to_string(&path)
+    let text = crate::fsutil::read_capped(&path, MOUNTINFO_CAP)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     decide_data_partition(&text, &paths.var)
 }
@@ -376,7 +389,8 @@ fn usable_promoted<T>(var_liken: &Path, doc: Document, decode: Decoder<T>) -> Op
 
 /// The layer's file for a document, decoded from exactly the bytes read.
 fn read_layer<T>(path: &Path, decode: Decoder<T>) -> Result<(T, Vec<u8>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = crate::fsutil::read_capped(path, MAX_DOCUMENT)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let origin = path.display().to_string();
     let text = std::str::from_utf8(&bytes).map_err(|_| format!("{origin} is not UTF-8 text"))?;
     let doc = decode(text, &origin).map_err(|e| e.to_string())?;

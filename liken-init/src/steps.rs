@@ -36,7 +36,7 @@
 //! an install it says `skipped`, and in install mode it leaves nothing
 //! to supervise, so the k3s step skips.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::Sender;
@@ -84,6 +84,10 @@ pub struct Paths {
     pub k3s_data: PathBuf,
     /// k3s's config.yaml (/etc/rancher is a symlink to /run/rancher).
     pub k3s_config: PathBuf,
+    /// The disk that holds the booted slot (`vda`), once the root step
+    /// found it: the data partition and the ESP are looked for on it
+    /// alone.
+    pub boot_disk: Option<String>,
 }
 
 impl Paths {
@@ -102,6 +106,7 @@ impl Paths {
             share_liken: crate::seed::SHARE_LIKEN.into(),
             k3s_data: crate::seed::DATA_DIR.into(),
             k3s_config: crate::seed::CONFIG.into(),
+            boot_disk: None,
         }
     }
 }
@@ -140,6 +145,9 @@ pub struct Boot {
     pub service: Option<Service>,
     /// Why there is nothing to supervise, when there is not.
     pub no_service: Option<String>,
+    /// How long to hold k3s's first start: the clock reads earlier than
+    /// a cluster CA's notBefore ([`crate::ca_time`]).
+    pub k3s_hold: Option<std::time::Duration>,
     /// Failed steps.
     pub problems: Vec<StepProblem>,
     /// Boot assessment's plan, once the `assess` step has looked.
@@ -168,6 +176,7 @@ impl Boot {
             record: None,
             service: None,
             no_service: None,
+            k3s_hold: None,
             problems: Vec::new(),
             assessment: None,
             network: None,
@@ -639,8 +648,49 @@ fn decide_k3s(boot: &mut Boot) -> Outcome {
     boot.service = Some(Service {
         program: boot.paths.k3s.clone(),
         args: vec![sub.to_owned()],
+        limits: crate::k3s_host::LIMITS.to_vec(),
     });
-    Outcome::ok_with(format!("k3s {sub}"))
+    let what = format!("k3s {sub} (LimitNOFILE=1048576, LimitNPROC and LimitCORE infinity)");
+    match check_ca_clock(&boot.paths) {
+        Ok(()) => Outcome::ok_with(what),
+        Err((wait, why)) => {
+            boot.k3s_hold = Some(std::time::Duration::from_secs(wait));
+            Outcome::Failed(format!("{why} ({what})"))
+        }
+    }
+}
+
+/// Whether the clock has passed the notBefore of every CA certificate
+/// k3s will use: those in its data directory once it has them, else the
+/// layer's. `Err`: how many seconds to hold k3s, and why.
+fn check_ca_clock(paths: &Paths) -> Result<(), (u64, String)> {
+    let data = paths.k3s_data.join("server/tls");
+    let layer = paths
+        .etc_liken
+        .join(crate::seed::LAYER_IDENTITY)
+        .join("tls");
+    let dir = if data.join("server-ca.crt").exists() {
+        data
+    } else {
+        layer
+    };
+    let certs: Vec<PathBuf> = crate::seed::IDENTITY_FILES
+        .iter()
+        .filter(|(rel, secret)| !secret && rel.ends_with(".crt"))
+        .map(|(rel, _)| dir.join(rel))
+        .collect();
+    let refs: Vec<&Path> = certs.iter().map(PathBuf::as_path).collect();
+    match crate::ca_time::latest_not_before(&refs) {
+        Ok(Some((not_before, from))) => {
+            crate::ca_time::decide_clock(Time::from_system(SystemTime::now()), not_before, &from)
+        }
+        Ok(None) => Ok(()),
+        // k3s reports an unreadable certificate itself, more precisely.
+        Err(why) => {
+            console::line(&format!("k3s: {why}"));
+            Ok(())
+        }
+    }
 }
 
 fn skipped(why: &str) -> Outcome {

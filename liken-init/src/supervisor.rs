@@ -28,6 +28,8 @@ pub struct Service {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
+    /// The process limits it starts with (k3s's: [`crate::k3s_host::LIMITS`]).
+    pub limits: Vec<crate::k3s_host::Limit>,
 }
 
 /// k3s's word for a role. This is the one place liken's roles become
@@ -68,6 +70,7 @@ impl Spawner for RealSpawner {
         let mut table = lock(&self.table);
         let mut command = Command::new(&service.program);
         crate::sys::process::unblock_signals_in_child(&mut command);
+        crate::sys::process::limits_in_child(&mut command, &service.limits);
         command
             .args(&service.args)
             .env_clear()
@@ -196,6 +199,14 @@ impl<S: Spawner> Supervisor<S> {
         }
     }
 
+    /// Holds the first start until `until`; the loop's [`Supervisor::tick`]
+    /// starts it then.
+    pub fn hold(&mut self, until: Instant) {
+        if self.service.is_some() {
+            self.state = State::Waiting { until };
+        }
+    }
+
     /// A child ended. Returns the console line when it was the service.
     pub fn on_exit(&mut self, pid: u32, status: &ExitStatus, now: Instant) -> Option<String> {
         let State::Running {
@@ -306,6 +317,7 @@ mod tests {
         Some(Service {
             program: "/usr/bin/k3s".into(),
             args: vec![k3s_subcommand(Role::Leader).into()],
+            limits: Vec::new(),
         })
     }
 

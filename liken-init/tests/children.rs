@@ -76,18 +76,50 @@ fn children_are_recorded_reaped_and_stopped(r: &Reaper) {
     let quick = Service {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), "exit 7".into()],
+        limits: Vec::new(),
     };
     for _ in 0..20 {
         let pid = spawner.spawn(&quick).unwrap();
         assert_eq!(exit_of(rx, pid), ExitStatus::Code(7));
     }
 
-    // The child starts with signals unblocked, so SIGTERM ends it.
+    // The child starts with signals unblocked, so SIGTERM ends it, and
+    // with the limits it is given, set between fork and exec. (k3s's own,
+    // k3s_host::LIMITS, raise hard limits, which a test without
+    // CAP_SYS_RESOURCE may not: the QEMU tests read those from the
+    // stand-in. Lowering a hard limit and raising a soft one to an
+    // unlimited hard one are allowed to anyone.)
+    use nix::sys::resource::{RLIM_INFINITY, Resource};
+    let (_, core_hard) = nix::sys::resource::getrlimit(Resource::RLIMIT_CORE).unwrap();
     let sleeper = Service {
         program: "/bin/sleep".into(),
         args: vec!["30".into()],
+        limits: vec![
+            liken_init::k3s_host::Limit {
+                resource: Resource::RLIMIT_NOFILE,
+                value: 1000,
+            },
+            liken_init::k3s_host::Limit {
+                resource: Resource::RLIMIT_CORE,
+                value: core_hard,
+            },
+        ],
     };
     let pid = spawner.spawn(&sleeper).unwrap();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let core = if core_hard == RLIM_INFINITY {
+        "unlimited unlimited bytes".to_owned()
+    } else {
+        format!("{core_hard} {core_hard} bytes")
+    };
+    for (name, want) in [
+        ("Max open files", "1000 1000 files"),
+        ("Max core file size", core.as_str()),
+    ] {
+        let line = limits.lines().find(|l| l.starts_with(name)).unwrap();
+        let got = line[name.len()..].split_whitespace().collect::<Vec<_>>();
+        assert_eq!(got.join(" "), want, "{name}");
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let blocked = status
         .lines()
@@ -114,6 +146,7 @@ fn children_are_recorded_reaped_and_stopped(r: &Reaper) {
     let chatty = Service {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), "echo out; echo err >&2; echo done".into()],
+        limits: Vec::new(),
     };
     let pid = logged.spawn(&chatty).unwrap();
     assert_eq!(exit_of(rx, pid), ExitStatus::Code(0));
@@ -133,6 +166,7 @@ fn children_are_recorded_reaped_and_stopped(r: &Reaper) {
     let missing = Service {
         program: "/nonexistent/k3s".into(),
         args: vec![],
+        limits: Vec::new(),
     };
     assert!(spawner.spawn(&missing).is_err());
 }
@@ -155,7 +189,10 @@ fn commands_run_to_their_end_beside_the_reaper(r: &Reaper) {
             ))
             .unwrap();
         assert_eq!(out.status, Some(ExitStatus::Code(3)));
-        assert_eq!(out.output, "ok\noops\n");
+        assert_eq!(
+            (out.stdout.as_str(), out.stderr.as_str()),
+            ("ok\n", "oops\n")
+        );
     }
     let t0 = Instant::now();
     let out = runner

@@ -300,21 +300,29 @@ pub fn hand_layer(dir: &Path, machine: &str) -> PathBuf {
 /// with one leader, `liken mint`, `liken layer`. Returns the
 /// deployment directory and the layer.
 pub fn cli_layer(dir: &Path, cluster: &str, machine: &str) -> (PathBuf, PathBuf) {
+    cli_fleet(dir, cluster, &[(machine, "leader")])
+}
+
+/// As [`cli_layer`], with several machines, each `(name, role)`.
+pub fn cli_fleet(dir: &Path, cluster: &str, machines: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let deployment = dir.join("deployment");
     let identity = deployment.join("identity");
     let layer = dir.join("layer.cpio");
     let d = deployment.to_string_lossy().into_owned();
     let i = identity.to_string_lossy().into_owned();
-    liken(&[
-        "new",
-        "-name",
-        cluster,
-        "-endpoint",
-        "https://10.0.2.15:6443",
-        "-machine",
-        &format!("{machine}=leader"),
-        &d,
-    ]);
+    let mut args: Vec<String> = vec![
+        "new".into(),
+        "-name".into(),
+        cluster.into(),
+        "-endpoint".into(),
+        "https://10.0.2.15:6443".into(),
+    ];
+    for (name, role) in machines {
+        args.push("-machine".into());
+        args.push(format!("{name}={role}"));
+    }
+    args.push(d.clone());
+    liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
     liken(&["mint", &i]);
     liken(&["layer", &d, &i, &layer.to_string_lossy()]);
     (deployment, layer)

@@ -61,7 +61,10 @@ fn boots_from_the_initramfs_to_the_supervisor_with_the_boot_record() {
     );
     vm.expect("liken: hostname: ok (node-1)", NEXT);
     let record_line = vm.expect("liken: boot-record: ok (/run/liken/boot.json, boot ", NEXT);
-    vm.expect("liken: k3s: ok (k3s server)", NEXT);
+    vm.expect(
+        "liken: k3s: ok (k3s server (LimitNOFILE=1048576, LimitNPROC and LimitCORE infinity))",
+        NEXT,
+    );
     let sup = vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
     let uptime = uptime_in(&sup).expect("the supervisor line reports the uptime");
     eprintln!(

@@ -1,10 +1,20 @@
 //! Boots an installed disk under UEFI: OVMF, systemd-boot from the ESP,
 //! the kernel and initrds its loader entry names, then init mounting
 //! slot A's squashfs as the root, formatting and mounting LIKEN-DATA at
-//! /var, starting the supervisor and, once the service (the stand-in in
-//! place of k3s) has stayed up for `liken.bless-after`, blessing the
-//! entry: `liken-a+3.conf`, which systemd-boot renamed to
-//! `liken-a+2-1.conf` before it booted it, becomes `liken-a.conf`.
+//! /var, starting the supervisor and blessing the entry the way a
+//! machine with k3s does (no `liken.bless-after`): once `k3s kubectl get
+//! node` (the stand-in, answering as k3s would) shows the node Ready
+//! with a heartbeat from this boot, `liken-a+3.conf`, which systemd-boot
+//! renamed to `liken-a+2-1.conf` before it booted it, becomes
+//! `liken-a.conf`.
+//!
+//! The same boots carry what k3s expects of its host and files, seen
+//! from inside by the stand-in at k3s's path and checked here against
+//! literal text (not against the code that wrote them): `/` shared,
+//! k3s's limits, /var/run, the machine ID and the node password kept
+//! across the reboot on the data partition, config.yaml, the token's
+//! path and mode, server/tls with modes, and the kubelet-style nested
+//! mounts below /var taken down at shutdown.
 //!
 //! The disk is made here with the real tools (sgdisk, mkfs.vfat, mtools;
 //! see qemu_tests::disk) rather than by `liken stick` and install mode,
@@ -82,6 +92,108 @@ fn slot_a_reports_the_fallback(vm: &mut Vm, blessed: &str) {
     vm.reboot(NEXT);
 }
 
+/// A line the stand-in printed, without its prefix.
+fn standin_says(vm: &mut Vm, start: &str) -> String {
+    let line = vm.expect_unordered(&format!("liken-standin-k3s: {start}"), NEXT);
+    line.split_once("liken-standin-k3s: ")
+        .map(|(_, rest)| rest.to_owned())
+        .unwrap_or(line)
+}
+
+/// The stand-in's lines that start with `start`, in order, without the
+/// prefix, once `last` has been printed.
+fn standin_lines(vm: &mut Vm, start: &str, last: &str) -> Vec<String> {
+    vm.expect_unordered(&format!("liken-standin-k3s: {last}"), NEXT);
+    vm.seen
+        .iter()
+        .filter_map(|l| l.split_once("liken-standin-k3s: ").map(|(_, r)| r))
+        .filter(|r| r.starts_with(start))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What k3s finds of its host on every boot: `/` recursively shared,
+/// install.sh's unit limits, /var/run, /etc/rancher/node on the data
+/// partition. Returns the machine ID and the node password's hash.
+fn expect_k3s_host(vm: &mut Vm) -> (String, String) {
+    let root = standin_says(vm, "mount / propagation ");
+    assert!(root.starts_with("mount / propagation [shared:"), "{root}");
+    let var = standin_says(vm, "mount /var propagation ");
+    assert!(var.starts_with("mount /var propagation [shared:"), "{var}");
+    assert_eq!(
+        standin_says(vm, "limit Max open files:"),
+        "limit Max open files: 1048576 1048576 files"
+    );
+    assert_eq!(
+        standin_says(vm, "limit Max processes:"),
+        "limit Max processes: unlimited unlimited processes"
+    );
+    assert_eq!(
+        standin_says(vm, "limit Max core file size:"),
+        "limit Max core file size: unlimited unlimited bytes"
+    );
+    assert_eq!(standin_says(vm, "/var/run"), "/var/run -> /run");
+    assert_eq!(
+        standin_says(vm, "/etc/rancher/node is"),
+        "/etc/rancher/node is /var/lib/rancher/node (on the /var filesystem: true)"
+    );
+    let id = standin_says(vm, "machine-id ");
+    let id = id.trim_start_matches("machine-id ").to_owned();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    let password = standin_says(vm, "node password sha256 ");
+    (id, password)
+}
+
+/// k3s's files as a leader's k3s reads them, against literal text.
+fn expect_leader_files(vm: &mut Vm) {
+    let config = standin_lines(vm, "config.yaml| ", "token-file ");
+    assert_eq!(
+        config,
+        [
+            "config.yaml| # k3s configuration for Machine node-1 (leader) of Cluster test,",
+            "config.yaml| # written by liken-init from the running documents at every boot.",
+            "config.yaml| # Edit the documents, not this file: changes here are lost.",
+            "config.yaml| node-name: \"node-1\"",
+            "config.yaml| data-dir: \"/var/lib/rancher/k3s\"",
+            "config.yaml| token-file: \"/var/lib/rancher/k3s/server/token\"",
+            "config.yaml| cluster-init: true",
+            "config.yaml| tls-san:",
+            "config.yaml|   - \"10.0.2.15\"",
+        ]
+    );
+    assert_eq!(
+        standin_says(vm, "config.yaml mode"),
+        "config.yaml mode 0600"
+    );
+    let token = standin_says(vm, "token-file ");
+    assert!(
+        token.starts_with("token-file /var/lib/rancher/k3s/server/token mode 0600 ("),
+        "{token}"
+    );
+    let tls = standin_lines(vm, "server/tls", "server/tls/service.key ");
+    assert_eq!(
+        tls,
+        [
+            "server/tls mode 0700",
+            "server/tls/client-ca.crt mode 0644",
+            "server/tls/client-ca.key mode 0600",
+            "server/tls/etcd mode 0700",
+            "server/tls/etcd/peer-ca.crt mode 0644",
+            "server/tls/etcd/peer-ca.key mode 0600",
+            "server/tls/etcd/server-ca.crt mode 0644",
+            "server/tls/etcd/server-ca.key mode 0600",
+            "server/tls/request-header-ca.crt mode 0644",
+            "server/tls/request-header-ca.key mode 0600",
+            "server/tls/server-ca.crt mode 0644",
+            "server/tls/server-ca.key mode 0600",
+            "server/tls/service.key mode 0600",
+        ]
+    );
+}
+
 #[test]
 fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     let dir = scratch("slots-uefi");
@@ -91,7 +203,7 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
             slot: Slot::A,
             entry: "liken-a+3.conf",
             version: "2026.12.02-001",
-            extra: &["liken.bless-after=5"],
+            extra: &[],
             files: &SlotFiles::standin(),
         }],
     );
@@ -107,21 +219,35 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
         assess.contains("slot A on trial (systemd-boot entry liken-a+3.conf)")
-            && assess.contains("once the service has stayed up 5 s"),
+            && assess.contains("once node node-1 is Ready with a heartbeat from this boot"),
         "{assess}"
     );
     vm.expect("liken: boot-record: ok", NEXT);
+    vm.expect(
+        "liken: k3s: ok (k3s server (LimitNOFILE=1048576, LimitNPROC and LimitCORE infinity))",
+        NEXT,
+    );
     vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
     let (record, a) = record_of(&mut vm);
     assert_eq!(record.slot, Some(Slot::A));
     assert!(a.counted && !a.blessed && !a.other_slot_bad, "{a:?}");
+    let (id, password) = expect_k3s_host(&mut vm);
+    assert!(password.ends_with("(created)"), "{password}");
+    expect_leader_files(&mut vm);
+    vm.expect_unordered("liken-standin-k3s: mounted tmpfs at ", NEXT);
+    // Blessed by the production test: the stand-in, asked as k3s's
+    // kubectl, answers Ready with a heartbeat from now.
     let bless = vm.expect("liken: bless: ", NEXT);
-    assert_eq!(
-        bless,
-        "liken: bless: ok (loader/entries/liken-a+2-1.conf renamed to liken-a.conf: \
-         the supervised service has stayed up 5 s (liken.bless-after))"
+    assert!(
+        bless.starts_with(
+            "liken: bless: ok (loader/entries/liken-a+2-1.conf renamed to liken-a.conf: \
+             node node-1 is Ready with a heartbeat at "
+        ) && bless.contains(", after this boot began ("),
+        "{bless}"
     );
     vm.ctrl_alt_del();
+    // The stand-in's two nested volume mounts, deepest first, then /var.
+    vm.expect("liken: unmount-nested: ok (2 below /var)", NEXT);
     vm.expect("liken: unmount: ok", NEXT);
     vm.expect_exit("liken: reboot: ok", NEXT);
     drop(vm);
@@ -148,6 +274,15 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
     let (_, a) = record_of(&mut vm);
     assert!(!a.counted && a.blessed, "{a:?}");
+    // The machine ID and k3s's node password survived the reboot on the
+    // data partition.
+    let (id_again, password_again) = expect_k3s_host(&mut vm);
+    assert_eq!(id_again, id, "the machine ID changed across a reboot");
+    assert_eq!(
+        password_again,
+        password.replace("(created)", "(kept)"),
+        "the node password did not survive the reboot"
+    );
     vm.reboot(NEXT);
     assert!(
         !vm.seen.iter().any(|l| l.starts_with("liken: bless:")),
@@ -173,12 +308,14 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
                 files: &standin,
             },
             // Newer, so systemd-boot prefers it while it has a try left;
-            // its service never stays up long enough.
+            // it is assessed the production way, and its node's Ready
+            // condition carries a heartbeat from before the boot (the
+            // Node object a dead kubelet leaves behind).
             Installed {
                 slot: Slot::B,
                 entry: "liken-b+1-2.conf",
                 version: "2026.12.02-002",
-                extra: &["liken.bless-after=3600", "liken.bless-deadline=20"],
+                extra: &["liken.standin=stale-node", "liken.bless-deadline=20"],
                 files: &standin,
             },
         ],
@@ -186,7 +323,37 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     let ovmf = Ovmf::fresh(&dir);
 
     let mut vm = Vm::boot_uefi("slots-fallback-b", &d.path, &ovmf);
-    slot_b_gives_up(&mut vm, "systemd-boot entry liken-b+1-2.conf");
+    // As slot_b_gives_up, with two more checks in the middle: the
+    // refused write while on trial, and the stale heartbeat as the reason.
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot B on trial (systemd-boot entry liken-b+1-2.conf)")
+            && assess.contains("rebooting if not healthy within 20 s"),
+        "{assess}"
+    );
+    // While B is on trial, a release write (which would replace slot A,
+    // the only release known to boot) is refused with the reason.
+    let refused = vm.expect_unordered("liken-standin-k3s: write-release on trial answered ", NEXT);
+    assert!(
+        refused.contains(
+            "slot B booted on trial and is not blessed yet: writing slot A now would remove the \
+             entry of the release this machine last ran well"
+        ),
+        "{refused}"
+    );
+    let gave_up = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        gave_up.contains("this boot did not become healthy within 20 s")
+            && gave_up.contains(
+                "node node-1 is Ready, but its last heartbeat (2026-01-01T00:00:00Z) is from \
+                 before this boot began"
+            ),
+        "{gave_up}"
+    );
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
     drop(vm);
     assert_eq!(
         d.esp_list("loader/entries"),

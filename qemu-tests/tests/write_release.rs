@@ -217,15 +217,21 @@ fn a_release_is_written_into_slot_b_through_the_control_socket() {
         disk.esp_list("loader/entries"),
         ["liken-a.conf", "liken-b+3.conf"]
     );
+    // The entry as systemd-boot reads it (the Boot Loader Specification's
+    // type #1 keys), spelt out rather than rendered by the code that
+    // wrote it: slot B's kernel and initrds, the shared layer, and the
+    // booted entry's console and liken arguments carried on.
     let written_entry = String::from_utf8(disk.esp_file("loader/entries/liken-b+3.conf")).unwrap();
     assert_eq!(
         written_entry,
-        entry(
-            Slot::B,
-            VERSION,
-            true,
-            &["liken.standin=write-release:/dev/vdb"]
-        )
+        "title liken 2026.12.02-042 (slot B)\n\
+         sort-key liken\n\
+         version 2026.12.02-042\n\
+         linux /liken/b/vmlinuz\n\
+         initrd /liken/b/microcode.cpio\n\
+         initrd /liken/b/boot.cpio\n\
+         initrd /liken/layer.cpio\n\
+         options liken.slot=b panic=10 console=ttyS0 liken.standin=write-release:/dev/vdb\n"
     );
     for (name, file) in [
         ("kernel", "vmlinuz"),

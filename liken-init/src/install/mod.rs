@@ -88,6 +88,9 @@ pub struct InstallPaths {
     pub stick_mount: PathBuf,
     /// The console a person presses Enter on.
     pub console: PathBuf,
+    /// The layer as the initramfs unpacked it (/etc/liken), which the
+    /// per-role layer is packed from.
+    pub etc_liken: PathBuf,
 }
 
 impl InstallPaths {
@@ -100,6 +103,7 @@ impl InstallPaths {
             proc: boot.paths.proc.clone(),
             stick_mount: boot.paths.run_liken.join("stick"),
             console: "/dev/console".into(),
+            etc_liken: boot.paths.etc_liken.clone(),
         }
     }
 }
@@ -109,6 +113,11 @@ impl InstallPaths {
 pub enum InstallError {
     /// No valid Machine document was chosen.
     NoMachine,
+    /// The layer's Cluster document is not valid, so the machine's role
+    /// (and what of the identity its disk may hold) is unknown.
+    NoCluster,
+    /// The per-role layer could not be packed.
+    Layer(String),
     /// The release could not be found or was refused.
     Source(SourceError),
     /// No disk to erase.
@@ -134,6 +143,16 @@ pub enum InstallError {
 impl fmt::Display for InstallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            InstallError::NoCluster => f.write_str(
+                "the layer's Cluster document is not valid (see the machine line), so this \
+                 machine's role, and what of the cluster's identity its disk may hold, is \
+                 unknown; fix cluster.yaml, write the stick again with `liken stick` and boot it",
+            ),
+            InstallError::Layer(why) => write!(
+                f,
+                "cannot pack this machine's layer for its ESP: {why}; write the stick again \
+                 with `liken stick`"
+            ),
             InstallError::NoMachine => write!(
                 f,
                 "no valid Machine document was chosen (see the machine line), so there is no \
@@ -178,12 +197,13 @@ pub struct Installed {
 }
 
 /// Verifies the release in `release_dir` and, only if every artifact
-/// checks out, writes it with `layer` onto `device`: the part of install
+/// checks out, writes it with `layer` (the per-role layer's bytes) onto
+/// `device`: the part of install
 /// mode that needs no sysfs, no mounts and no console, so tests run it
 /// on an image file.
 pub fn install_release(
     release_dir: &Path,
-    layer: &Path,
+    layer: &[u8],
     device: &Path,
     args: &EntryArgs,
     say: &mut dyn FnMut(&str),
@@ -287,6 +307,14 @@ fn run(boot: &mut Boot, paths: &InstallPaths) -> Result<(Installed, Option<Strin
     let Some(machine) = boot.machine.clone() else {
         return Err(InstallError::NoMachine);
     };
+    let Some(cluster) = &boot.cluster else {
+        return Err(InstallError::NoCluster);
+    };
+    let role = if cluster.is_leader(&machine.metadata.name) {
+        liken_api::Role::Leader
+    } else {
+        liken_api::Role::Follower
+    };
     if let Some(report) = boot.load_modules(STICK_MODULES)
         && let Err(text) = modload::describe(&report, 0.0)
     {
@@ -315,7 +343,7 @@ fn run(boot: &mut Boot, paths: &InstallPaths) -> Result<(Installed, Option<Strin
             (paths.stick_mount.clone(), stick.disk.clone())
         }
     };
-    let result = install_from(paths, &machine, &root, stick_disk.as_deref());
+    let result = install_from(paths, &machine, role, &root, stick_disk.as_deref());
     if let Origin::Stick(_) = origin {
         // Unmounted whatever happened, so the stick can be pulled.
         if let Err(e) = boot.sys.mount.unmount(&paths.stick_mount, false) {
@@ -351,6 +379,7 @@ fn mount_stick(boot: &Boot, paths: &InstallPaths, stick: &Stick) -> Result<(), I
 fn install_from(
     paths: &InstallPaths,
     machine: &liken_api::Machine,
+    role: liken_api::Role,
     root: &Path,
     stick_disk: Option<&str>,
 ) -> Result<Installed, InstallError> {
@@ -393,10 +422,21 @@ fn install_from(
     let cmdline = read(&paths.proc.join("cmdline"));
     let args =
         write::decide_entry_args(&cmdline, &machine.metadata.name, &machine.spec.kernel_args);
+    // The media keep the whole layer (they install every machine); this
+    // disk gets only what its role needs (crate::role_layer).
+    let packed = crate::role_layer::pack(&paths.etc_liken, role).map_err(InstallError::Layer)?;
+    say(&match role {
+        liken_api::Role::Leader => {
+            "the ESP gets the whole layer: a leader keeps the cluster's identity".to_owned()
+        }
+        liken_api::Role::Follower => "the ESP gets a follower's layer: the documents, the agent \
+                                     token and the server CA certificate, no private key"
+            .to_owned(),
+    });
     let t0 = Instant::now();
     let installed = install_release(
         &root.join(source::RELEASE_DIR),
-        &layer,
+        &packed,
         &chosen.device,
         &args,
         &mut |l| say(l),

@@ -201,7 +201,7 @@ fn stage(stage: &'static str) -> impl Fn(&dyn fmt::Display) -> WriteError {
 }
 
 /// The ESP's files for a fresh install into slot A.
-pub fn decide_esp(v: &Verified, layer: &Path, args: &EntryArgs) -> Result<fat::Tree, WriteError> {
+pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::Tree, WriteError> {
     let plan_err = |e: &dyn fmt::Display| WriteError::Plan(format!("the ESP's files: {e}"));
     let params = EntryParams {
         slot: Slot::A,
@@ -240,7 +240,7 @@ pub fn decide_esp(v: &Verified, layer: &Path, args: &EntryArgs) -> Result<fat::T
     add(&format!("{GRUB_DIR}/grub.cfg"), grub_cfg.into_bytes())?;
     add(&format!("{GRUB_DIR}/grubenv"), grubenv.to_vec())?;
     add(&entry, bootloader::render_entry(&params).into_bytes())?;
-    t.add_file(LAYER_PATH, layer).map_err(|e| plan_err(&e))?;
+    add(LAYER_PATH, layer.to_vec())?;
     t.add_dir(&format!("liken/{}", Slot::B.esp_dir()))
         .map_err(|e| plan_err(&e))?;
     Ok(t)

@@ -4,6 +4,12 @@
 //! `/sys/class/block/<dev>/uevent`, so init finds LIKEN-A, LIKEN-B and
 //! LIKEN-DATA without reading partition tables itself. The seam is the
 //! sysfs root, which tests point at a temporary tree.
+//!
+//! Once a slot has booted, the other partitions are looked for only on
+//! the disk that holds it ([`disk_of`]; `/sys/class/block/<part>` links
+//! into the disk's directory): a second disk plugged in with partitions
+//! of the same names (another machine's disk, a stick) is never taken
+//! for this machine's data or ESP.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +20,8 @@ pub struct Partition {
     pub label: String,
     /// The device node, `/dev/vda2`.
     pub device: PathBuf,
+    /// The disk it is on (`vda`), from sysfs.
+    pub disk: Option<String>,
 }
 
 /// Every partition with a GPT name, sorted by device.
@@ -25,20 +33,39 @@ pub fn labelled_partitions(sys: &Path) -> Vec<Partition> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let uevent = std::fs::read_to_string(e.path().join("uevent")).ok()?;
-            parse_uevent(&uevent)
+            let mut p = parse_uevent(&uevent)?;
+            p.disk = parent_name(&e.path());
+            Some(p)
         })
         .collect();
     crate::order::by_key(&mut out, |p| crate::order::path_key(&p.device));
     out
 }
 
-/// The partition with this label, if exactly one has it. Two disks with
-/// the same label (an install stick beside an installed disk) are
+/// The name of the directory a sysfs block entry's link leads into: a
+/// partition's disk.
+fn parent_name(entry: &Path) -> Option<String> {
+    let target = std::fs::read_link(entry).ok()?;
+    Some(target.parent()?.file_name()?.to_string_lossy().into_owned())
+}
+
+/// The disk that holds partition `device` (`/dev/vda3` -> `vda`).
+pub fn disk_of(sys: &Path, device: &Path) -> Option<String> {
+    parent_name(&sys.join("class/block").join(device.file_name()?))
+}
+
+/// The partition with this label, if exactly one has it, on `disk` when
+/// one is given (the disk of the booted slot), else on any disk. Two
+/// with the same label (an install stick beside an installed disk) are
 /// reported rather than guessed between.
-pub fn find_by_label(sys: &Path, label: &str) -> Result<Option<PathBuf>, Vec<PathBuf>> {
+pub fn find_by_label(
+    sys: &Path,
+    disk: Option<&str>,
+    label: &str,
+) -> Result<Option<PathBuf>, Vec<PathBuf>> {
     let found: Vec<PathBuf> = labelled_partitions(sys)
         .into_iter()
-        .filter(|p| p.label == label)
+        .filter(|p| p.label == label && disk.is_none_or(|d| p.disk.as_deref() == Some(d)))
         .map(|p| p.device)
         .collect();
     match found.as_slice() {
@@ -71,6 +98,7 @@ fn parse_uevent(text: &str) -> Option<Partition> {
     Some(Partition {
         label: partname?.to_owned(),
         device: Path::new("/dev").join(devname),
+        disk: None,
     })
 }
 
@@ -82,41 +110,80 @@ mod tests {
     fn finds_partitions_by_label() {
         let dir = std::env::temp_dir().join(format!("liken-init-block-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        for (dev, text) in [
+        // As sysfs lays them out: class/block/<dev> links into the
+        // device tree, a partition's directory inside its disk's.
+        for (disk, dev, text) in [
             (
+                "",
                 "vda",
                 "MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\nDISKSEQ=1\n",
             ),
             (
+                "vda",
                 "vda2",
                 "MAJOR=254\nMINOR=2\nDEVNAME=vda2\nDEVTYPE=partition\nPARTN=2\nPARTNAME=LIKEN-A\n",
             ),
             (
+                "vda",
                 "vda3",
                 "DEVNAME=vda3\nDEVTYPE=partition\nPARTN=3\nPARTNAME=LIKEN-B\n",
             ),
             (
+                "vda",
+                "vda5",
+                "DEVNAME=vda5\nDEVTYPE=partition\nPARTN=5\nPARTNAME=LIKEN-DATA\n",
+            ),
+            (
+                "vdb",
                 "vdb1",
                 "DEVNAME=vdb1\nDEVTYPE=partition\nPARTNAME=LIKEN-B\n",
             ),
+            // A foreign disk with a data partition of the same name.
             (
+                "sda",
+                "sda5",
+                "DEVNAME=sda5\nDEVTYPE=partition\nPARTNAME=LIKEN-DATA\n",
+            ),
+            (
+                "vda",
                 "vda9",
                 "DEVNAME=../evil\nDEVTYPE=partition\nPARTNAME=LIKEN-DATA\n",
             ),
         ] {
-            std::fs::create_dir_all(dir.join("class/block").join(dev)).unwrap();
-            std::fs::write(dir.join("class/block").join(dev).join("uevent"), text).unwrap();
+            let real = dir.join("devices/block").join(disk).join(dev);
+            std::fs::create_dir_all(&real).unwrap();
+            std::fs::write(real.join("uevent"), text).unwrap();
+            std::fs::create_dir_all(dir.join("class/block")).unwrap();
+            std::os::unix::fs::symlink(&real, dir.join("class/block").join(dev)).unwrap();
         }
-        assert_eq!(labelled_partitions(&dir).len(), 3);
+        assert_eq!(labelled_partitions(&dir).len(), 5);
         assert_eq!(
-            find_by_label(&dir, "LIKEN-A"),
+            find_by_label(&dir, None, "LIKEN-A"),
             Ok(Some(PathBuf::from("/dev/vda2")))
         );
-        assert_eq!(find_by_label(&dir, "LIKEN-DATA"), Ok(None));
         assert_eq!(
-            find_by_label(&dir, "LIKEN-B"),
+            disk_of(&dir, Path::new("/dev/vda2")).as_deref(),
+            Some("vda")
+        );
+        assert_eq!(
+            find_by_label(&dir, None, "LIKEN-B"),
             Err(vec![PathBuf::from("/dev/vda3"), PathBuf::from("/dev/vdb1")])
         );
+        assert_eq!(
+            find_by_label(&dir, Some("vda"), "LIKEN-B"),
+            Ok(Some(PathBuf::from("/dev/vda3")))
+        );
+        // The foreign disk's LIKEN-DATA is seen only when no disk is
+        // named; on the booted slot's disk, the disk's own is found.
+        assert_eq!(
+            find_by_label(&dir, None, "LIKEN-DATA"),
+            Err(vec![PathBuf::from("/dev/sda5"), PathBuf::from("/dev/vda5")])
+        );
+        assert_eq!(
+            find_by_label(&dir, Some("vda"), "LIKEN-DATA"),
+            Ok(Some(PathBuf::from("/dev/vda5")))
+        );
+        assert_eq!(find_by_label(&dir, Some("vdc"), "LIKEN-DATA"), Ok(None));
         assert!(labelled_partitions(&dir.join("none")).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }

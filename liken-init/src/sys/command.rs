@@ -68,8 +68,12 @@ impl CommandSpec {
 pub struct CommandOutput {
     /// Its exit; `None` when it overran its timeout and was killed.
     pub status: Option<ExitStatus>,
-    /// stdout and stderr together, up to [`OUTPUT_LIMIT`] bytes.
-    pub output: String,
+    /// What it printed on stdout, up to [`OUTPUT_LIMIT`] bytes: the
+    /// answer, kept apart from stderr so a warning cannot be read as one.
+    pub stdout: String,
+    /// What it printed on stderr, up to [`OUTPUT_LIMIT`] bytes: where
+    /// programs say what went wrong.
+    pub stderr: String,
 }
 
 impl CommandOutput {
@@ -78,15 +82,18 @@ impl CommandOutput {
         self.status == Some(ExitStatus::Code(0))
     }
 
-    /// The last line of its output (where programs put their error), for
-    /// a console message.
+    /// The last line of its stderr (where programs put their error),
+    /// else of its stdout, for a console message.
     pub fn last_line(&self) -> &str {
-        self.output
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
+        fn last(text: &str) -> Option<&str> {
+            text.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::trim)
+        }
+        last(&self.stderr)
+            .or_else(|| last(&self.stdout))
             .unwrap_or("")
-            .trim()
     }
 }
 
@@ -114,15 +121,16 @@ impl Runner for RealRunner {
         if let Some(root) = &spec.root {
             crate::sys::process::chroot_in_child(&mut command, root)?;
         }
-        let (reader, writer) = std::io::pipe()?;
+        let (out_reader, out_writer) = std::io::pipe()?;
+        let (err_reader, err_writer) = std::io::pipe()?;
         command
             .args(&spec.args)
             .env_clear()
             .env("PATH", PATH)
             .env("HOME", "/root")
             .stdin(Stdio::null())
-            .stdout(writer.try_clone()?)
-            .stderr(writer);
+            .stdout(out_writer)
+            .stderr(err_writer);
         let pid = {
             // Held across fork and exec, so the reaper cannot take the
             // exit before the waiter is recorded.
@@ -137,12 +145,8 @@ impl Runner for RealRunner {
         // The write ends went with `command`; the reader sees EOF when
         // the child (and anything it left holding the pipe) is gone.
         drop(command);
-        let (out_tx, out_rx) = crossbeam_channel::bounded(1);
-        std::thread::Builder::new()
-            .name("command-output".into())
-            .spawn(move || {
-                let _ = out_tx.send(read_bounded(reader));
-            })?;
+        let stdout = read_in_thread(out_reader)?;
+        let stderr = read_in_thread(err_reader)?;
         let status = match rx.recv_timeout(spec.timeout) {
             Ok(status) => Some(status),
             Err(_) => {
@@ -155,12 +159,31 @@ impl Runner for RealRunner {
                 None
             }
         };
-        // A grandchild keeping the pipe open must not hang init.
-        let output = out_rx
+        // A grandchild keeping a pipe open must not hang init.
+        let stdout = stdout
             .recv_timeout(Duration::from_secs(2))
             .unwrap_or_default();
-        Ok(CommandOutput { status, output })
+        let stderr = stderr
+            .recv_timeout(Duration::from_secs(1))
+            .unwrap_or_default();
+        Ok(CommandOutput {
+            status,
+            stdout,
+            stderr,
+        })
     }
+}
+
+/// Reads a pipe to its end (bounded) on a thread of its own, so a child
+/// that fills one pipe while init waits on the other cannot stall.
+fn read_in_thread(reader: std::io::PipeReader) -> io::Result<crossbeam_channel::Receiver<String>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("command-output".into())
+        .spawn(move || {
+            let _ = tx.send(read_bounded(reader));
+        })?;
+    Ok(rx)
 }
 
 fn read_bounded(mut reader: impl Read) -> String {
@@ -214,8 +237,14 @@ impl FakeRunner {
     }
 
     /// Adds an answer: `program` (with `arg` among its arguments, or any
-    /// when empty) exits with `code` printing `output`.
-    pub fn answer(&self, program: &str, arg: &str, code: i32, output: &str) {
+    /// when empty) exits with `code` printing `stdout` (and nothing on
+    /// stderr).
+    pub fn answer(&self, program: &str, arg: &str, code: i32, stdout: &str) {
+        self.answer_with(program, arg, code, stdout, "");
+    }
+
+    /// As [`FakeRunner::answer`], with `stderr` too.
+    pub fn answer_with(&self, program: &str, arg: &str, code: i32, stdout: &str, stderr: &str) {
         self.script
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -226,7 +255,8 @@ impl FakeRunner {
                     arg: arg.to_owned(),
                     result: Ok(CommandOutput {
                         status: Some(ExitStatus::Code(code)),
-                        output: output.to_owned(),
+                        stdout: stdout.to_owned(),
+                        stderr: stderr.to_owned(),
                     }),
                 },
             );
@@ -284,11 +314,14 @@ mod tests {
     fn output_is_bounded() {
         let big = vec![b'x'; OUTPUT_LIMIT + 10];
         assert_eq!(read_bounded(&big[..]).len(), OUTPUT_LIMIT);
-        let out = CommandOutput {
+        let mut out = CommandOutput {
             status: None,
-            output: "a\nlast words\n\n".into(),
+            stdout: "a\nlast words\n\n".into(),
+            stderr: String::new(),
         };
         assert_eq!(out.last_line(), "last words");
         assert!(!out.success());
+        out.stderr = "error: it broke\n".into();
+        assert_eq!(out.last_line(), "error: it broke");
     }
 }

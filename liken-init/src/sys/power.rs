@@ -58,6 +58,27 @@ impl Power for RealPower {
     }
 }
 
+/// Starts a thread that reboots (or powers off) through the kernel after
+/// `deadline`, without syncing: the orderly shutdown's backstop, for a
+/// sync or an unmount that hangs on a dead disk. Whatever the shutdown
+/// did not flush by then is lost either way; a machine that never goes
+/// down is worse.
+pub fn force_after(action: PowerAction, deadline: std::time::Duration) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("shutdown-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(deadline);
+            crate::console::line(&format!(
+                "shutdown: not done after {} s; {} now without syncing",
+                deadline.as_secs(),
+                action.name()
+            ));
+            let e = RealPower.reboot(action);
+            crate::console::line(&format!("shutdown: the kernel refused ({e})"));
+        })
+        .map(drop)
+}
+
 /// Records calls; reboot "fails" so a test sees it return.
 #[derive(Clone, Default)]
 pub struct FakePower {

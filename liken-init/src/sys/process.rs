@@ -8,8 +8,9 @@
 //! run in the child between fork and exec, which only
 //! `CommandExt::pre_exec` offers, and that is unsafe. This module is
 //! the one place in init that allows unsafe code, which is why it also
-//! holds [`trim_heap`], init's one call into the C library's allocator,
-//! and [`set_thread_nice`], which nix does not wrap.
+//! holds the other pre_exec hooks (a chroot, and the process limits k3s
+//! starts with), [`trim_heap`], init's one call into the C library's
+//! allocator, and [`set_thread_nice`], which nix does not wrap.
 
 #![allow(unsafe_code)]
 
@@ -66,6 +67,29 @@ pub fn unblock_signals_in_child(command: &mut Command) -> &mut Command {
                 .thread_set_mask()
                 .map_err(std::io::Error::from)
         })
+    }
+}
+
+/// Makes `command` set `limits` (soft and hard) in the child before
+/// exec. A limit the kernel refuses fails the start, so the service
+/// never runs with less than it was promised.
+pub fn limits_in_child(command: &mut Command, limits: &[crate::k3s_host::Limit]) {
+    if limits.is_empty() {
+        return;
+    }
+    let limits = limits.to_vec();
+    // SAFETY: the closure runs in the forked child before exec. It reads
+    // the vector moved in before the fork (no allocation) and calls
+    // setrlimit(2) through nix, a plain system call that takes no lock;
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            for l in &limits {
+                nix::sys::resource::setrlimit(l.resource, l.value, l.value)
+                    .map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
     }
 }
 

@@ -37,6 +37,13 @@
 //!   changes and send a datagram to each target every second
 //!   (`qemu-tests/src/standin/net.rs`).
 //!
+//! - `stale-node`: as `run`, but its `kubectl get node` answers (below)
+//!   carry a heartbeat from long before this boot, as a Node object left
+//!   from an earlier boot would, so init must never bless this boot. It
+//!   also asks init to write a release while this boot is on trial, and
+//!   prints the answer (init must refuse: the other slot holds the only
+//!   release known to boot).
+//!
 //! What a service sees, printed by `run` as read from the kernel's own
 //! files, not from anything init reports: the hostname
 //! (`/proc/sys/kernel/hostname`), the IPv4 route table
@@ -52,8 +59,26 @@
 //! it runs from (`/etc/os-release`, which the system image carries and
 //! an initramfs does not), so a test sees which image a slot booted.
 //!
-//! Every line it prints starts with `liken-standin-k3s:` so the console
-//! shows plainly that this is not k3s.
+//! In `run` (and `stale-node`) it also prints what k3s would find of
+//! its host and its files, for the tests to assert (`print_host`,
+//! `print_k3s_files`): the propagation of `/`, its own limits, the
+//! /var/run link, the machine ID, where /etc/rancher/node resolves and
+//! whether it is on the data partition, a node password kept there as
+//! k3s's agent keeps one, config.yaml line by line, the token file's
+//! path and mode, server/tls with modes, and which files below /run hold
+//! a private key or a server token (by path). It mounts two tmpfs under
+//! /var/lib/kubelet, one inside the other, as the kubelet mounts volumes,
+//! for init's shutdown to take down.
+//!
+//! Started as `k3s kubectl ... get node <name> -o jsonpath=...` (how
+//! init asks whether the boot is healthy) it answers as k3s's kubectl
+//! would for that template: the Node's name, Ready `True`, a heartbeat
+//! taken now (or, with `stale-node`, one from 2026-01-01) and the reason,
+//! on stdout, and a warning on stderr, which init must not read as an
+//! answer.
+//!
+//! Every line it prints starts with, or holds, `liken-standin-k3s` so
+//! the console shows plainly that this is not k3s.
 
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -316,9 +341,252 @@ fn stay_up() -> ! {
     }
 }
 
+/// Asks init to write a release (the one the boot record says is
+/// running, whatever the releases directory holds) and prints the answer.
+fn ask_write_on_trial() {
+    let version = std::fs::read_to_string("/run/liken/boot.json")
+        .ok()
+        .and_then(|t| serde_json::from_str::<BootRecord>(&t).ok())
+        .and_then(|r| r.version)
+        .map_or_else(|| "2026.12.02-001".to_owned(), |v| v.to_string());
+    let request = Request::WriteRelease(WriteRelease {
+        directory: format!("{RELEASES_DIR}/{version}"),
+        release_sha256: liken_api::hash::sha256(b""),
+    });
+    say("asking init to write a release while this boot is on trial");
+    match ask(&request) {
+        Ok(r) => say_answer("write-release on trial answered", &r),
+        Err(e) => say(&format!("write-release request failed: {e}")),
+    }
+}
+
+/// `k3s kubectl ... get node <name> -o jsonpath=<template>`: what k3s's
+/// kubectl prints for init's health question (stdout): the template
+/// init uses names the Node's name, then its Ready condition's status,
+/// lastHeartbeatTime and reason, space-separated. The reason is
+/// `liken-standin-k3s`, so even that line says what answered. A warning
+/// goes to stderr, which init must not read; other questions are
+/// refused.
+fn kubectl(args: &[String], what: &str) -> i32 {
+    eprintln!("liken-standin-k3s: W kubectl warning on stderr, which init must not read");
+    let node = args
+        .windows(2)
+        .find(|w| w[0] == "node")
+        .map(|w| w[1].clone());
+    let template = args.iter().find_map(|a| a.strip_prefix("jsonpath="));
+    let known = "{.metadata.name} {range .status.conditions[?(@.type==\"Ready\")]}\
+                 {.status} {.lastHeartbeatTime} {.reason}{end}";
+    let (Some(node), Some(true)) = (node, template.map(|t| t == known)) else {
+        eprintln!(
+            "liken-standin-k3s: kubectl {} is not answered",
+            args.join(" ")
+        );
+        return 1;
+    };
+    let heartbeat = if what == "stale-node" {
+        "2026-01-01T00:00:00Z".to_owned()
+    } else {
+        liken_api::Time::from_system(std::time::SystemTime::now()).to_string()
+    };
+    println!("{node} True {heartbeat} liken-standin-k3s");
+    0
+}
+
+/// What k3s would find of its host: the propagation of `/` and /var,
+/// this process's limits, /var/run, the machine ID, /etc/rancher/node
+/// and the node password k3s's agent keeps there (created on the first
+/// boot, read on later ones), then two nested tmpfs mounts below
+/// /var/lib/kubelet as the kubelet would make for a pod's volumes.
+fn print_host() {
+    use std::os::unix::fs::MetadataExt;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for point in ["/", "/var"] {
+        // The last line for a mount point is the one on top.
+        let line = info
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(point))
+            .last()
+            .unwrap_or("");
+        let fields: Vec<&str> = line.split(' ').collect();
+        let optional: Vec<&str> = fields
+            .iter()
+            .skip(6)
+            .take_while(|f| **f != "-")
+            .copied()
+            .collect();
+        say(&format!(
+            "mount {point} propagation [{}]",
+            optional.join(" ")
+        ));
+    }
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    for name in ["Max open files", "Max processes", "Max core file size"] {
+        let line = limits.lines().find(|l| l.starts_with(name)).unwrap_or("");
+        let words: Vec<&str> = line[name.len().min(line.len())..]
+            .split_whitespace()
+            .collect();
+        say(&format!("limit {name}: {}", words.join(" ")));
+    }
+    match std::fs::read_link("/var/run") {
+        Ok(t) => say(&format!("/var/run -> {}", t.display())),
+        Err(e) => say(&format!("/var/run is not a link: {e}")),
+    }
+    match std::fs::read_to_string("/etc/machine-id") {
+        Ok(id) => say(&format!("machine-id {}", id.trim())),
+        Err(e) => say(&format!("no machine-id: {e}")),
+    }
+    let node = Path::new("/etc/rancher/node");
+    let on_var = |p: &Path| {
+        let (a, b) = (std::fs::metadata(p), std::fs::metadata("/var"));
+        matches!((a, b), (Ok(a), Ok(b)) if a.dev() == b.dev())
+    };
+    match std::fs::canonicalize(node) {
+        Ok(real) => say(&format!(
+            "/etc/rancher/node is {} (on the /var filesystem: {})",
+            real.display(),
+            on_var(&real)
+        )),
+        Err(e) => say(&format!("/etc/rancher/node does not resolve: {e}")),
+    }
+    // As k3s's EnsureNodePassword: read it, or make one on first start.
+    let password = node.join("password");
+    let (text, how) = match std::fs::read_to_string(&password) {
+        Ok(t) => (t, "kept"),
+        Err(_) => {
+            let mut random = [0u8; 16];
+            let read = std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random));
+            if let Err(e) = read {
+                return say(&format!("cannot read /dev/urandom: {e}"));
+            }
+            let t = format!("{}\n", liken_api::digest::to_hex(&random));
+            match std::fs::write(&password, &t) {
+                Ok(()) => (t, "created"),
+                Err(e) => return say(&format!("cannot write {}: {e}", password.display())),
+            }
+        }
+    };
+    say(&format!(
+        "node password sha256 {} ({how})",
+        liken_api::hash::sha256(text.as_bytes()).short()
+    ));
+    let volume = Path::new("/var/lib/kubelet/pods/standin/volumes/kubernetes.io~empty-dir/cache");
+    let inner = volume.join("nested");
+    let mounted = std::fs::create_dir_all(volume)
+        .map_err(|e| e.to_string())
+        .and_then(|()| mount_tmpfs(volume))
+        .and_then(|()| std::fs::create_dir_all(&inner).map_err(|e| e.to_string()))
+        .and_then(|()| mount_tmpfs(&inner));
+    match mounted {
+        Ok(()) => say(&format!(
+            "mounted tmpfs at {} and {}",
+            volume.display(),
+            inner.display()
+        )),
+        Err(e) => say(&format!("cannot mount the volumes: {e}")),
+    }
+}
+
+fn mount_tmpfs(at: &Path) -> Result<(), String> {
+    rustix::mount::mount(
+        "tmpfs",
+        at,
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(|e| format!("mount tmpfs on {}: {e}", at.display()))
+}
+
+/// Every regular file below /run (what a follower's RAM holds of the
+/// layer, and everything else init put there), searched for a private
+/// key's PEM block and for a server token (`K10<hash>::server:<secret>`,
+/// the part that joins servers); each finding is printed by path, never
+/// its bytes, and the count of files read closes the scan.
+fn scan_run_for_secrets() {
+    let mut files = 0usize;
+    let mut dirs = vec![PathBuf::from("/run")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            let p = e.path();
+            if kind.is_dir() {
+                dirs.push(p);
+            } else if kind.is_file() {
+                let Ok(bytes) = std::fs::read(&p) else {
+                    continue;
+                };
+                files += 1;
+                let text = String::from_utf8_lossy(&bytes);
+                if text.contains("PRIVATE KEY-----") {
+                    say(&format!(
+                        "secret scan: a PRIVATE KEY block in {}",
+                        p.display()
+                    ));
+                }
+                if text.contains("::server:") {
+                    say(&format!("secret scan: a server token in {}", p.display()));
+                }
+            }
+        }
+    }
+    say(&format!("secret scan: {files} files below /run read"));
+}
+
+/// What k3s would read of its own files: config.yaml line by line, the
+/// token file config.yaml names (path, mode and size; never its
+/// bytes), and server/tls with modes.
+fn print_k3s_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| {
+        std::fs::symlink_metadata(p).map_or("absent".to_owned(), |m| {
+            format!("{:04o}", m.permissions().mode() & 0o7777)
+        })
+    };
+    let config = Path::new("/etc/rancher/k3s/config.yaml");
+    let text = std::fs::read_to_string(config).unwrap_or_default();
+    say(&format!("config.yaml mode {}", mode(config)));
+    for line in text.lines() {
+        say(&format!("config.yaml| {line}"));
+    }
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("token-file: "))
+        .map(|t| t.trim_matches('"').to_owned());
+    if let Some(token) = token {
+        let p = Path::new(&token);
+        let size = std::fs::metadata(p).map_or(0, |m| m.len());
+        say(&format!(
+            "token-file {token} mode {} ({size} bytes)",
+            mode(p)
+        ));
+    }
+    let tls = Path::new("/var/lib/rancher/k3s/server/tls");
+    let mut found = Vec::new();
+    let mut dirs = vec![tls.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p.clone());
+            }
+            found.push(p);
+        }
+    }
+    found.sort();
+    say(&format!("server/tls mode {}", mode(tls)));
+    for p in found {
+        let rel = p.strip_prefix(tls).unwrap_or(&p);
+        say(&format!("server/tls/{} mode {}", rel.display(), mode(&p)));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let what = instruction();
+    if args.first().map(String::as_str) == Some("kubectl") {
+        std::process::exit(kubectl(&args, &what));
+    }
     say(&format!(
         "started as k3s {} (instruction {what})",
         args.join(" ")
@@ -366,6 +634,12 @@ fn main() {
             stay_up();
         }
         _ => {
+            print_host();
+            print_k3s_files();
+            scan_run_for_secrets();
+            if what == "stale-node" {
+                ask_write_on_trial();
+            }
             // init's resident memory now that it supervises, for the
             // benchmark.
             if let Some(rss) = init_rss() {
