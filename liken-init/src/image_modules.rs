@@ -401,7 +401,11 @@ mod tests {
             w2.settled();
             asked.send("settled".to_owned()).unwrap();
         });
-        std::thread::sleep(Duration::from_millis(100));
+        // Both requests must be queued before the gate opens; on a
+        // loaded machine (CI's two cores shared) 100 ms was not always
+        // enough for the load thread to ask, and the worker then settled
+        // first.
+        std::thread::sleep(Duration::from_millis(1000));
         assert!(answered.try_recv().is_err(), "answered while a was loading");
 
         open.send(()).unwrap();
