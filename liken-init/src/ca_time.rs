@@ -30,24 +30,22 @@ const MAX_PEM: u64 = 64 * 1024;
 
 /// Decodes standard base64 (with padding, whitespace skipped).
 fn base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len());
     let mut acc: u32 = 0;
     let mut bits = 0u32;
     for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => break,
-            c if c.is_ascii_whitespace() => continue,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
+        if c == b'=' {
+            break;
+        }
+        if c.is_ascii_whitespace() {
+            continue;
+        }
+        let v = ALPHABET.iter().position(|a| *a == c)?;
+        acc = (acc << 6) | u32::try_from(v).ok()?;
+        bits = bits.checked_add(6)?;
         if bits >= 8 {
-            bits -= 8;
+            bits = bits.checked_sub(8)?;
             out.push(u8::try_from((acc >> bits) & 0xff).ok()?);
         }
     }

@@ -404,8 +404,7 @@ fn print_host() {
         // The last line for a mount point is the one on top.
         let line = info
             .lines()
-            .filter(|l| l.split(' ').nth(4) == Some(point))
-            .last()
+            .rfind(|l| l.split(' ').nth(4) == Some(point))
             .unwrap_or("");
         let fields: Vec<&str> = line.split(' ').collect();
         let optional: Vec<&str> = fields
