@@ -334,7 +334,14 @@ impl Cluster {
             None => Ok(None),
             Some(None) => Ok(Some(FluxConfig::default())),
             Some(Some(cfg)) => {
-                let value = serde_json::Value::Object(cfg.clone().into_iter().collect());
+                // Inserted one by one: collecting a map sorts, and each
+                // sorted type is its own copy of std's sort in
+                // liken-init, which has a size budget.
+                let mut map = serde_json::Map::new();
+                for (k, v) in cfg {
+                    map.insert(k.clone(), v.clone());
+                }
+                let value = serde_json::Value::Object(map);
                 serde_json::from_value(value)
                     .map(Some)
                     .map_err(|source| FeatureConfigError {

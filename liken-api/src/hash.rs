@@ -27,7 +27,7 @@ pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            sort_by_key_bytes(&mut entries);
             out.push(b'{');
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
@@ -50,6 +50,21 @@ pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         scalar => write_scalar(scalar, out),
+    }
+}
+
+/// Sorts an object's entries by their keys' UTF-8 bytes. An insertion
+/// sort: serde_json's default map hands the keys over in this order
+/// already, which makes it one pass, and a map is a few dozen keys at
+/// most; std's sort would be one more copy of about 5 kB in liken-init,
+/// which has a size budget (images/build-boot.sh).
+fn sort_by_key_bytes(entries: &mut [(&String, &Value)]) {
+    for i in 1..entries.len() {
+        let mut j = i;
+        while j > 0 && entries[j - 1].0.as_bytes() > entries[j].0.as_bytes() {
+            entries.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 
@@ -95,6 +110,21 @@ mod tests {
             r#"{"a":{"x":"é\n","y":[1,2]},"b":1}"#
         );
         assert_eq!(document_hash(&a).unwrap(), document_hash(&b).unwrap());
+    }
+
+    #[test]
+    fn entries_sort_by_their_keys_bytes_from_any_order() {
+        let a = Value::Null;
+        let (k1, k2, k3, k4) = (
+            "b".to_owned(),
+            "a".to_owned(),
+            "é".to_owned(),
+            "Z".to_owned(),
+        );
+        let mut entries = vec![(&k1, &a), (&k3, &a), (&k2, &a), (&k4, &a)];
+        sort_by_key_bytes(&mut entries);
+        let keys: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(keys, ["Z", "a", "b", "é"]);
     }
 
     #[test]

@@ -615,7 +615,13 @@ fn flatten<'t>(
     items: &mut Vec<Item<'t>>,
 ) -> Result<(), FatError> {
     // Exact names first so a generated one never takes an exact one's place.
-    let mut taken: BTreeSet<[u8; 11]> = dir.keys().filter_map(|k| exact_short(k)).collect();
+    // Inserted one by one rather than collected: collecting sorts, and
+    // that sort would be one more copy of std's in liken-init's
+    // size-budgeted binary, which writes ESPs with this.
+    let mut taken: BTreeSet<[u8; 11]> = BTreeSet::new();
+    for short in dir.keys().filter_map(|k| exact_short(k)) {
+        taken.insert(short);
+    }
     let mut entries: u64 = if me == 0 { 1 } else { 2 };
     for (name, node) in dir {
         let (short, lfn) = match exact_short(name) {

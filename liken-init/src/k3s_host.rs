@@ -234,8 +234,14 @@ pub fn decide_nested_unmounts(mountinfo: &str, under: &Path) -> Vec<PathBuf> {
             })
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    found.into_iter().map(|(_, _, p)| p).collect()
+    // Deepest first, and among equals the one mounted last first: the
+    // reverse of (depth, line) order, through init's one shared sort.
+    crate::order::by_key(&mut found, |(depth, line, _)| {
+        let mut key = depth.to_be_bytes().to_vec();
+        key.extend(line.to_be_bytes());
+        key
+    });
+    found.into_iter().rev().map(|(_, _, p)| p).collect()
 }
 
 /// Unmounts what is mounted below `var`, deepest first (detached when

@@ -189,11 +189,17 @@ pub fn coldplug_between(
 ) -> Report {
     let mut report = Report::default();
     for _round in 0..4 {
-        let wanted: BTreeSet<String> = scan_modaliases(sys)
+        // Inserted rather than collected: collecting a set sorts, one
+        // more copy of std's sort in init's size-budgeted binary.
+        let mut wanted = BTreeSet::new();
+        for m in scan_modaliases(sys)
             .iter()
             .flat_map(|alias| tree.index.matching(alias))
-            .filter(|m| !done.contains(m))
-            .collect();
+        {
+            if !done.contains(&m) {
+                wanted.insert(m);
+            }
+        }
         if wanted.is_empty() {
             break;
         }

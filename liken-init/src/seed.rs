@@ -358,12 +358,12 @@ pub fn decide_manifests(
             None => plan.missing_features.push(slug.clone()),
         }
     }
-    let wanted: BTreeSet<&str> = plan.place.iter().map(|(_, n)| n.as_str()).collect();
+    // A search of the short list of placed names (a set collected here
+    // would be one more copy of std's sort in init's binary).
+    let wanted = |n: &String| plan.place.iter().any(|(_, w)| w == n);
     plan.remove = existing
         .iter()
-        .filter(|n| {
-            n.starts_with(MANIFEST_PREFIX) && is_manifest(n) && !wanted.contains(n.as_str())
-        })
+        .filter(|n| n.starts_with(MANIFEST_PREFIX) && is_manifest(n) && !wanted(n))
         .cloned()
         .collect();
     plan
