@@ -138,6 +138,15 @@ pub fn esp_relative(rel: &str) -> Result<PathBuf, EspError> {
     Ok(out)
 }
 
+/// LIKEN-ESP under `sys` (/sys), on `disk` (the booted slot's) when known.
+fn find(sys: &Path, disk: Option<&str>) -> Result<PathBuf, EspError> {
+    match block::find_by_label(sys, disk, ESP_LABEL) {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(EspError::NotFound),
+        Err(devs) => Err(EspError::Several(devs)),
+    }
+}
+
 /// The mounted ESP. Dropping it unmounts (detaching if busy); call
 /// [`Esp::unmount`] to learn whether that worked.
 pub struct Esp<'a> {
@@ -158,12 +167,7 @@ impl<'a> Esp<'a> {
         disk: Option<&str>,
         at: &Path,
     ) -> Result<Esp<'a>, EspError> {
-        let device = match block::find_by_label(sys, disk, ESP_LABEL) {
-            Ok(Some(d)) => d,
-            Ok(None) => return Err(EspError::NotFound),
-            Err(devs) => return Err(EspError::Several(devs)),
-        };
-        Esp::mount_device(mounter, &device, at)
+        Esp::mount_device(mounter, &find(sys, disk)?, at)
     }
 
     /// As [`Esp::mount`], but returns [`EspError::Busy`] at once instead
@@ -180,12 +184,7 @@ impl<'a> Esp<'a> {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Err(EspError::Busy),
         };
-        let device = match block::find_by_label(sys, disk, ESP_LABEL) {
-            Ok(Some(d)) => d,
-            Ok(None) => return Err(EspError::NotFound),
-            Err(devs) => return Err(EspError::Several(devs)),
-        };
-        Esp::mount_held(mounter, &device, at, held)
+        Esp::mount_held(mounter, &find(sys, disk)?, at, held)
     }
 
     /// Mounts `device` at `at` as the ESP.
