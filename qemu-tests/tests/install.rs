@@ -27,7 +27,7 @@ use qemu_tests::install::{
     blank_disk, install_args, installed_args, press_enter_and_power_off, pull_stick_and_power_off,
     stick,
 };
-use qemu_tests::{Boot, Vm, cli_layer, drives, images, liken, run, scratch};
+use qemu_tests::{Boot, Vm, cli_fleet, cli_layer, drives, images, liken, run, scratch};
 
 /// OVMF or SeaBIOS, then systemd-boot or GRUB, then the kernel, under
 /// TCG and with tests sharing the cores.
@@ -38,34 +38,43 @@ const INSTALL: Duration = Duration::from_secs(900);
 /// What follows a milestone already seen.
 const NEXT: Duration = Duration::from_secs(90);
 
-/// A test's scratch directory, the release it installs (the older of
-/// the stand-in channel's two current releases) and a `liken new`
-/// deployment.
-fn prepare(name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let dir = scratch(name);
+/// The release the tests install: the older of the stand-in channel's
+/// two current releases.
+fn older_release() -> PathBuf {
     let releases = images().standin_releases();
-    let release = releases
+    releases
         .len()
         .checked_sub(2)
         .and_then(|at| releases.get(at))
         .cloned()
         .unwrap_or_else(|| {
             panic!("the stand-in channel holds fewer than two releases: {releases:?}")
-        });
+        })
+}
+
+/// A test's scratch directory, the release it installs
+/// ([`older_release`]) and a `liken new` deployment.
+fn prepare(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let release = older_release();
     let (deployment, _) = cli_layer(&dir, "test", "node-1");
     (dir, release, deployment)
 }
 
-/// The installed disk's first boot: slot A's squashfs as the root, the
-/// blank LIKEN-DATA formatted, the stand-in supervised as k3s.
-fn expect_slot_a_first_boot(vm: &mut Vm) {
-    vm.expect("liken: cmdline: ok (machine node-1, slot A)", BOOT);
+/// The installed disk's first boot as `machine`: slot A's squashfs as
+/// the root, the blank LIKEN-DATA formatted, the stand-in supervised as
+/// k3s (`k3s server` or `k3s agent`, by the machine's role).
+fn expect_slot_a_first_boot(vm: &mut Vm, machine: &str, k3s: &str) {
+    vm.expect(
+        &format!("liken: cmdline: ok (machine {machine}, slot A)"),
+        BOOT,
+    );
     let root = vm.expect("liken: root: ", NEXT);
     assert!(
         root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5 (formatted this boot)"),
         "{root}"
     );
-    vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
+    vm.expect(&format!("liken: supervisor: ok ({k3s} pid "), NEXT);
 }
 
 fn install_and_boot(fw: Firmware, name: &str) {
@@ -110,7 +119,7 @@ fn install_and_boot(fw: Firmware, name: &str) {
         &format!("{name}-installed"),
         &installed_args(fw, &dir, &target),
     );
-    expect_slot_a_first_boot(&mut vm);
+    expect_slot_a_first_boot(&mut vm, "node-1", "k3s server");
     // The bootloader counted the entry install mode wrote (three tries)
     // and init blessed it after liken.bless-after, carried from the stick.
     let bless = vm.expect("liken: bless: ", NEXT);
@@ -186,10 +195,25 @@ fn no_disk_to_install_onto_is_refused_and_the_machine_still_reboots() {
 /// QEMU directly, as a PXE server would) installs from its own
 /// /liken/release; there is no stick to wait for, only Enter. The disk
 /// then boots slot A under BIOS.
+///
+/// The machine is a follower (node-2 of a fleet whose leader is node-1),
+/// and the media carry the whole fleet's layer, CA keys and server token
+/// included. Its disk must hold none of it: after the install no file on
+/// its ESP, and once it runs no file below its /run (the stand-in scans
+/// them as k3s), holds a PRIVATE KEY block or the server token.
 #[test]
-fn installs_from_netboot_media_and_boots_slot_a() {
+fn installs_a_follower_from_netboot_media_with_no_cluster_secret_on_its_disk() {
     let name = "install-media";
-    let (dir, release, deployment) = prepare(name);
+    let dir = scratch(name);
+    let release = older_release();
+    let (deployment, _) = cli_fleet(
+        &dir,
+        "test",
+        &[("node-1", "leader"), ("node-2", "follower")],
+    );
+    let server_token = std::fs::read_to_string(deployment.join("identity/server/token")).unwrap();
+    let server_token = server_token.trim();
+    assert!(server_token.contains("::server:"), "{server_token}");
     let media = dir.join("install.cpio");
     liken(&[
         "media",
@@ -198,6 +222,9 @@ fn installs_from_netboot_media_and_boots_slot_a() {
         &release.to_string_lossy(),
         &deployment.to_string_lossy(),
     ]);
+    // The media carry every machine's secrets: they install the fleet.
+    let media_bytes = std::fs::read(&media).unwrap();
+    assert!(contains(&media_bytes, b"PRIVATE KEY-----"));
     let target = dir.join("target.img");
     blank_disk(&target);
     // The release unpacks into RAM beside the copies install mode keeps.
@@ -208,13 +235,18 @@ fn installs_from_netboot_media_and_boots_slot_a() {
         &Boot {
             name,
             initrd: &media,
-            append: "liken.install=1 liken.machine=node-1 liken.bless-after=5",
+            append: "liken.install=1 liken.machine=node-2 liken.bless-after=5",
         },
         &qemu,
     );
-    vm.expect("liken: cmdline: ok (machine node-1, install mode)", BOOT);
+    vm.expect("liken: cmdline: ok (machine node-2, install mode)", BOOT);
     vm.expect("liken: install: installing from this initramfs", NEXT);
     vm.expect("liken: install: target /dev/vda (4.0 GiB)", NEXT);
+    vm.expect(
+        "liken: install: the ESP gets a follower's layer: the documents, the agent token and \
+         the server CA certificate, no private key",
+        NEXT,
+    );
     vm.expect("read back (sha256 ", INSTALL);
     vm.expect(
         "liken: install: done; remove the install media and press Enter to power off",
@@ -228,10 +260,75 @@ fn installs_from_netboot_media_and_boots_slot_a() {
     drop(vm);
     run("sgdisk", &["-v", &target.to_string_lossy()]);
 
+    // Every file of the ESP, copied out with mtools and read whole.
+    let esp_img = dir.join("esp.img");
+    Disk::read(&target).extract("LIKEN-ESP", &esp_img);
+    let esp_dir = dir.join("esp");
+    std::fs::create_dir_all(&esp_dir).unwrap();
+    run(
+        "mcopy",
+        &[
+            "-s",
+            "-n",
+            "-i",
+            &esp_img.to_string_lossy(),
+            "::/",
+            &esp_dir.to_string_lossy(),
+        ],
+    );
+    let mut read = 0;
+    let mut dirs = vec![esp_dir.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let bytes = std::fs::read(&p).unwrap();
+            read += 1;
+            assert!(
+                !contains(&bytes, b"PRIVATE KEY-----"),
+                "the follower's ESP holds a private key in {}",
+                p.display()
+            );
+            assert!(
+                !contains(&bytes, server_token.as_bytes()),
+                "the follower's ESP holds the server token in {}",
+                p.display()
+            );
+        }
+    }
+    assert!(read >= 8, "only {read} files on the ESP");
+    assert!(
+        esp_dir.join("liken/layer.cpio").is_file(),
+        "the ESP has a layer"
+    );
+
     let mut vm = Vm::launch(
         &format!("{name}-installed"),
         &installed_args(Firmware::Bios, &dir, &target),
     );
-    expect_slot_a_first_boot(&mut vm);
+    expect_slot_a_first_boot(&mut vm, "node-2", "k3s agent");
+    // The follower's k3s runs with the agent token alone.
+    let token = vm.expect_unordered("liken-standin-k3s: token-file ", NEXT);
+    assert!(
+        token.contains("token-file /var/lib/liken/k3s-token mode 0600"),
+        "{token}"
+    );
+    vm.expect_unordered("liken-standin-k3s: secret scan: ", NEXT);
+    let found: Vec<&String> = vm
+        .seen
+        .iter()
+        .filter(|l| l.contains("liken-standin-k3s: secret scan: a "))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "secrets below the follower's /run: {found:?}"
+    );
     vm.reboot(NEXT);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }

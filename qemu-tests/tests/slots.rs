@@ -159,6 +159,7 @@ fn expect_leader_files(vm: &mut Vm) {
             "config.yaml| node-name: \"node-1\"",
             "config.yaml| data-dir: \"/var/lib/rancher/k3s\"",
             "config.yaml| token-file: \"/var/lib/rancher/k3s/server/token\"",
+            "config.yaml| agent-token-file: \"/var/lib/rancher/k3s/server/agent-token\"",
             "config.yaml| cluster-init: true",
             "config.yaml| tls-san:",
             "config.yaml|   - \"10.0.2.15\"",
