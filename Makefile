@@ -174,12 +174,13 @@ K3S_BINARY ?=
 # without it k3s pulls pause, coredns and local-path from their
 # registries on first start (images/README.md).
 K3S_AIRGAP_IMAGES ?=
-# LIKEN_OPS_BINARY=<static binary> makes it the operator image
-# liken.sh/liken-ops:<LIKEN_VERSION, else dev> (IMAGES_OUT/liken-ops.tar,
-# images/oci-image.sh), which the system image carries for k3s to preload.
-# Empty until liken-ops is built (a later issue): then the image has none.
-LIKEN_OPS_BINARY ?=
-LIKEN_OPS_IMAGE := $(if $(LIKEN_OPS_BINARY),$(IMAGES_OUT)/liken-ops.tar)
+# The operators ship as one image each, liken.sh/<binary>:<LIKEN_VERSION,
+# else dev> (IMAGES_OUT/<binary>.tar, images/oci-image.sh), the names
+# their manifests (images/manifests/<name>.yaml) use; the system image
+# carries them for k3s to preload. Each is liken-ops's static binary, built
+# with the crash-only release-abort profile.
+OPERATORS := liken-machine-operator liken-cluster-operator
+OPERATOR_IMAGES := $(foreach o,$(OPERATORS),$(IMAGES_OUT)/$(o).tar)
 .PHONY: images qemu-images
 
 ## images: kernel, boot.cpio, the squashfs system image, bootloaders and licenses, bundled into IMAGES_OUT/channel.
@@ -189,8 +190,10 @@ images:
 	./images/build-boot.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-init/liken-init $(IMAGES_OUT)
 	@cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/liken || { \
 	  cp $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/.liken.$$$$ && mv $(IMAGES_OUT)/.liken.$$$$ $(IMAGES_OUT)/liken; }
-	$(if $(LIKEN_OPS_BINARY),./images/oci-image.sh $(LIKEN_OPS_BINARY) liken.sh/liken-ops:$(or $(LIKEN_VERSION),dev) $(LIKEN_OPS_IMAGE))
-	./images/build-system.sh $(addprefix --image ,$(LIKEN_OPS_IMAGE)) $(addprefix --airgap ,$(K3S_AIRGAP_IMAGES)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
+	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops $(addprefix --bin ,$(OPERATORS))
+	@for o in $(OPERATORS); do \
+	  ./images/oci-image.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$o liken.sh/$$o:$(or $(LIKEN_VERSION),dev) $(IMAGES_OUT)/$$o.tar; done
+	./images/build-system.sh $(addprefix --image ,$(OPERATOR_IMAGES)) $(addprefix --airgap ,$(K3S_AIRGAP_IMAGES)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
 	./images/build-loaders.sh $(IMAGES_OUT)
 	./images/licenses.sh $(IMAGES_OUT)/licenses.md $(K3S_BINARY)
 	./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel liken.sqfs

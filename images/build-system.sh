@@ -24,8 +24,10 @@
 #                            and the libraries they link), docs pruned
 #   /usr/sbin/iptables ...   the nft variants, as Debian's alternatives pick them
 #   /etc/ssl/certs/ca-certificates.crt  Mozilla's roots from ca-certificates
-#   /usr/share/liken/manifests  images/manifests (the CRDs), which init
-#                            gives k3s to auto-deploy on leaders
+#   /usr/share/liken/manifests  images/manifests (the CRDs and the
+#                            operators', @LIKEN_VERSION@ replaced by the
+#                            release's version), which init gives k3s
+#                            to auto-deploy on leaders
 #   /usr/share/liken/features   images/features: each feature's manifests,
 #                            which init gives k3s only while the Cluster
 #                            declares that feature

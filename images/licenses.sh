@@ -4,7 +4,8 @@
 #   licenses.sh OUT.md [K3S]
 #
 # - the Rust crates compiled into the shipped binaries (liken-init in
-#   boot.cpio, and the liken CLI): name, version and license expression,
+#   boot.cpio, the liken CLI, and the operators in their images in the
+#   system image): name, version and license expression,
 #   from cargo's dependency graph for the static target, without
 #   build-time-only crates (proc macros and their dependencies);
 # - k3s, when the system image holds one (K3S);
@@ -30,7 +31,7 @@ grub_version=$(dpkg-query -W -f='${Version}' grub-pc-bin 2>/dev/null) || {
   exit 1
 }
 
-crates=$(cd "$root" && cargo tree -q -p liken-init -p liken-cli -e normal,no-proc-macro \
+crates=$(cd "$root" && cargo tree -q -p liken-init -p liken-cli -p liken-ops -e normal,no-proc-macro \
     --target x86_64-unknown-linux-gnu --prefix none --format '{p}|{l}') || {
   echo "images: cargo tree failed; licenses.md lists the crates from it" >&2
   exit 1
@@ -48,7 +49,7 @@ trap 'rm -f "$tmp"' EXIT
   echo
   echo "## Rust crates"
   echo
-  echo "Compiled into liken-init (boot.cpio) and the liken CLI."
+  echo "Compiled into liken-init (boot.cpio), the liken CLI and the operators (liken-ops)."
   echo
   echo "| crate | version | license |"
   echo "| --- | --- | --- |"

@@ -114,6 +114,10 @@ fn extract(image: &Path, dir: &Path) -> PathBuf {
     root
 }
 
+/// The operator images the Makefile builds into IMAGES_OUT (its
+/// OPERATORS) and the system image carries.
+const OPERATOR_IMAGES: [&str; 2] = ["liken-machine-operator.tar", "liken-cluster-operator.tar"];
+
 fn check_tree(entries: &[Entry]) {
     for e in entries {
         assert_eq!(e.owner, "root/root", "{} is not root-owned", e.path);
@@ -159,6 +163,7 @@ fn check_tree(entries: &[Entry]) {
         "/usr/share/liken/manifests/crds/machines.liken.sh.yaml",
         "/usr/share/liken/manifests/crds/clusters.liken.sh.yaml",
         "/usr/share/liken/features/flux/manifests/flux-system.yaml",
+        "/usr/share/liken/manifests/machine-operator.yaml",
     ] {
         assert!(find(entries, file).mode.starts_with('-'), "{file}");
     }
@@ -190,6 +195,22 @@ fn check_etc(root: &Path) {
         version
     };
     assert!(os.contains(&format!("VERSION_ID={version}\n")), "{os}");
+    // The operators' manifests name the image of this release and label
+    // their pods with it; no placeholder is left for k3s to meet.
+    let manifest =
+        std::fs::read_to_string(root.join("usr/share/liken/manifests/machine-operator.yaml"))
+            .unwrap();
+    assert!(
+        manifest.contains(&format!(
+            "image: liken.sh/liken-machine-operator:{version}\n"
+        )),
+        "{manifest}"
+    );
+    assert!(
+        manifest.contains(&format!("liken.sh/version: \"{version}\"")),
+        "{manifest}"
+    );
+    assert!(!manifest.contains("@LIKEN_VERSION@"), "{manifest}");
     let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap();
     let users: Vec<&str> = passwd.lines().filter_map(|l| l.split(':').next()).collect();
     assert_eq!(users, ["root", "nobody"]);
@@ -264,6 +285,14 @@ fn the_system_image_has_the_layout_and_tools_k3s_and_init_need() {
     }
     check_etc(&root);
     check_tools(&root);
+    // The operators' images, byte for byte what the Makefile wrote.
+    for image in OPERATOR_IMAGES {
+        assert_eq!(
+            sha256(&root.join("usr/share/liken/images").join(image)),
+            sha256(&images.dir.join(image)),
+            "{image}"
+        );
+    }
 
     // The stand-in image is the same tree with the stand-in as k3s.
     let standin = images.dir.join("system-standin.squashfs");
@@ -280,6 +309,9 @@ fn the_system_image_is_reproducible() {
     let dir = scratch("images-reproducible");
     let again = dir.join("liken.sqfs");
     let mut cmd = Command::new(workspace().join("images/build-system.sh"));
+    for image in OPERATOR_IMAGES {
+        cmd.arg("--image").arg(images.dir.join(image));
+    }
     cmd.arg(&again);
     if let Some(k3s) = std::env::var_os("K3S_BINARY").filter(|k| !k.is_empty()) {
         cmd.arg(k3s);
