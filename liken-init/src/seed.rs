@@ -45,6 +45,7 @@
 //! | `cluster-init: true` | the first name in the Cluster's `spec.leaders`, on this machine: it starts the embedded etcd |
 //! | `server` | the Cluster's `spec.endpoint`, on the other leaders (they join the etcd cluster) and on followers |
 //! | `tls-san` | the host of `spec.endpoint`, on leaders, so the API server's certificate names the address machines and people use |
+//! | `node-ip` | the Machine's first static IPv4 and first static IPv6 address (`spec.network.interfaces[].addresses`, in order, without the prefix length); both when both families are set (dual-stack), none when the machine only takes DHCP or SLAAC addresses, so k3s picks the default route's address |
 //! | `node-label` | the Machine's `spec.k3s.nodeLabels`, as `key=value` |
 //! | `node-taint` | the Machine's `spec.k3s.nodeTaints`, as written |
 //!
@@ -64,6 +65,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io;
+use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -179,6 +181,26 @@ pub fn token_file(role: Role) -> &'static str {
     }
 }
 
+/// The addresses k3s advertises for the node (its `node-ip`): the first
+/// static address of each family, IPv4 first, in the order the Machine
+/// lists its interfaces and addresses. k3s takes `node-ip` as a string
+/// slice (k3s-io/k3s pkg/cli/cmds/agent.go, `NodeIPFlag`), and one
+/// address of each family is what its dual-stack node needs. Without
+/// static addresses k3s chooses the default route's address itself,
+/// which is the right choice for DHCP and SLAAC.
+pub fn decide_node_ips(machine: &Machine) -> Vec<String> {
+    let (mut v4, mut v6) = (None, None);
+    let interfaces = machine.spec.network.iter().flat_map(|n| &n.interfaces);
+    for cidr in interfaces.flat_map(|i| &i.addresses) {
+        match liken_api::validate::parse_cidr(cidr) {
+            Some((ip @ IpAddr::V4(_), _)) if v4.is_none() => v4 = Some(ip),
+            Some((ip @ IpAddr::V6(_), _)) if v6.is_none() => v6 = Some(ip),
+            _ => {}
+        }
+    }
+    v4.into_iter().chain(v6).map(|ip| ip.to_string()).collect()
+}
+
 /// k3s's config.yaml for this machine (see the module's table);
 /// `agent_token`: a leader has an agent token to name.
 pub fn render_k3s_config(
@@ -197,7 +219,17 @@ pub fn render_k3s_config(
         role.as_str(),
         cluster.metadata.name
     );
+    let list = |out: &mut String, key: &str, items: &[String]| {
+        if items.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "{key}:");
+        for item in items {
+            let _ = writeln!(out, "  - {}", quote(item));
+        }
+    };
     let _ = writeln!(out, "node-name: {}", quote(machine.hostname()));
+    list(&mut out, "node-ip", &decide_node_ips(machine));
     let _ = writeln!(out, "data-dir: {}", quote(DATA_DIR));
     let _ = writeln!(out, "token-file: {}", quote(token_file(role)));
     if role == Role::Leader && agent_token {
@@ -211,15 +243,6 @@ pub fn render_k3s_config(
             let _ = writeln!(out, "server: {}", quote(&url));
         }
     }
-    let list = |out: &mut String, key: &str, items: &[String]| {
-        if items.is_empty() {
-            return;
-        }
-        let _ = writeln!(out, "{key}:");
-        for item in items {
-            let _ = writeln!(out, "  - {}", quote(item));
-        }
-    };
     if role == Role::Leader
         && let Some(host) = endpoint_host(&cluster.spec.endpoint)
     {
@@ -1021,6 +1044,77 @@ mod tests {
              node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
              node-taint:\n  - \"dedicated=db:NoSchedule\"\n"
         );
+    }
+
+    /// An interface as (dhcp, static addresses).
+    type Iface<'a> = (bool, &'a [&'a str]);
+
+    fn with_interfaces(ifaces: &[Iface]) -> Machine {
+        let mut m = machine("node-1");
+        m.spec.network = Some(liken_api::machine::NetworkSpec {
+            interfaces: ifaces
+                .iter()
+                .enumerate()
+                .map(|(i, (dhcp, addrs))| liken_api::machine::InterfaceSpec {
+                    name: Some(format!("eth{i}")),
+                    dhcp: *dhcp,
+                    addresses: addrs.iter().map(|a| (*a).to_owned()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        m
+    }
+
+    #[test]
+    fn node_ips_follow_the_static_addresses() {
+        // (interfaces as (dhcp, addresses), the node-ip k3s is given)
+        let table: &[(&[Iface], &[&str])] = &[
+            (&[], &[]),
+            (&[(true, &[])], &[]),
+            (&[(false, &["192.168.1.10/24"])], &["192.168.1.10"]),
+            (
+                &[(
+                    false,
+                    &["fd00::10/64", "192.168.1.10/24", "192.168.1.11/24"],
+                )],
+                &["192.168.1.10", "fd00::10"],
+            ),
+            (
+                &[
+                    (true, &[]),
+                    (false, &["2001:db8::7/64"]),
+                    (false, &["10.1.0.7/16"]),
+                ],
+                &["10.1.0.7", "2001:db8::7"],
+            ),
+        ];
+        for (ifaces, want) in table {
+            assert_eq!(
+                decide_node_ips(&with_interfaces(ifaces)),
+                *want,
+                "{ifaces:?}"
+            );
+        }
+        let dual = with_interfaces(&[(false, &["fd00::10/64", "192.168.1.10/24"])]);
+        let got = render_k3s_config(&dual, &cluster(&["node-1"]), Role::Leader, false);
+        assert!(
+            got.contains(
+                "node-name: \"node-1.lan\"\nnode-ip:\n  - \"192.168.1.10\"\n  - \"fd00::10\"\ndata-dir:"
+            ),
+            "{got}"
+        );
+        // k3s reads config.yaml as YAML: the list is a sequence of two.
+        let v: serde_yaml::Value = serde_yaml::from_str(&got).unwrap();
+        assert_eq!(v["node-ip"].as_sequence().map(Vec::len), Some(2), "{got}");
+        let plain = render_k3s_config(
+            &machine("node-1"),
+            &cluster(&["node-1"]),
+            Role::Leader,
+            false,
+        );
+        assert!(!plain.contains("node-ip"), "{plain}");
     }
 
     #[test]
