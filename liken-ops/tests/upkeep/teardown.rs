@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use liken_kube::request::{CONFIG_MAPS, DEPLOYMENTS, NAMESPACES, SECRETS};
+use liken_kube::request::{CONFIG_MAPS, DEPLOYMENTS, ListParams, NAMESPACES, Resource, SECRETS};
 use liken_kube::{Api, DynamicObject};
+use liken_ops::cluster::flux::engine::CUSTOM_RESOURCE_DEFINITIONS;
 use liken_ops::cluster::flux::teardown::{
     CLUSTER_REMAINS, CONTROLLERS, GIT_REPOSITORIES, KUSTOMIZATIONS, refusal,
 };
@@ -16,6 +17,38 @@ use serde_json::json;
 use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
 
 const CONTROLLER_PODS: &str = "app in (source-controller,kustomize-controller)";
+
+/// The resource a CustomResourceDefinition serves, read from the CRD
+/// itself (its group, plural, scope and first served version).
+fn served_resource(admin: &liken_kube::Client, crd: &str) -> Resource {
+    let found = admin
+        .get_opt::<DynamicObject>(&Api::all(CUSTOM_RESOURCE_DEFINITIONS), crd)
+        .unwrap()
+        .unwrap_or_else(|| panic!("{crd} vanished"));
+    let text = |pointer: &str| -> &'static str {
+        let value = found
+            .pointer(pointer)
+            .and_then(|v| v.as_str())
+            .unwrap_or_else(|| panic!("{crd} has no {pointer}"));
+        Box::leak(value.to_owned().into_boxed_str())
+    };
+    let versions = found
+        .pointer("/spec/versions")
+        .and_then(|v| v.as_array())
+        .unwrap_or_else(|| panic!("{crd} has no versions"));
+    let version = versions
+        .iter()
+        .find(|v| v["served"] == true)
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or_else(|| panic!("{crd} serves no version"));
+    Resource {
+        group: text("/spec/group"),
+        version: Box::leak(version.to_owned().into_boxed_str()),
+        plural: text("/spec/names/plural"),
+        kind: text("/spec/names/kind"),
+        namespaced: text("/spec/scope") == "Namespaced",
+    }
+}
 
 fn running_controller_pods() -> usize {
     support::pods("flux-system", CONTROLLER_PODS)
@@ -74,6 +107,27 @@ pub fn scenario() {
                         c.iter()
                             .any(|c| c["type"] == "Established" && c["status"] == "True")
                     })
+            },
+        );
+        // Established is not enough: the apiserver's cleanup lists the
+        // instances through the watch cache, and a cache still filling
+        // answers "storage is (re)initializing", after which the cleanup's
+        // retries back off for minutes on a loaded machine. A list at
+        // resourceVersion 0 is served by that same cache, so its success
+        // says the cleanup will find it ready.
+        let served = served_resource(&admin, name);
+        support::wait(
+            Duration::from_secs(60),
+            &format!("{name}'s watch cache ready"),
+            || {
+                let params = ListParams {
+                    resource_version: Some("0".into()),
+                    limit: Some(1),
+                    ..ListParams::default()
+                };
+                admin
+                    .list::<DynamicObject>(&Api::all(served), &params)
+                    .is_ok()
             },
         );
     }
