@@ -7,8 +7,9 @@
 //! [`Facts`] with the path and the reason, never a panic.
 //!
 //! Staging writes a document exactly as init's staged.rs reads it: the
-//! document atomically (temporary file, fsync, rename, fsync of the
-//! directory), then its checksum file the same way, so a checksum always
+//! document atomically (`liken_releases::files::replace`: temporary file,
+//! fsync, rename, fsync of the directory), then its checksum file the
+//! same way, so a checksum always
 //! names a finished document. Unstaging removes the checksum first, so a
 //! half-removed pair is a lone document, which init refuses as
 //! unfinished rather than promoting.
@@ -18,9 +19,8 @@
 //! forgets them, which is exactly when they stop being true.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use liken_api::control::InitStatus;
@@ -29,6 +29,7 @@ use liken_api::ondisk::{
     BOOT_RECORD, Document, REJECTED_DIR, RELEASES_DIR, RUNNING_DIR, STAGED_DIR, render_checksum,
 };
 use liken_api::{BootRecord, Cluster, Machine, Sha256Hex, decode};
+use liken_releases::files::{PRIVATE, PUBLIC, replace};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -243,42 +244,13 @@ pub fn read_facts(paths: &HostPaths, init: Result<InitStatus, String>) -> Facts 
     }
 }
 
-/// Writes `bytes` to `path` all or nothing: a temporary file beside it,
-/// fsynced, renamed over it, and the directory fsynced.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    // create_new (O_EXCL) refuses whatever sits at the temporary name,
-    // a link included, so nothing is written through one.
-    let _ = fs::remove_file(&tmp);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// Stages a document: the document, then its checksum.
 pub fn stage(paths: &HostPaths, doc: Document, bytes: &[u8]) -> io::Result<()> {
     let dir = paths.staged_dir();
     fs::create_dir_all(&dir)?;
-    write_atomic(&dir.join(doc.file_name()), bytes, 0o644)?;
+    replace(&dir.join(doc.file_name()), bytes, PUBLIC)?;
     let sum = render_checksum(&sha256(bytes), doc.file_name());
-    write_atomic(&dir.join(doc.checksum_name()), sum.as_bytes(), 0o644)
+    replace(&dir.join(doc.checksum_name()), sum.as_bytes(), PUBLIC)
 }
 
 /// Takes a staged document back: the checksum first.
@@ -303,7 +275,7 @@ fn write_state<T: Serialize>(paths: &HostPaths, name: &str, value: &T) -> io::Re
     let dir = paths.state_dir();
     fs::create_dir_all(&dir)?;
     let bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
-    write_atomic(&dir.join(name), &bytes, 0o600)
+    replace(&dir.join(name), &bytes, PRIVATE)
 }
 
 /// Records what init was asked this boot.
@@ -328,6 +300,7 @@ pub fn record_written(paths: &HostPaths, written: &Written) -> io::Result<()> {
 mod tests {
     use super::*;
     use liken_api::ondisk::parse_checksum;
+    use std::os::unix::fs::PermissionsExt;
 
     fn scratch(name: &str) -> HostPaths {
         let root = std::env::temp_dir().join(format!("liken-host-{name}-{}", std::process::id()));
@@ -355,11 +328,44 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+        for name in &names {
+            let mode = fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644, "init and the operator's readers read {name}");
+        }
         let facts = read_facts(&paths, Err("no init".into()));
         assert_eq!(facts.staged.get("machine.yaml"), Some(&sha256(bytes)));
         unstage(&paths, Document::Machine).unwrap();
         assert!(fs::read_dir(&dir).unwrap().next().is_none());
         unstage(&paths, Document::Cluster).unwrap();
+    }
+
+    #[test]
+    fn records_are_private_replaced_whole_and_read_back() {
+        let paths = scratch("records");
+        let first = Written {
+            boot: sha256(b"boot one"),
+            version: None,
+            release_sha256: sha256(b"release one"),
+        };
+        record_written(&paths, &first).unwrap();
+        let second = Written {
+            release_sha256: sha256(b"release two"),
+            ..first
+        };
+        record_written(&paths, &second).unwrap();
+        let facts = read_facts(&paths, Err("no init".into()));
+        assert_eq!(facts.written, Some(second));
+        let names: Vec<String> = fs::read_dir(paths.state_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, [WRITTEN_FILE], "no temporary file left");
+        let mode = fs::metadata(paths.state_dir().join(WRITTEN_FILE))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[test]
