@@ -24,8 +24,8 @@ use crossbeam_channel::{Receiver, bounded, select, tick};
 use liken_api::coordination::{CLUSTER_OPERATOR, HEARTBEAT_NAMESPACE};
 use liken_kube::election::{Callbacks, ElectionConfig, Elector, Timings};
 use liken_kube::events::{Recorder, RecorderConfig};
-use liken_kube::metrics::{self, Registry};
-use liken_kube::{Client, wake_channel};
+use liken_kube::metrics;
+use liken_kube::wake_channel;
 use liken_releases::{client as release_client, fetch};
 
 use super::channel::{Fetch, Poller};
@@ -34,8 +34,9 @@ use super::metrics::{ClusterMetrics, ErrorKind};
 use super::sweep::{Limits, Sweeper};
 use super::watches::Watches;
 use crate::runtime::flags::{Flag, Program, Values};
+use crate::runtime::log;
 use crate::runtime::signals::Stop;
-use crate::runtime::{credentials, log};
+use crate::runtime::start::{self, KUBECONFIG_FLAG, METRICS_ADDRESS_FLAG, listen_address};
 
 /// The program and its flags.
 pub const PROGRAM: Program = Program {
@@ -45,20 +46,8 @@ pub const PROGRAM: Program = Program {
             under the disruption budget. One copy acts at a time (leader election on the \
             Lease liken-system/liken-cluster-operator).",
     flags: &[
-        Flag {
-            name: "kubeconfig",
-            value: Some("FILE"),
-            default: None,
-            env: None,
-            help: "the kubeconfig to use; else KUBECONFIG, the pod's service account, or ~/.kube/config",
-        },
-        Flag {
-            name: "metrics-address",
-            value: Some("ADDR"),
-            default: Some(":9200"),
-            env: None,
-            help: "where /metrics and /healthz are served; empty serves nothing",
-        },
+        KUBECONFIG_FLAG,
+        METRICS_ADDRESS_FLAG,
         Flag {
             name: "identity",
             value: Some("NAME"),
@@ -147,12 +136,7 @@ pub enum Error {
     /// No usable credentials.
     Config(liken_kube::ConfigError),
     /// The metrics listener could not be opened.
-    Metrics {
-        /// The address.
-        address: String,
-        /// Why.
-        error: std::io::Error,
-    },
+    Metrics(start::MetricsError),
     /// A thread or the Events recorder could not start.
     Start(String),
     /// This copy lost the lead; a new process starts as a standby.
@@ -164,11 +148,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Flag(m) => write!(f, "liken-cluster-operator: {m}"),
             Error::Config(e) => write!(f, "liken-cluster-operator: {e}"),
-            Error::Metrics { address, error } => write!(
-                f,
-                "liken-cluster-operator: serving metrics on {address}: {error}; pass \
-                 --metrics-address with a free port, or an empty value to serve none"
-            ),
+            Error::Metrics(e) => write!(f, "liken-cluster-operator: {e}"),
             Error::Start(m) => write!(f, "liken-cluster-operator: {m}"),
             Error::LostLead => f.write_str(
                 "liken-cluster-operator: lost the leader Lease; exiting so a new process \
@@ -207,12 +187,7 @@ impl Options {
         };
         Ok(Options {
             kubeconfig: v.get("kubeconfig").map(Into::into),
-            metrics_address: v.get("metrics-address").filter(|a| !a.is_empty()).map(|a| {
-                match a.strip_prefix(':') {
-                    Some(port) => format!("0.0.0.0:{port}"),
-                    None => a.to_owned(),
-                }
-            }),
+            metrics_address: listen_address(v.get("metrics-address")),
             identity,
             sweep_interval: duration("sweep-interval")?,
             stale_after: duration("heartbeat-stale-after")?,
@@ -225,38 +200,16 @@ impl Options {
 
 /// Runs the operator until `stop` delivers or the lead is lost.
 pub fn run(options: Options, stop: Receiver<Stop>) -> Result<(), Error> {
-    let (config, source) =
-        credentials::load(options.kubeconfig.as_deref()).map_err(Error::Config)?;
-    log::info(
-        "starting",
-        &[
-            ("version", &liken_api::BUILD_VERSION),
-            ("credentials", &source),
-            ("server", &config.server),
-            ("identity", &options.identity),
-        ],
-    );
-    let registry = Registry::new();
+    let (client, registry) = start::connect(
+        CLUSTER_OPERATOR,
+        options.kubeconfig.as_deref(),
+        &[("identity", &options.identity)],
+    )
+    .map_err(Error::Config)?;
     let standard = metrics::standard(&registry);
-    let client = Client::new(&config)
-        .map_err(Error::Config)?
-        .identify(CLUSTER_OPERATOR, liken_api::BUILD_VERSION)
-        .with_metrics(&registry);
     let cluster_metrics = ClusterMetrics::register(&registry);
-    let server = match &options.metrics_address {
-        Some(address) => {
-            Some(
-                metrics::serve(address, registry.clone()).map_err(|error| Error::Metrics {
-                    address: address.clone(),
-                    error,
-                })?,
-            )
-        }
-        None => None,
-    };
-    if let Some(server) = &server {
-        log::info("serving metrics", &[("metrics", &server.local_addr())]);
-    }
+    let _server = start::serve_metrics(options.metrics_address.as_deref(), &registry)
+        .map_err(Error::Metrics)?;
 
     let (lost_tx, lost_rx) = bounded::<()>(1);
     let elector = Elector::start(

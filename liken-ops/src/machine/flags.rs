@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::machine::host::HostPaths;
 use crate::runtime::flags::{Flag, FlagError, Program, Values};
+use crate::runtime::start::{KUBECONFIG_FLAG, METRICS_ADDRESS_FLAG, listen_address};
 
 /// The flag table.
 pub const PROGRAM: Program = Program {
@@ -15,13 +16,7 @@ pub const PROGRAM: Program = Program {
             downloads the Cluster's target release into the inactive slot. It writes only its own \
             Machine's status, its Node and its heartbeat Lease.",
     flags: &[
-        Flag {
-            name: "kubeconfig",
-            value: Some("FILE"),
-            default: None,
-            env: None,
-            help: "a kubeconfig to use instead of the pod's service account (KUBECONFIG works too)",
-        },
+        KUBECONFIG_FLAG,
         Flag {
             name: "node",
             value: Some("NAME"),
@@ -64,13 +59,7 @@ pub const PROGRAM: Program = Program {
             env: None,
             help: "the host's /sys (loaded modules)",
         },
-        Flag {
-            name: "metrics-address",
-            value: Some("ADDR"),
-            default: Some(":9200"),
-            env: None,
-            help: "where /metrics and /healthz are served; empty serves nothing",
-        },
+        METRICS_ADDRESS_FLAG,
         Flag {
             name: "resync",
             value: Some("DURATION"),
@@ -153,15 +142,6 @@ fn duration(values: &Values, name: &str) -> Result<Duration, FlagError> {
         .ok_or_else(|| FlagError(format!("--{name} needs a value")))
 }
 
-/// `:9200` means every address, as Go programs read it.
-pub fn listen_address(flag: &str) -> Option<String> {
-    match flag {
-        "" => None,
-        a if a.starts_with(':') => Some(format!("0.0.0.0{a}")),
-        a => Some(a.to_owned()),
-    }
-}
-
 impl Config {
     /// The configuration the flags give.
     pub fn from_values(values: &Values) -> Result<Config, FlagError> {
@@ -182,7 +162,7 @@ impl Config {
                 proc_: path(values, "proc"),
                 sys: path(values, "sys"),
             },
-            metrics_address: listen_address(values.get("metrics-address").unwrap_or_default()),
+            metrics_address: listen_address(values.get("metrics-address")),
             resync: duration(values, "resync")?,
             busy_interval: duration(values, "busy-interval")?,
             heartbeat: duration(values, "heartbeat-interval")?,

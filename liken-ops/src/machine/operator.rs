@@ -42,9 +42,9 @@ use crate::machine::release::Worker;
 use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
 use crate::machine::status::{compose, decide_released, transition_events};
 use crate::machine::turn::{Asked, TurnStep, cordon_patch, uncordon_patch};
-use crate::runtime::credentials;
 use crate::runtime::log;
 use crate::runtime::signals::{self, Stop};
+use crate::runtime::start;
 
 /// The component name in logs, metrics, the User-Agent and Events.
 pub const COMPONENT: &str = "liken-machine-operator";
@@ -232,32 +232,12 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
     log::init(COMPONENT);
     let cfg = Config::from_values(&values).map_err(OperatorError::Flags)?;
     let stop = signals::listen().map_err(|e| OperatorError::Setup(e.to_string()))?;
-    let (config, source) =
-        credentials::load(cfg.kubeconfig.as_deref()).map_err(OperatorError::Config)?;
-    let registry = Registry::new();
-    let client = liken_kube::Client::new(&config)
-        .map_err(OperatorError::Config)?
-        .identify(COMPONENT, liken_api::BUILD_VERSION)
-        .with_metrics(&registry);
-    log::info(
-        "starting",
-        &[
-            ("version", &liken_api::BUILD_VERSION),
-            ("node", &cfg.node),
-            ("credentials", &format!("{source:?}")),
-            ("server", &client.server()),
-        ],
-    );
+    let (client, registry) =
+        start::connect(COMPONENT, cfg.kubeconfig.as_deref(), &[("node", &cfg.node)])
+            .map_err(OperatorError::Config)?;
     let metrics = OperatorMetrics::register(&registry);
-    let _server = match &cfg.metrics_address {
-        Some(addr) => {
-            let server = metrics::serve(addr, registry.clone())
-                .map_err(|e| OperatorError::Setup(format!("serving metrics on {addr}: {e}")))?;
-            log::info("serving metrics", &[("metrics", &server.local_addr())]);
-            Some(server)
-        }
-        None => None,
-    };
+    let _server = start::serve_metrics(cfg.metrics_address.as_deref(), &registry)
+        .map_err(|e| OperatorError::Setup(e.to_string()))?;
     let recorder = Recorder::start(
         client.clone(),
         RecorderConfig::new(CONTROLLER, cfg.node.clone()),
