@@ -72,53 +72,86 @@ fn client(issuer: &Issuer<'_, KeyPair>, cn: &str, org: Option<&str>) -> Result<P
     })
 }
 
+/// A self-signed CA named `cn`, and the issuer that signs with it.
+fn ca(cn: &str) -> Result<(Pair, Issuer<'static, KeyPair>), String> {
+    let key = KeyPair::generate().map_err(err("the CA key"))?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err("the CA"))?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params.self_signed(&key).map_err(err("the CA"))?;
+    let pair = Pair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    };
+    Ok((pair, Issuer::new(params, key)))
+}
+
+/// A serving certificate for `cn`, the DNS names and the IP addresses.
+fn server(
+    issuer: &Issuer<'_, KeyPair>,
+    cn: &str,
+    dns: &[&str],
+    ips: &[IpAddr],
+) -> Result<Pair, String> {
+    let key = KeyPair::generate().map_err(err(cn))?;
+    let names: Vec<String> = dns.iter().map(|d| (*d).to_owned()).collect();
+    let mut p = CertificateParams::new(names).map_err(err(cn))?;
+    p.subject_alt_names
+        .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = p.signed_by(&key, issuer).map_err(err(cn))?;
+    Ok(Pair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A fresh CA named `<name> test CA` and a serving certificate it signed
+/// for 127.0.0.1 and localhost: (the CA, the server's pair), for a test
+/// web server such as [`crate::nginx::Nginx::start_https`]. Each call
+/// mints another CA, so a second call is a CA the first server's
+/// certificate does not chain to.
+pub fn mint_serving(name: &str) -> Result<(Pair, Pair), String> {
+    let (ca, issuer) = ca(&format!("{name} test CA"))?;
+    let pair = server(
+        &issuer,
+        "127.0.0.1",
+        &["localhost"],
+        &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+    )?;
+    Ok((ca, pair))
+}
+
 impl Pki {
     /// Mints a fresh set.
     pub fn mint() -> Result<Pki, String> {
-        let ca_key = KeyPair::generate().map_err(err("the CA key"))?;
-        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err("the CA"))?;
-        ca.distinguished_name
-            .push(DnType::CommonName, "liken-testenv-ca");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).map_err(err("the CA"))?;
-        let ca_pair = Pair {
-            cert_pem: ca_cert.pem(),
-            key_pem: ca_key.serialize_pem(),
-        };
-        let issuer = Issuer::new(ca, ca_key);
-
-        let api_key = KeyPair::generate().map_err(err("the apiserver key"))?;
-        let mut api = CertificateParams::new(vec![
-            "localhost".to_owned(),
-            "kubernetes".to_owned(),
-            "kubernetes.default".to_owned(),
-            "kubernetes.default.svc".to_owned(),
-            "kubernetes.default.svc.cluster.local".to_owned(),
-        ])
-        .map_err(err("the apiserver certificate"))?;
-        api.subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        api.subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
-        api.distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
-        api.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        api.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let api_cert = api
-            .signed_by(&api_key, &issuer)
-            .map_err(err("the apiserver certificate"))?;
+        let (ca_pair, issuer) = ca("liken-testenv-ca")?;
+        let apiserver = server(
+            &issuer,
+            "kube-apiserver",
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            &[
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            ],
+        )?;
 
         let sa = KeyPair::generate().map_err(err("the service-account key"))?;
         Ok(Pki {
-            apiserver: Pair {
-                cert_pem: api_cert.pem(),
-                key_pem: api_key.serialize_pem(),
-            },
+            apiserver,
             admin: client(&issuer, "liken-testenv-admin", Some("system:masters"))?,
             controller_manager: client(&issuer, "system:kube-controller-manager", None)?,
             ca: ca_pair,
@@ -142,5 +175,8 @@ mod tests {
         }
         assert!(p.sa_key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
         assert!(p.sa_pub_pem.starts_with("-----BEGIN PUBLIC KEY-----"));
+        let (ca, server) = mint_serving("unit").unwrap();
+        assert!(ca.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(server.key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
     }
 }
