@@ -24,6 +24,13 @@
 //! filter (tools/record/events_cache.go): 25 Events at once, then one
 //! every five minutes; the rest are dropped and counted.
 //!
+//! A post that fails on the way (no answer within its timeout, a
+//! dropped connection, a 5xx or a 429) is tried again under the same
+//! Event name a few times ([`decide_retry`]), so an apiserver that is
+//! slow for a moment loses no Event: an Event is said once, when what it
+//! describes happens, and nothing says it again later. A try that
+//! landed without its answer shows as AlreadyExists on the next one.
+//!
 //! The fields are checked against the apiserver's own limits
 //! (pkg/apis/core/validation/events.go) before anything is queued: the
 //! reporting controller is a qualified name, the instance, action and
@@ -44,6 +51,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounde
 use serde::Serialize;
 
 use crate::client::Client;
+use crate::error::Error;
 use crate::request::{Api, EVENTS};
 /// What an Event is about.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -130,16 +138,21 @@ pub struct RecorderConfig {
     pub capacity: usize,
     /// The timeout of each post.
     pub request_timeout: Duration,
+    /// The waits before each new try of a post that failed on the way
+    /// (see [`decide_retry`]); one try more than there are waits.
+    pub retry_waits: Vec<Duration>,
 }
 
 impl RecorderConfig {
-    /// A config with a 256-Event queue and 5 s posts.
+    /// A config with a 256-Event queue and 5 s posts, each tried up to
+    /// five times, 1, 2, 4 and 8 s apart.
     pub fn new(controller: impl Into<String>, instance: impl Into<String>) -> RecorderConfig {
         RecorderConfig {
             controller: controller.into(),
             instance: instance.into(),
             capacity: 256,
             request_timeout: Duration::from_secs(5),
+            retry_waits: [1, 2, 4, 8].map(Duration::from_secs).to_vec(),
         }
     }
 
@@ -601,6 +614,68 @@ impl Recorder {
     }
 }
 
+/// What a failed try of a post leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// It failed on the way (no answer in time, a dropped connection, a
+    /// 5xx or a 429): try the same request again.
+    Again,
+    /// An Event created under this name already exists after an earlier
+    /// try failed on the way: that try landed, and this is done.
+    Landed,
+    /// Final: the apiserver refused it, or the tries are spent.
+    GiveUp,
+}
+
+/// Judges a failed try. A post that gets no answer may or may not have
+/// landed; a new try under the same Event name tells which, because a
+/// second create of one name is refused as AlreadyExists. client-go's
+/// broadcasters also try each Event again (tools/events/
+/// event_broadcaster.go, `attemptRecording`: up to 12 tries, 10 s
+/// apart); fewer and sooner here, so one lost answer does not hold up
+/// the queue for minutes.
+pub fn decide_retry(error: &Error, tried_before: bool, tries_left: bool) -> Retry {
+    let on_the_way = match error {
+        Error::Transport { .. } | Error::TooManyRequests { .. } => true,
+        Error::AlreadyExists { .. } => {
+            return if tried_before {
+                Retry::Landed
+            } else {
+                Retry::GiveUp
+            };
+        }
+        other => other.code().is_some_and(|c| c >= 500),
+    };
+    if on_the_way && tries_left {
+        Retry::Again
+    } else {
+        Retry::GiveUp
+    }
+}
+
+/// Sends what `request` makes until it is answered, tried again after
+/// each of `waits` while [`decide_retry`] says so.
+fn send_with_retries(
+    waits: &[Duration],
+    mut request: impl FnMut() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut tries = 0;
+    loop {
+        let error = match request() {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        match decide_retry(&error, tries > 0, tries < waits.len()) {
+            Retry::Again => {
+                std::thread::sleep(waits[tries]);
+                tries += 1;
+            }
+            Retry::Landed => return Ok(()),
+            Retry::GiveUp => return Err(error),
+        }
+    }
+}
+
 fn post_loop(
     client: Client,
     config: RecorderConfig,
@@ -634,10 +709,13 @@ fn post_loop(
             }
             Verdict::Patch { name, count, .. } => {
                 let patch = series_patch(count, crate::microtime::now());
-                match api
-                    .merge_patch(&name, patch.to_string().into_bytes())
-                    .and_then(|req| client.send(&req.timeout(config.request_timeout)))
-                {
+                // Setting the count is the same write however often it
+                // lands, so a patch is tried again like a create.
+                match send_with_retries(&config.retry_waits, || {
+                    api.merge_patch(&name, patch.to_string().into_bytes())
+                        .and_then(|req| client.send(&req.timeout(config.request_timeout)))
+                        .map(drop)
+                }) {
                     Ok(_) => {
                         stats.patched.fetch_add(1, Ordering::Relaxed);
                         Ok(())
@@ -654,10 +732,11 @@ fn post_loop(
                 let unique = crate::random::next(&mut rng);
                 let body = event_body(&config, &record, unique, crate::microtime::now());
                 let name = event_name(&record.regarding.name, unique);
-                match api
-                    .create(body)
-                    .and_then(|req| client.send(&req.timeout(config.request_timeout)))
-                {
+                match send_with_retries(&config.retry_waits, || {
+                    api.create(body.clone())
+                        .and_then(|req| client.send(&req.timeout(config.request_timeout)))
+                        .map(drop)
+                }) {
                     Ok(_) => {
                         stats.posted.fetch_add(1, Ordering::Relaxed);
                         correlator.created(&record, &namespace, &name, now);
@@ -746,6 +825,7 @@ mod tests {
         let client = Client::new(&config).unwrap();
         let mut rc = RecorderConfig::new("liken.sh/c", "i");
         rc.capacity = 1;
+        rc.retry_waits.clear();
         let r = Recorder::start(client, rc).unwrap();
         let started = Instant::now();
         let mut accepted = 0;
@@ -763,6 +843,60 @@ mod tests {
         assert_eq!(report.dropped, 50 - accepted);
         assert_eq!(report.posted, 0);
         assert!(started.elapsed() < Duration::from_secs(6));
+    }
+
+    #[test]
+    fn a_post_lost_on_the_way_is_tried_again_and_a_landed_one_is_done() {
+        let (what, message) = (String::from("event"), String::from("m"));
+        let transport = Error::Transport {
+            what: what.clone(),
+            message: message.clone(),
+        };
+        let exists = Error::AlreadyExists {
+            what: what.clone(),
+            message: message.clone(),
+        };
+        let other = |code| Error::Other {
+            what: what.clone(),
+            code,
+            reason: String::new(),
+            message: message.clone(),
+            retry_after: None,
+        };
+        let forbidden = Error::Forbidden {
+            what: what.clone(),
+            message: message.clone(),
+        };
+        let table = [
+            (&transport, false, true, Retry::Again),
+            (&transport, true, true, Retry::Again),
+            (&transport, true, false, Retry::GiveUp),
+            (&other(503), false, true, Retry::Again),
+            (&other(422), false, true, Retry::GiveUp),
+            (&forbidden, false, true, Retry::GiveUp),
+            (&exists, false, true, Retry::GiveUp),
+            (&exists, true, true, Retry::Landed),
+            (&exists, true, false, Retry::Landed),
+        ];
+        for (error, before, left, want) in table {
+            assert_eq!(
+                decide_retry(error, before, left),
+                want,
+                "{error:?} {before} {left}"
+            );
+        }
+        // Two lost answers, then the apiserver says the first one landed.
+        let mut answers = vec![Err(exists.clone()), Err(transport.clone()), Err(transport)];
+        let waits = [Duration::ZERO; 4];
+        assert!(send_with_retries(&waits, || answers.pop().unwrap()).is_ok());
+        assert!(answers.is_empty());
+        let mut tries = 0;
+        let e = send_with_retries(&waits[..2], || {
+            tries += 1;
+            Err(other(500))
+        })
+        .unwrap_err();
+        assert_eq!((tries, e.code()), (3, Some(500)));
     }
 
     #[test]

@@ -782,6 +782,118 @@ fn events_show_in_kubectl_and_repeats_become_a_series() {
     );
 }
 
+/// A loopback port in front of the apiserver that answers nothing on
+/// its first `silent` connections (they are held open, unread past the
+/// kernel's buffer) and passes every later one through byte for byte:
+/// an apiserver that is, for a moment, too slow to answer.
+struct SilentFirst {
+    addr: std::net::SocketAddr,
+    held: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl SilentFirst {
+    fn start(upstream: String, silent: usize) -> SilentFirst {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = held.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let mut kept = keep.lock().unwrap();
+                if kept.len() < silent {
+                    kept.push(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+        SilentFirst { addr, held }
+    }
+
+    fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+}
+
+#[test]
+fn an_event_whose_post_gets_no_answer_is_posted_on_the_next_try() {
+    let cp = liken_testenv::shared();
+    let mut config = Config::from_kubeconfig(cp.kubeconfig(), None).unwrap();
+    let upstream = config.server.trim_start_matches("https://").to_owned();
+    let proxy = SilentFirst::start(upstream, 1);
+    // The apiserver's certificate names 127.0.0.1, whatever the port.
+    config.server = format!("https://{}", proxy.addr);
+    let c = Client::new(&config).unwrap();
+    let m: Machine = admin()
+        .create(&machines(), &machine_json("answerless", json!({})))
+        .unwrap();
+    let mut rc = RecorderConfig::new("liken.sh/test-operator", "test-pod");
+    rc.request_timeout = Duration::from_secs(2);
+    rc.retry_waits = vec![Duration::from_millis(100); 4];
+    let recorder = Recorder::start(c, rc).unwrap();
+    assert!(recorder.event(
+        ObjectReference::machine(&m),
+        EventType::Normal,
+        "DisruptionApproved",
+        "Reconcile",
+        "said once, when it happens",
+    ));
+    let report = recorder.shutdown(Duration::from_secs(30));
+    assert_eq!(proxy.held(), 1, "the first try met the silent connection");
+    assert_eq!((report.posted, report.failed), (1, 0), "{report:?}");
+    let events = admin()
+        .list_all::<DynamicObject>(
+            &Api::namespaced(liken_kube::request::EVENTS, "default"),
+            &ListParams::default(),
+        )
+        .unwrap();
+    let mine: Vec<&DynamicObject> = events
+        .items
+        .iter()
+        .filter(|e| e.0["regarding"]["name"] == "answerless")
+        .collect();
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!(mine[0].0["reason"], "DisruptionApproved");
+
+    // A try that landed without its answer: the next try of the same
+    // name is refused as AlreadyExists, which the recorder counts as
+    // posted (decide_retry's Landed).
+    let name = mine[0].0["metadata"]["name"].as_str().unwrap();
+    let mut again = mine[0].0.clone();
+    for k in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+    ] {
+        again["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    let e = admin()
+        .create::<DynamicObject, _>(
+            &Api::namespaced(liken_kube::request::EVENTS, "default"),
+            &again,
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{name}: {e:?}");
+    assert_eq!(
+        liken_kube::events::decide_retry(&e, true, true),
+        liken_kube::events::Retry::Landed
+    );
+}
+
 #[test]
 fn an_event_about_a_long_named_object_is_accepted() {
     let c = admin();
