@@ -128,23 +128,9 @@ fn main() {
     let host = Host::new("bench-1", &m, &c);
     let kc = operator_kubeconfig("bench-1");
     let log = host.path("operator.log");
-    let mut child = Command::new(&binary)
-        .arg(format!("--kubeconfig={}", kc.display()))
-        .arg(format!("--run-dir={}", host.path("run/liken").display()))
-        .arg(format!(
-            "--var-dir={}",
-            host.path("var/lib/liken").display()
-        ))
-        .arg(format!("--proc={}", host.path("proc").display()))
-        .arg(format!("--sys={}", host.path("sys").display()))
-        .args([
-            "--metrics-address=127.0.0.1:0",
-            "--resync=100ms",
-            "--heartbeat-interval=10s",
-        ])
-        .env("NODE_NAME", "bench-1")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .stdout(Stdio::null())
+    let mut child = host
+        .operator_command(std::path::Path::new(&binary), &kc)
+        .args(["--resync=100ms", "--heartbeat-interval=10s"])
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();

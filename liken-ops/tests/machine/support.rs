@@ -176,6 +176,27 @@ pub struct Host {
 }
 
 impl Host {
+    /// The machine operator `binary` as the DaemonSet runs it on this
+    /// host: its Node's name, the host's paths, `kubeconfig`'s token,
+    /// metrics on a free loopback port; the caller adds intervals and
+    /// where its log goes.
+    pub fn operator_command(&self, binary: &Path, kubeconfig: &Path) -> Command {
+        let mut c = Command::new(binary);
+        c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--run-dir={}", self.path("run/liken").display()))
+            .arg(format!(
+                "--var-dir={}",
+                self.path("var/lib/liken").display()
+            ))
+            .arg(format!("--proc={}", self.path("proc").display()))
+            .arg(format!("--sys={}", self.path("sys").display()))
+            .arg("--metrics-address=127.0.0.1:0")
+            .env("NODE_NAME", &self.node)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null());
+        c
+    }
+
     /// A host booted with `machine` and `cluster` on release OLD, slot A.
     pub fn new(node: &str, machine: &Machine, cluster: &Cluster) -> Host {
         let root = TempDir::new(&format!("machine-op-{node}"));
@@ -434,23 +455,15 @@ impl Operator {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_liken-machine-operator"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--run-dir={}", host.path("run/liken").display()))
-            .arg(format!(
-                "--var-dir={}",
-                host.path("var/lib/liken").display()
-            ))
-            .arg(format!("--proc={}", host.path("proc").display()))
-            .arg(format!("--sys={}", host.path("sys").display()))
-            .arg("--metrics-address=127.0.0.1:0")
+        let child = host
+            .operator_command(
+                Path::new(env!("CARGO_BIN_EXE_liken-machine-operator")),
+                kubeconfig,
+            )
             .arg("--resync=1s")
             .arg("--busy-interval=300ms")
             .arg("--heartbeat-interval=10s")
             .args(extra)
-            .env("NODE_NAME", &host.node)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdout(Stdio::null())
             .stderr(out)
             .spawn()
             .unwrap();
