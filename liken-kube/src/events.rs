@@ -499,7 +499,8 @@ pub struct FlushReport {
     pub throttled: u64,
     /// Events refused before queueing.
     pub invalid: u64,
-    /// Events still queued when the flush time ran out.
+    /// Events not posted when the flush time ran out: those still
+    /// queued and the one in a post.
     pub abandoned: u64,
 }
 
@@ -597,9 +598,11 @@ impl Recorder {
                 }
                 left
             }
-            // The thread is stuck in a post; leave it, it ends with the
-            // process.
-            Err(_) => self.queue.len() as u64,
+            // The thread is still in a post (or between its tries):
+            // leave it, it ends with the process. That Event counts as
+            // abandoned too, with those still queued.
+            Err(RecvTimeoutError::Timeout) => self.queue.len() as u64 + 1,
+            Err(RecvTimeoutError::Disconnected) => self.queue.len() as u64,
         };
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         FlushReport {
@@ -897,6 +900,30 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!((tries, e.code()), (3, Some(500)));
+    }
+
+    #[test]
+    fn a_post_still_waiting_for_its_answer_counts_as_abandoned() {
+        // A port that takes connections (the kernel's backlog) and never
+        // answers: the one post waits, the second Event stays queued.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = crate::Config {
+            server: format!("http://{}", silent.local_addr().unwrap()),
+            ca_pem: None,
+            auth: crate::Auth::None,
+            namespace: "default".into(),
+            timeout: Duration::from_secs(30),
+            origin: "test".into(),
+        };
+        let mut rc = RecorderConfig::new("liken.sh/c", "i");
+        rc.request_timeout = Duration::from_secs(30);
+        let r = Recorder::start(Client::new(&config).unwrap(), rc).unwrap();
+        assert!(r.record(record("m1")) && r.record(record("m2")));
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        let report = r.shutdown(Duration::from_millis(300));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!((report.posted, report.abandoned), (0, 2), "{report:?}");
     }
 
     #[test]
