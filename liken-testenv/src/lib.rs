@@ -75,6 +75,25 @@ pub struct Options {
     /// where they land ([`ControlPlane::audit_since`]) rather than
     /// trusting the program's own counters.
     pub audit: bool,
+    /// Authorize as k3s does, `--authorization-mode=Node,RBAC` with the
+    /// NodeRestriction admission plugin (k3s
+    /// pkg/daemons/control/server.go, apiServer), so a kubelet's
+    /// credential (`system:node:<name>` in `system:nodes`) may register
+    /// its own Node, report its pods, and ask for ServiceAccount tokens
+    /// bound to its own pods, and nothing else.
+    pub node_authorizer: bool,
+    /// Accept bootstrap tokens (`--enable-bootstrap-token-auth`): a
+    /// `bootstrap.kubernetes.io/token` Secret in kube-system names a
+    /// `system:bootstrap:<id>` user in `system:bootstrappers`, which a
+    /// node uses to ask for its first client certificate through a
+    /// CertificateSigningRequest (kubeadm's TLS bootstrap).
+    pub bootstrap_tokens: bool,
+    /// The address kube-apiserver listens on and advertises (127.0.0.1
+    /// when `None`): a workstation's own address lets machines under
+    /// QEMU's user network and the workstation's tools reach it by one
+    /// URL. The serving certificate (from [`start_with_pki`]) must name
+    /// it.
+    pub address: Option<std::net::Ipv4Addr>,
 }
 
 /// A running control plane. Dropping it kills the processes and removes
@@ -303,6 +322,9 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
     if let Some(ca) = &pki.request_header_ca_pem {
         write_private(&dir.join("request-header-ca.crt"), ca.as_bytes())?;
     }
+    if let Some(key) = &pki.client_ca_key_pem {
+        write_private(&dir.join("client-ca.key"), key.as_bytes())?;
+    }
     let agent = admin_agent(&pki)?;
     let mut cp = ControlPlane {
         dir: dir.clone(),
@@ -357,17 +379,25 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
 
     for _ in 0..3 {
         let port = free_port()?;
-        let server = format!("https://127.0.0.1:{port}");
+        let address = options
+            .address
+            .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+            .to_string();
+        let server = format!("https://{address}:{port}");
         let d = |f: &str| dir.join(f).display().to_string();
         let mut cmd = Command::new(bin.join("kube-apiserver"));
         cmd.arg(format!("--etcd-servers={}", cp.etcd_url))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--bind-address={address}"))
+            .arg(format!("--advertise-address={address}"))
             .arg(format!("--secure-port={port}"))
             .arg(format!("--tls-cert-file={}", d("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", d("apiserver.key")))
             .arg(format!("--client-ca-file={}", d("client-ca.crt")))
-            .arg("--authorization-mode=RBAC")
+            .arg(if options.node_authorizer {
+                "--authorization-mode=Node,RBAC"
+            } else {
+                "--authorization-mode=RBAC"
+            })
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!("--service-account-key-file={}", d("sa.pub")))
             .arg(format!(
@@ -379,6 +409,12 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
         log_to(&mut cmd, &dir, "apiserver.log")?;
         if options.no_watch_cache {
             cmd.arg("--watch-cache=false");
+        }
+        if options.node_authorizer {
+            cmd.arg("--enable-admission-plugins=NodeRestriction");
+        }
+        if options.bootstrap_tokens {
+            cmd.arg("--enable-bootstrap-token-auth");
         }
         if cp.pki.request_header_ca_pem.is_some() {
             // k3s's values (pkg/daemons/control/server.go, apiServer;
@@ -738,10 +774,37 @@ impl ControlPlane {
                 "--service-account-private-key-file={}",
                 d("sa.key")
             ))
-            .arg(format!("--root-ca-file={}", d("ca.crt")))
-            .arg(format!("--cluster-signing-cert-file={}", d("ca.crt")))
-            .arg(format!("--cluster-signing-key-file={}", d("ca.key")))
-            .arg("--service-cluster-ip-range=10.0.0.0/24");
+            .arg(format!("--root-ca-file={}", d("ca.crt")));
+        if self.pki.client_ca_key_pem.is_some() {
+            // k3s's signers (pkg/daemons/control/server.go,
+            // controllerManager): client certificates, a kubelet's
+            // included, from the client CA; serving ones from the server
+            // CA.
+            for signer in ["kube-apiserver-client", "kubelet-client"] {
+                cmd.arg(format!(
+                    "--cluster-signing-{signer}-cert-file={}",
+                    d("client-ca.crt")
+                ))
+                .arg(format!(
+                    "--cluster-signing-{signer}-key-file={}",
+                    d("client-ca.key")
+                ));
+            }
+            for signer in ["kubelet-serving", "legacy-unknown"] {
+                cmd.arg(format!(
+                    "--cluster-signing-{signer}-cert-file={}",
+                    d("ca.crt")
+                ))
+                .arg(format!(
+                    "--cluster-signing-{signer}-key-file={}",
+                    d("ca.key")
+                ));
+            }
+        } else {
+            cmd.arg(format!("--cluster-signing-cert-file={}", d("ca.crt")))
+                .arg(format!("--cluster-signing-key-file={}", d("ca.key")));
+        }
+        cmd.arg("--service-cluster-ip-range=10.0.0.0/24");
         log_to(&mut cmd, &self.dir, "kcm.log")?;
         let proc = spawn::spawn("kube-controller-manager", cmd)
             .map_err(|e| Error(format!("starting kube-controller-manager: {e}")))?;

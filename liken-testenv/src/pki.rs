@@ -46,6 +46,13 @@ pub struct Pki {
     /// `ca`: a k3s identity (`liken mint`) keeps separate server and client
     /// CAs. `None` for the minted set, where one CA does both.
     pub client_ca_pem: Option<String>,
+    /// The client CA's private key, when the caller has it: then
+    /// kube-controller-manager signs client certificates (the
+    /// `kubernetes.io/kube-apiserver-client` and `…-client-kubelet`
+    /// signers) with the client CA, as k3s configures it, so a kubelet's
+    /// CertificateSigningRequest yields a certificate the apiserver
+    /// trusts. `None` leaves one signer, `ca`, for everything.
+    pub client_ca_key_pem: Option<String>,
     /// The CA that signs authenticating proxies' client certificates
     /// (`--requestheader-client-ca-file`), trusted with k3s's proxy name
     /// and headers; `None` leaves the request-header authenticator off.
@@ -158,6 +165,7 @@ impl Pki {
             sa_key_pem: sa.serialize_pem(),
             sa_pub_pem: sa.public_key_pem(),
             client_ca_pem: None,
+            client_ca_key_pem: None,
             request_header_ca_pem: None,
         })
     }

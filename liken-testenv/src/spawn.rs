@@ -38,6 +38,11 @@ impl Proc {
         self.child.id()
     }
 
+    /// The child itself (to take its standard streams).
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
     /// Whether it has exited, and how.
     pub fn try_wait(&mut self) -> io::Result<Option<std::process::ExitStatus>> {
         self.child.try_wait()

@@ -178,6 +178,31 @@ pub fn admin_credential(
     ca_key_pem: &[u8],
     now: OffsetDateTime,
 ) -> Result<(String, String), IdentityError> {
+    client_credential(
+        ca_cert_pem,
+        ca_key_pem,
+        ADMIN_USER,
+        &[ADMIN_GROUP],
+        ADMIN_LIFETIME,
+        now,
+    )
+}
+
+/// A new client certificate under the client CA for `user` (the common
+/// name) in `groups` (its organisations), valid for `lifetime` from
+/// `now` (backdated like the CAs): (cert PEM, key PEM). The apiserver
+/// takes the common name as the user and each organisation as a group,
+/// so this is how any client certificate of the cluster is made, as k3s
+/// makes its own from the same CA (pkg/daemons/control/deps/deps.go,
+/// genClientCerts).
+pub fn client_credential(
+    ca_cert_pem: &[u8],
+    ca_key_pem: &[u8],
+    user: &str,
+    groups: &[&str],
+    lifetime: Duration,
+    now: OffsetDateTime,
+) -> Result<(String, String), IdentityError> {
     let bad =
         |rel: &str, p: keys::PemProblem| IdentityError::BadFiles(vec![(PathBuf::from(rel), p.0)]);
     let ca_key = keys::signing_key(ca_key_pem).map_err(|p| bad(CLIENT_CA_KEY, p))?;
@@ -196,14 +221,16 @@ pub fn admin_credential(
     })?;
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|source| {
         IdentityError::Certificate {
-            what: "admin".into(),
+            what: user.into(),
             source,
         }
     })?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, ADMIN_GROUP);
-    dn.push(DnType::CommonName, ADMIN_USER);
+    for g in groups {
+        dn.push(DnType::OrganizationName, *g);
+    }
+    dn.push(DnType::CommonName, user);
     params.distinguished_name = dn;
     // CA:FALSE written out, so no verifier can mistake it for a CA.
     params.is_ca = IsCa::ExplicitNoCa;
@@ -211,12 +238,12 @@ pub fn admin_credential(
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     params.not_before = now - super::mint::BACKDATE;
-    params.not_after = now + ADMIN_LIFETIME;
+    params.not_after = now + lifetime;
     params.serial_number = Some(super::mint::serial()?);
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(|source| IdentityError::Certificate {
-            what: "admin".into(),
+            what: user.into(),
             source,
         })?;
     Ok((cert.pem(), key.serialize_pem()))

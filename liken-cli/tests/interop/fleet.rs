@@ -45,6 +45,7 @@ pub fn control_plane_on(id: &Path) -> ControlPlane {
         sa_key_pem: service_key.clone(),
         sa_pub_pem: service_key,
         client_ca_pem: Some(read(id, "server/tls/client-ca.crt")),
+        client_ca_key_pem: None,
         request_header_ca_pem: None,
     };
     liken_testenv::start_with_pki(liken_testenv::Options::default(), pki)

@@ -191,6 +191,7 @@ fn kube_apiserver_runs_on_a_whole_minted_identity_as_k3s_runs_it() {
         sa_key_pem: service_key.clone(),
         sa_pub_pem: service_key.clone(),
         client_ca_pem: Some(read(&id, "server/tls/client-ca.crt")),
+        client_ca_key_pem: None,
         request_header_ca_pem: Some(read(&id, "server/tls/request-header-ca.crt")),
     };
     let cp = liken_testenv::start_with_pki(liken_testenv::Options::default(), pki)
