@@ -202,13 +202,27 @@ images:
 ## channel of two releases whose system images run the stand-in as k3s (IMAGES_OUT/channel-standin),
 ## each image its own (VERSION_ID standin-1 and standin-2), so slot B's bytes are not slot A's.
 qemu-images: images
-	$(STATIC) cargo build --release --target $(TARGET) -p qemu-tests --bin liken-standin-k3s --bin liken-hello-pid1
-	@for b in liken-standin-k3s liken-hello-pid1; do \
-	  cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release/$$b $(IMAGES_OUT)/$$b || { \
-	    cp $(CARGO_TARGET_DIR)/$(TARGET)/release/$$b $(IMAGES_OUT)/.$$b.$$$$ && mv $(IMAGES_OUT)/.$$b.$$$$ $(IMAGES_OUT)/$$b; }; done
+	$(STATIC) cargo build --release --target $(TARGET) -p qemu-tests --bin liken-hello-pid1
+	$(STATIC) cargo build --profile test-tools --target $(TARGET) -p qemu-tests --bin liken-standin-k3s
+	@for b in release/liken-hello-pid1 test-tools/liken-standin-k3s; do \
+	  n=$$(basename $$b); cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/$$b $(IMAGES_OUT)/$$n || { \
+	    cp $(CARGO_TARGET_DIR)/$(TARGET)/$$b $(IMAGES_OUT)/.$$n.$$$$ && mv $(IMAGES_OUT)/.$$n.$$$$ $(IMAGES_OUT)/$$n; }; done
 	LIKEN_VERSION=standin-1 ./images/build-system.sh $(IMAGES_OUT)/system-standin.squashfs $(IMAGES_OUT)/liken-standin-k3s
 	LIKEN_VERSION=standin-2 ./images/build-system.sh $(IMAGES_OUT)/system-standin-2.squashfs $(IMAGES_OUT)/liken-standin-k3s
 	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-standin system-standin.squashfs system-standin-2.squashfs
+
+## e2e-images: the end-to-end tests' channel (IMAGES_OUT/channel-e2e): releases
+## N, N+1 and N+2 of the stand-in system image with the operators' images, N+2
+## built never to become healthy (qemu-tests/e2e-images.sh).
+.PHONY: e2e-images
+# The operators liken-ops builds, each shipped as its own image.
+E2E_OPERATORS = $(notdir $(basename $(wildcard liken-ops/src/bin/*.rs)))
+e2e-images: qemu-images
+	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops --bins
+	@mkdir -p $(IMAGES_OUT)/e2e; for b in $(E2E_OPERATORS); do \
+	  cmp -s $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$b $(IMAGES_OUT)/e2e/$$b || { \
+	    cp $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$b $(IMAGES_OUT)/e2e/.$$b.$$$$ && mv $(IMAGES_OUT)/e2e/.$$b.$$$$ $(IMAGES_OUT)/e2e/$$b; }; done
+	./qemu-tests/e2e-images.sh $(IMAGES_OUT) $(addprefix $(IMAGES_OUT)/e2e/,$(E2E_OPERATORS))
 
 ## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.
 .PHONY: bench bench-init

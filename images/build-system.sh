@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the squashfs system image a liken slot holds:
 #
-#   build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... OUT.sqfs [K3S]
+#   build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... [--file SRC:DEST]... OUT.sqfs [K3S]
 #
 # K3S is the k3s binary to install as /usr/bin/k3s; without it the image
 # has no k3s, and the script says so. (The QEMU tests pass their
@@ -15,6 +15,10 @@
 # there that k3s imports into k3s's agent/images directory, so k3s starts
 # its own pods without reaching a registry. The Makefile passes
 # K3S_AIRGAP_IMAGES= here.
+# Each --file adds the file SRC at the absolute path DEST (0644): the
+# QEMU tests tell their stand-in what to be in their own images this way
+# (/usr/share/liken-standin/instruction); images built for people take
+# none.
 #
 # The tree, root-owned and /usr-merged like Debian 12's:
 #   /bin /sbin /lib /lib64   symlinks to usr/bin, usr/sbin, usr/lib, usr/lib64
@@ -51,14 +55,24 @@ umask 022
 here=$(cd "$(dirname "$0")" && pwd)
 images=()
 airgap=()
+files=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --image) images+=("$(realpath -m "${2:?--image needs an OCI image archive}")"); shift 2 ;;
     --airgap) airgap+=("$(realpath -m "${2:?--airgap needs an image archive}")"); shift 2 ;;
+    --file)
+      spec=${2:?--file needs SRC:DEST}
+      [[ $spec == *:/* && -f ${spec%%:*} ]] || {
+        echo "images: --file $spec is not SRC:DEST with SRC a file and DEST an absolute path" >&2
+        exit 1
+      }
+      files+=("$(realpath -m "${spec%%:*}"):${spec#*:}")
+      shift 2
+      ;;
     *) break ;;
   esac
 done
-out=${1:?usage: build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... OUT.sqfs [K3S]}
+out=${1:?usage: build-system.sh [--image IMAGE.tar]... [--airgap ARCHIVE]... [--file SRC:DEST]... OUT.sqfs [K3S]}
 k3s=${2:-}
 out=$(realpath -m "$out")
 version=${LIKEN_VERSION:-dev}
@@ -129,11 +143,13 @@ inputs=$(
   echo "mksquashfs $(mksquashfs -version 2>/dev/null | head -1)"
   echo "kernel $(cat "$kdir/package")"
   echo "os-release-version $version"
+  [ -z "${LIKEN_SQUASHFS_LEVEL:-}" ] || echo "compression-level $LIKEN_SQUASHFS_LEVEL"
   echo "manifests $(cd "$here/manifests" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   echo "features $(cd "$here/features" && find . -type f -name '*.yaml' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
   if [ -n "$k3s" ]; then echo "k3s $(sha256sum < "$k3s" | cut -d' ' -f1)"; else echo "k3s none"; fi
   for img in "${images[@]}"; do echo "image $(basename "$img") $(sha256sum < "$img" | cut -d' ' -f1)"; done
   for a in "${airgap[@]}"; do echo "airgap $(basename "$a") $(sha256sum < "$a" | cut -d' ' -f1)"; done
+  for f in "${files[@]}"; do echo "file ${f#*:} $(sha256sum < "${f%%:*}" | cut -d' ' -f1)"; done
   awk '{ print "deb " $1 " " $2 }' <<< "$debs"
 )
 if [ -f "$out" ] && [ -f "$out.inputs" ] && [ "$(cat "$out.inputs")" = "$inputs" ]; then
@@ -249,6 +265,9 @@ find "$stage/usr/share/liken" -type f -exec chmod 0644 {} +
 if [ -n "$k3s" ]; then
   install -m 0755 "$k3s" "$stage/usr/bin/k3s"
 fi
+for f in "${files[@]}"; do
+  install -D -m 0644 "${f%%:*}" "$stage/${f#*:}"
+done
 
 # The closure check: every shared library an ELF file in the tree asks
 # for must be in the tree, so a tool never fails on the machine with
@@ -287,8 +306,13 @@ done
 # zstd decompresses fast, which the boot's squashfs mount and k3s's
 # first start on slow machines feel.
 rm -f "$out.tmp"
+# LIKEN_SQUASHFS_LEVEL (tests only) trades size for build time: the
+# end-to-end tests build three images for every change of their
+# stand-in; the default is zstd's own level.
+level=()
+if [ -n "${LIKEN_SQUASHFS_LEVEL:-}" ]; then level=(-Xcompression-level "$LIKEN_SQUASHFS_LEVEL"); fi
 mksquashfs "$stage" "$out.tmp" -noappend -all-root -no-xattrs -mkfs-time 0 -all-time 0 \
-  -comp zstd -quiet -no-progress >/dev/null
+  -comp zstd "${level[@]}" -quiet -no-progress >/dev/null
 mv "$out.tmp" "$out"
 printf '%s\n' "$inputs" > "$out.inputs"
 echo "images: $out ($(stat -c %s "$out") bytes, kernel $kver modules, $(wc -l <<< "$debs") Debian packages, ${#images[@]} operator images, ${#airgap[@]} k3s airgap archives)" >&2

@@ -20,7 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -30,6 +30,7 @@ use liken_api::{Channel, Version, decode};
 pub mod disk;
 pub mod drives;
 pub mod firmware;
+pub mod fleet;
 pub mod install;
 pub mod netns;
 
@@ -354,9 +355,40 @@ pub fn initrd(dir: &Path, parts: &[impl AsRef<Path>]) -> PathBuf {
     path
 }
 
+/// How a VM is started beyond its arguments.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Console lines starting with this are printed on stdout too.
+    pub shown: Option<&'static str>,
+    /// The guest's memory.
+    pub memory_mib: u32,
+    /// A guest reboot resets the machine and it boots again (a fleet's
+    /// machines); otherwise QEMU exits (`-no-reboot`), so a test sees a
+    /// reboot as QEMU's end.
+    pub reboot_in_place: bool,
+    /// Append to the console log instead of starting it afresh (a
+    /// machine booted again keeps one log).
+    pub append_log: bool,
+    /// The network namespace QEMU runs in ([`netns::Netns`]), where its
+    /// `-netdev tap` devices are.
+    pub netns: Option<String>,
+}
+
+impl Default for Launch {
+    fn default() -> Launch {
+        Launch {
+            shown: None,
+            memory_mib: 512,
+            reboot_in_place: false,
+            append_log: false,
+            netns: None,
+        }
+    }
+}
+
 /// A running virtual machine and its console.
 pub struct Vm {
-    child: Child,
+    child: liken_testenv::spawn::Proc,
     /// QEMU's stdin: the serial port's input (`-serial stdio`).
     serial_in: Option<std::process::ChildStdin>,
     lines: Receiver<String>,
@@ -393,13 +425,20 @@ impl Vm {
     /// As [`Vm::boot`], with more QEMU arguments (devices such as a
     /// network card; the machine has none otherwise).
     pub fn boot_with(boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vm {
-        Vm::start(boot.name, &kernel_args(boot, qemu_args), None, None)
+        Vm::start(boot.name, &kernel_args(boot, qemu_args), &Launch::default())
     }
 
     /// As [`Vm::boot_with`], with QEMU running inside network namespace
     /// `netns` ([`netns::Netns`]), where its `-netdev tap` devices are.
     pub fn boot_in_netns(netns: &str, boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vm {
-        Vm::start(boot.name, &kernel_args(boot, qemu_args), None, Some(netns))
+        Vm::start(
+            boot.name,
+            &kernel_args(boot, qemu_args),
+            &Launch {
+                netns: Some(netns.to_owned()),
+                ..Launch::default()
+            },
+        )
     }
 
     /// Boots a disk under UEFI: OVMF's code and a per-test copy of its
@@ -416,21 +455,26 @@ impl Vm {
     /// `args` (firmware, disks, devices), logging the console to
     /// `<name>.log`.
     pub fn launch(name: &str, args: &[OsString]) -> Vm {
-        Vm::start(name, args, None, None)
+        Vm::start(name, args, &Launch::default())
     }
 
     /// As [`Vm::launch`], also printing every console line that starts
     /// with `shown` on stdout as it arrives, for a person watching.
     pub fn launch_showing(name: &str, args: &[OsString], shown: &'static str) -> Vm {
-        Vm::start(name, args, Some(shown), None)
+        Vm::start(
+            name,
+            args,
+            &Launch {
+                shown: Some(shown),
+                ..Launch::default()
+            },
+        )
     }
 
-    fn start(
-        name: &str,
-        args: &[OsString],
-        shown: Option<&'static str>,
-        netns: Option<&str>,
-    ) -> Vm {
+    /// Starts QEMU as `launch` says (see [`Launch`]). QEMU is started
+    /// through liken-testenv's spawner, so it dies with the test process
+    /// even when that is killed, and is killed when the `Vm` is dropped.
+    pub fn start(name: &str, args: &[OsString], launch: &Launch) -> Vm {
         std::fs::create_dir_all(log_dir()).unwrap_or_else(|e| panic!("mkdir qemu-logs: {e}"));
         let log = log_dir().join(format!("{name}.log"));
         let monitor =
@@ -440,9 +484,10 @@ impl Vm {
             Ok("kvm") => "kvm",
             _ => "tcg",
         };
+        let memory = launch.memory_mib.to_string();
         // `ip netns exec` enters the namespace and execs QEMU, so the
         // child is QEMU itself either way.
-        let mut qemu = match netns {
+        let mut cmd = match &launch.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns, "qemu-system-x86_64"]);
@@ -450,32 +495,38 @@ impl Vm {
             }
             None => Command::new("qemu-system-x86_64"),
         };
-        let mut child = qemu
-            .args(["-machine", "q35", "-accel", accel, "-m", "512", "-smp", "1"])
-            .args([
-                "-nodefaults",
-                "-no-user-config",
-                "-display",
-                "none",
-                "-no-reboot",
-            ])
-            .args(["-serial", "stdio"])
+        cmd.args([
+            "-machine", "q35", "-accel", accel, "-m", &memory, "-smp", "1",
+        ])
+        .args(["-nodefaults", "-no-user-config", "-display", "none"]);
+        if !launch.reboot_in_place {
+            cmd.arg("-no-reboot");
+        }
+        cmd.args(["-serial", "stdio"])
             .arg("-monitor")
             .arg(format!("unix:{},server=on,wait=off", monitor.display()))
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start qemu-system-x86_64: {e}; scripts/setup.sh installs it")
-            });
+            .stderr(Stdio::piped());
+        let mut proc = liken_testenv::spawn::spawn("qemu-system-x86_64", cmd).unwrap_or_else(|e| {
+            panic!("cannot start qemu-system-x86_64: {e}; scripts/setup.sh installs it")
+        });
+        let child = proc.child_mut();
         let serial_in = child.stdin.take();
         let (tx, rx) = channel();
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("qemu stdout"));
         let stderr = child.stderr.take().unwrap_or_else(|| panic!("qemu stderr"));
-        let mut file =
-            std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(launch.append_log)
+            .truncate(!launch.append_log)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        if launch.append_log {
+            let _ = writeln!(file, "==== QEMU started ({}) ====", name);
+        }
         let err_tx = tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
@@ -484,6 +535,7 @@ impl Vm {
         });
         let drawing = Arc::new(Mutex::new(Vec::new()));
         let partial = Arc::clone(&drawing);
+        let shown = launch.shown;
         std::thread::spawn(move || {
             let mut emit = |line: &[u8]| {
                 let text = String::from_utf8_lossy(line)
@@ -525,7 +577,7 @@ impl Vm {
             }
         });
         Vm {
-            child,
+            child: proc,
             serial_in,
             lines: rx,
             log,
@@ -662,6 +714,45 @@ impl Vm {
         }
     }
 
+    /// What the console has drawn since its last newline (a firmware
+    /// or bootloader screen, with its escape sequences).
+    pub fn drawn(&self) -> String {
+        self.drawing
+            .lock()
+            .map(|d| String::from_utf8_lossy(&d).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Moves every console line printed so far into `seen`, without
+    /// waiting (a machine left running while a test watches the API).
+    pub fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Waits up to `within` for a line containing `needle` among the
+    /// lines from index `from` of `seen` on (a place taken with
+    /// `seen.len()`); returns the line, or `None` at the deadline.
+    pub fn find_after(&mut self, from: usize, needle: &str, within: Duration) -> Option<String> {
+        self.drain();
+        if let Some(l) = self.seen.iter().skip(from).find(|l| l.contains(needle)) {
+            return Some(l.clone());
+        }
+        self.wait_for(|l| l.contains(needle), within)
+    }
+
+    /// Kills QEMU at once, as pulling a machine's power would.
+    pub fn kill(&mut self) {
+        self.child.kill();
+        self.drain();
+    }
+
+    /// Whether QEMU has exited.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// The last `n` lines seen.
     pub fn tail(&self, n: usize) -> String {
         let start = self.seen.len().saturating_sub(n);
@@ -763,8 +854,7 @@ fn kernel_args(boot: &Boot<'_>, qemu_args: &[impl AsRef<OsStr>]) -> Vec<OsString
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
         let _ = std::fs::remove_file(&self.monitor);
     }
 }

@@ -5,7 +5,10 @@
 //! goes into an image for people.
 //!
 //! What it does is chosen on the kernel command line with
-//! `liken.standin=<instruction>`:
+//! `liken.standin=<instruction>`, else by the system image's
+//! /usr/share/liken-standin/instruction (the end-to-end releases name
+//! `node` or `unhealthy` there: an installed machine's entries carry no
+//! `liken.standin=`):
 //!
 //! - `run` (the default): print the arguments it was started with,
 //!   init's resident memory and the boot record init published, what
@@ -43,6 +46,15 @@
 //!   also asks init to write a release while this boot is on trial, and
 //!   prints the answer (init must refuse: the other slot holds the only
 //!   release known to boot).
+//!
+//! - `unhealthy`: a release built never to become healthy: as k3s it
+//!   exits 1 at once, and as `k3s kubectl` it answers nothing.
+//! - `node`: the node stand-in (`qemu-tests/src/standin/node/`): as
+//!   `k3s server` or `k3s agent` it does what k3s and its kubelet would
+//!   do for liken against the test's control plane on the host (the
+//!   kubelet's credentials, the Node and its Lease, a server's
+//!   auto-deploy manifests, the DaemonSet pods from the airgap images),
+//!   and as `k3s kubectl get node` it answers from the real Node.
 //!
 //! What a service sees, printed by `run` as read from the kernel's own
 //! files, not from anything init reports: the hostname
@@ -93,6 +105,11 @@ use liken_api::{BootRecord, Release, decode};
 #[path = "../standin/net.rs"]
 mod net;
 
+#[path = "../standin/node/mod.rs"]
+mod node;
+#[path = "../standin/probe.rs"]
+mod probe;
+
 /// Where the stand-in remembers releases it had written.
 const MARKER_DIR: &str = "/var/lib/liken-standin";
 
@@ -110,8 +127,15 @@ fn cmdline_value(key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Where a test image names the stand-in's instruction, for the boots
+/// of an installed disk (whose entries carry no `liken.standin=`).
+const IMAGE_INSTRUCTION: &str = "/usr/share/liken-standin/instruction";
+
 fn instruction() -> String {
-    cmdline_value("liken.standin").unwrap_or_else(|| "run".to_owned())
+    let image = std::fs::read_to_string(IMAGE_INSTRUCTION).unwrap_or_default();
+    cmdline_value("liken.standin")
+        .or_else(|| Some(image.trim().to_owned()).filter(|i| !i.is_empty()))
+        .unwrap_or_else(|| "run".to_owned())
 }
 
 /// An address from /proc/net/route: eight hex digits, the bytes in
@@ -582,7 +606,38 @@ fn print_k3s_files() {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The node stand-in's container runtime runs as copies of this
+    // program (standin/node/container.rs).
+    match args.as_slice() {
+        [mode, spec] if mode == "container" => node::container::outer(spec),
+        [mode, spec] if mode == "container-init" => node::container::inner(spec),
+        [mode, port] if mode == "probe" => probe::run(port),
+        _ => {}
+    }
     let what = instruction();
+    if what == "node" || what == "unhealthy" {
+        if what == "unhealthy" {
+            // A release built never to become healthy: its k3s fails at
+            // once and answers nothing, as a broken release's would.
+            let why = "this release is built never to become healthy (instruction unhealthy): \
+                       its k3s fails, as a broken release's would";
+            if args.first().map(String::as_str) == Some("kubectl") {
+                eprintln!("liken-standin-k3s: {why}");
+            } else {
+                say(&format!("started as k3s {}: {why}", args.join(" ")));
+            }
+            std::process::exit(1);
+        }
+        // `k3s kubectl` answers on stdout for init: nothing else there.
+        if args.first().map(String::as_str) == Some("kubectl") {
+            std::process::exit(node::kubectl::run(&args[1..]));
+        }
+        say(&format!(
+            "started as k3s {} (instruction node)",
+            args.join(" ")
+        ));
+        node::run(args.first().map_or("", String::as_str));
+    }
     if args.first().map(String::as_str) == Some("kubectl") {
         std::process::exit(kubectl(&args, &what));
     }

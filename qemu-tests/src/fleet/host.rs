@@ -1,0 +1,523 @@
+//! The host's side of a fleet under QEMU: the deployment, its control
+//! plane, its release channel, and the cluster operator.
+//!
+//! The deployment is made the way a person makes one (`liken mint`,
+//! `liken new`), and the control plane is liken-testenv's
+//! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) on
+//! that same identity, configured as k3s configures its own:
+//!
+//! - kube-apiserver serves a certificate from the identity's server CA
+//!   for the addresses it is reached at: loopback for the host's tools,
+//!   and 10.0.2.2, where QEMU's user network (slirp) takes a guest's
+//!   connection to the host's loopback. The Cluster's `spec.endpoint`
+//!   names 10.0.2.2, so every machine joins through it.
+//! - client certificates from the identity's client CA are users,
+//!   `service.key` signs and verifies ServiceAccount tokens,
+//!   request-header-ca names the authenticating proxies, authorization
+//!   is `Node,RBAC` with NodeRestriction, and kube-controller-manager
+//!   signs kubelet client certificates with the client CA (k3s
+//!   pkg/daemons/control/server.go). Bootstrap tokens are accepted: they
+//!   stand in for k3s's supervisor (see the node stand-in's
+//!   `credentials` module).
+//! - the audit log is on, so a test counts writes where they land.
+//!
+//! `liken serve` shares the release channel on a loopback port, which
+//! the machines reach as `http://10.0.2.2:<port>`. The cluster operator
+//! runs as its own binary under its ServiceAccount's token and the RBAC
+//! the release ships.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use liken_testenv::pki::{Pair, Pki};
+use liken_testenv::spawn::Proc;
+use liken_testenv::{ControlPlane, Options};
+use rcgen::{
+    CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+
+use super::progress::step;
+use crate::run;
+
+/// Where a guest on QEMU's user network reaches the host's loopback.
+pub const SLIRP_HOST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+
+/// Where the API server and the channel listen, and how the machines
+/// reach them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// On the host's loopback; the machines reach it as 10.0.2.2 through
+    /// QEMU's user network. Nothing leaves the host (the tests).
+    Slirp,
+    /// On this address of the host, which the machines reach through
+    /// QEMU's user network and the host's own tools reach directly, so
+    /// the Cluster's endpoint works from the workstation too (the demo).
+    Address(Ipv4Addr),
+}
+
+impl Reach {
+    /// The workstation's own address (the one its default route uses),
+    /// or [`Reach::Slirp`] when it has none but loopback.
+    pub fn workstation() -> Reach {
+        let ip = std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+            .and_then(|s| s.local_addr());
+        match ip {
+            Ok(a) => match a.ip() {
+                IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_unspecified() => Reach::Address(v4),
+                _ => Reach::Slirp,
+            },
+            Err(_) => Reach::Slirp,
+        }
+    }
+
+    /// Where the servers listen.
+    pub fn listen(self) -> Ipv4Addr {
+        match self {
+            Reach::Slirp => Ipv4Addr::LOCALHOST,
+            Reach::Address(a) => a,
+        }
+    }
+
+    /// Where the machines reach them.
+    pub fn from_guest(self) -> Ipv4Addr {
+        match self {
+            Reach::Slirp => SLIRP_HOST,
+            Reach::Address(a) => a,
+        }
+    }
+}
+
+/// One machine of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineSpec {
+    /// Its name (the Node's too).
+    pub name: String,
+    /// Whether it is a leader.
+    pub leader: bool,
+    /// rebootPolicy Manual.
+    pub manual: bool,
+    /// Its network card's MAC address, by which its Machine asks DHCP.
+    pub mac: String,
+}
+
+impl MachineSpec {
+    /// Machine `n` (from 1) named `node-<n>`, with MAC 52:54:00:00:00:<n>.
+    pub fn numbered(n: u8, leader: bool, manual: bool) -> MachineSpec {
+        MachineSpec {
+            name: format!("node-{n}"),
+            leader,
+            manual,
+            mac: format!("52:54:00:00:00:{n:02x}"),
+        }
+    }
+}
+
+/// The host's side of a fleet.
+pub struct Host {
+    /// The deployment directory (`liken new`'s layout with its identity).
+    pub deployment: PathBuf,
+    /// The control plane.
+    pub cp: ControlPlane,
+    /// The API endpoint as the machines reach it (`https://10.0.2.2:<port>`).
+    pub endpoint: String,
+    /// The API server as the host reaches it (`https://127.0.0.1:<port>`).
+    pub local_server: String,
+    /// The admin kubeconfig for the host's tools (`liken kubeconfig
+    /// -server <local_server>`).
+    pub kubeconfig: PathBuf,
+    /// The channel as the machines reach it (`http://10.0.2.2:<port>`).
+    pub channel_url: String,
+    /// The channel directory `liken serve` shares.
+    pub channel: PathBuf,
+    /// The machines.
+    pub machines: Vec<MachineSpec>,
+    liken: PathBuf,
+    procs: Vec<Proc>,
+    logs: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port on loopback: {e}"))
+}
+
+fn read(identity: &Path, rel: &str) -> String {
+    let p = identity.join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+/// The apiserver's serving certificate, signed by the identity's server
+/// CA as k3s signs its own (pkg/daemons/control/deps/deps.go,
+/// genServerCerts), for `addresses` and the in-cluster names.
+pub fn serving_cert(identity: &Path, addresses: &[IpAddr]) -> Pair {
+    use liken_cli::identity::keys;
+    let ca_key = keys::signing_key(read(identity, "server/tls/server-ca.key").as_bytes())
+        .unwrap_or_else(|e| panic!("server-ca.key: {}", e.0));
+    let ca_der = keys::first_certificate(read(identity, "server/tls/server-ca.crt").as_bytes())
+        .unwrap_or_else(|e| panic!("server-ca.crt: {}", e.0));
+    let issuer = Issuer::from_ca_cert_der(&ca_der.into(), ca_key)
+        .unwrap_or_else(|e| panic!("server-ca: {e}"));
+    let key = KeyPair::generate().unwrap_or_else(|e| panic!("a serving key: {e}"));
+    let mut p = CertificateParams::new(
+        [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )
+    .unwrap_or_else(|e| panic!("serving certificate: {e}"));
+    for a in addresses {
+        p.subject_alt_names.push(SanType::IpAddress(*a));
+    }
+    // The kubernetes Service's address in testenv's service range.
+    p.subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+    p.distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.use_authority_key_identifier_extension = true;
+    let cert = p
+        .signed_by(&key, &issuer)
+        .unwrap_or_else(|e| panic!("serving certificate: {e}"));
+    Pair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+/// The control plane's certificates from a `liken mint` identity, as
+/// k3s starts kube-apiserver and kube-controller-manager on it.
+pub fn identity_pki(identity: &Path, addresses: &[IpAddr]) -> Pki {
+    use liken_cli::identity::kubeconfig::{admin_credential, client_credential};
+    let (ca, key) = (
+        read(identity, "server/tls/client-ca.crt"),
+        read(identity, "server/tls/client-ca.key"),
+    );
+    let now = time::OffsetDateTime::now_utc();
+    let (cert, k) = admin_credential(ca.as_bytes(), key.as_bytes(), now)
+        .unwrap_or_else(|e| panic!("the admin certificate: {e}"));
+    let admin = Pair {
+        cert_pem: cert,
+        key_pem: k,
+    };
+    // k3s's controller-manager user, which the apiserver's bootstrap
+    // RBAC binds to its ClusterRole.
+    let (cert, k) = client_credential(
+        ca.as_bytes(),
+        key.as_bytes(),
+        "system:kube-controller-manager",
+        &[],
+        time::Duration::days(365),
+        now,
+    )
+    .unwrap_or_else(|e| panic!("the controller-manager certificate: {e}"));
+    let service_key = read(identity, "server/tls/service.key");
+    Pki {
+        ca: Pair {
+            cert_pem: read(identity, "server/tls/server-ca.crt"),
+            key_pem: read(identity, "server/tls/server-ca.key"),
+        },
+        apiserver: serving_cert(identity, addresses),
+        admin,
+        controller_manager: Pair {
+            cert_pem: cert,
+            key_pem: k,
+        },
+        // Both flags get the file itself, as k3s passes service.key.
+        sa_key_pem: service_key.clone(),
+        sa_pub_pem: service_key,
+        client_ca_pem: Some(ca),
+        client_ca_key_pem: Some(key),
+        request_header_ca_pem: Some(read(identity, "server/tls/request-header-ca.crt")),
+    }
+}
+
+/// The Machine document for `m`: Manual or Auto, and DHCP on its card.
+pub fn machine_yaml(m: &MachineSpec) -> String {
+    format!(
+        "apiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: {name}\nspec:\n  \
+         rebootPolicy: {policy}\n  network:\n    \
+         interfaces:\n      - mac: \"{mac}\"\n        dhcp: true\n",
+        name = m.name,
+        policy = if m.manual { "Manual" } else { "Auto" },
+        mac = m.mac,
+    )
+}
+
+impl Host {
+    /// Mints an identity in `<dir>/deployment/identity`, starts the
+    /// control plane on it and `liken serve` on `channel`, then writes
+    /// the deployment (`liken new`, then each Machine's document) whose
+    /// Cluster names the endpoint as the machines reach it and, with
+    /// `release` (a version in the channel, with its release.yaml's
+    /// digest), the channel and that release as its target and catalog.
+    /// Without it the Cluster names no target release, which a machine
+    /// whose init is a development build (no version of its own) can
+    /// satisfy.
+    pub fn start(
+        dir: &Path,
+        liken: &Path,
+        reach: Reach,
+        cluster: &str,
+        machines: &[MachineSpec],
+        channel: &Path,
+        release: Option<(&str, &str)>,
+    ) -> Host {
+        let deployment = dir.join("deployment");
+        let identity = deployment.join("identity");
+        let logs = dir.join("host-logs");
+        std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("{}: {e}", logs.display()));
+        run(liken, &["mint", &identity.to_string_lossy()]);
+
+        step(
+            "starting the control plane on the minted identity (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
+        );
+        let mut addresses = vec![IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(SLIRP_HOST)];
+        if let Reach::Address(a) = reach {
+            addresses.push(IpAddr::V4(a));
+        }
+        let cp = liken_testenv::start_with_pki(
+            Options {
+                controller_manager: true,
+                scheduler: true,
+                audit: true,
+                node_authorizer: true,
+                bootstrap_tokens: true,
+                address: Some(reach.listen()),
+                ..Options::default()
+            },
+            identity_pki(&identity, &addresses),
+        )
+        .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
+        let port = cp
+            .server()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let endpoint = format!("https://{}:{port}", reach.from_guest());
+        let local_server = cp.server().to_owned();
+        step(&format!(
+            "control plane ready in {:.1} s at {local_server}; machines reach it as {endpoint}",
+            cp.startup_time().as_secs_f64()
+        ));
+
+        let serve_port = free_port();
+        let mut cmd = Command::new(liken);
+        cmd.arg("serve")
+            .arg(channel)
+            .arg(format!("{}:{serve_port}", reach.listen()));
+        let log = std::fs::File::create(logs.join("liken-serve.log"))
+            .unwrap_or_else(|e| panic!("liken-serve.log: {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .stderr(log);
+        let serve = liken_testenv::spawn::spawn("liken serve", cmd)
+            .unwrap_or_else(|e| panic!("starting liken serve: {e}"));
+        wait_for_port(reach.listen(), serve_port, "liken serve");
+        let channel_url = format!("http://{}:{serve_port}", reach.from_guest());
+
+        let mut args: Vec<String> = vec![
+            "new".into(),
+            "-name".into(),
+            cluster.into(),
+            "-endpoint".into(),
+            endpoint.clone(),
+        ];
+        for m in machines {
+            args.push("-machine".into());
+            args.push(format!(
+                "{}={}",
+                m.name,
+                if m.leader { "leader" } else { "follower" }
+            ));
+        }
+        args.push(deployment.to_string_lossy().into_owned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(liken, &args);
+        for m in machines {
+            let path = deployment.join("machines").join(format!("{}.yaml", m.name));
+            std::fs::write(&path, machine_yaml(m))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+        if let Some((v, d)) = release {
+            let cluster_yaml = deployment.join("cluster.yaml");
+            let text = std::fs::read_to_string(&cluster_yaml)
+                .unwrap_or_else(|e| panic!("{}: {e}", cluster_yaml.display()));
+            let text = format!(
+                "{}\n  version: {v}\n  releases:\n    source: {channel_url}\n    catalog:\n      \
+                 - version: {v}\n        digest: {d}\n",
+                text.trim_end(),
+            );
+            std::fs::write(&cluster_yaml, text)
+                .unwrap_or_else(|e| panic!("{}: {e}", cluster_yaml.display()));
+        }
+        run(
+            liken,
+            &[
+                "kubeconfig",
+                "-server",
+                &local_server,
+                &deployment.to_string_lossy(),
+            ],
+        );
+        Host {
+            kubeconfig: identity.join("kubeconfig"),
+            deployment,
+            cp,
+            endpoint,
+            local_server,
+            channel_url,
+            channel: channel.to_owned(),
+            machines: machines.to_vec(),
+            liken: liken.to_owned(),
+            procs: vec![serve],
+            logs,
+        }
+    }
+
+    /// `kubectl` with the deployment's admin kubeconfig.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.env("KUBECONFIG", &self.kubeconfig);
+        c
+    }
+
+    /// A liken-kube client as the deployment's admin.
+    pub fn admin_client(&self) -> liken_kube::Client {
+        let config = liken_kube::Config::from_kubeconfig(&self.kubeconfig, None)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.kubeconfig.display()));
+        liken_kube::Client::new(&config)
+            .unwrap_or_else(|e| panic!("a client for {}: {e}", self.local_server))
+            .identify("qemu-tests", env!("CARGO_PKG_VERSION"))
+    }
+
+    /// Runs `liken <verb> -server <local> <deployment> <rest...>`, as a
+    /// person on this workstation would (the Cluster's endpoint is the
+    /// machines' view), and returns its output; fails the test on error.
+    pub fn liken_on_cluster(&self, verb: &str, rest: &[&str]) -> String {
+        let d = self.deployment.to_string_lossy().into_owned();
+        let mut args = vec![verb, "-server", &self.local_server, &d];
+        args.extend_from_slice(rest);
+        run(&self.liken, &args)
+    }
+
+    /// Starts the cluster operator: `binary` (the one the release ships
+    /// in its image) as its own process on the host, under the
+    /// ServiceAccount and RBAC the release's manifests made (the
+    /// leader's k3s applies them; this waits for the ServiceAccount to
+    /// appear), with a TokenRequest token in a kubeconfig of its own,
+    /// metrics on a loopback port, and its log in the host's logs.
+    pub fn start_cluster_operator(&mut self, binary: &Path, within: Duration) {
+        step("waiting for the release's manifests to make the cluster operator's ServiceAccount");
+        let deadline = Instant::now() + within;
+        loop {
+            let made = self
+                .kubectl()
+                .args([
+                    "get",
+                    "serviceaccount",
+                    "-n",
+                    "liken-system",
+                    "liken-cluster-operator",
+                ])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if made {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ServiceAccount liken-system/liken-cluster-operator within {} s: did the \
+                 leader apply the release's manifests?",
+                within.as_secs()
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        self.refresh_operator_token();
+        // The token from a file, which liken-kube reads again every
+        // minute, as a pod's projected token is: refresh_operator_token
+        // renews it.
+        let kubeconfig = self.logs.join("cluster-operator.kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: operator\n\
+             clusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+             users:\n- name: operator\n  user:\n    tokenFile: {}\n\
+             contexts:\n- name: operator\n  context:\n    cluster: e2e\n    user: operator\n",
+            self.local_server,
+            self.deployment
+                .join("identity/server/tls/server-ca.crt")
+                .display(),
+            self.operator_token().display()
+        );
+        std::fs::write(&kubeconfig, text)
+            .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+        let log = self.logs.join("liken-cluster-operator.log");
+        let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let mut cmd = Command::new(binary);
+        cmd.arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            .arg("--identity=host")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .stderr(file);
+        let proc = liken_testenv::spawn::spawn("liken-cluster-operator", cmd)
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        step(&format!(
+            "cluster operator started on the host as liken-system/liken-cluster-operator (log {})",
+            log.display()
+        ));
+        self.procs.push(proc);
+    }
+
+    fn operator_token(&self) -> PathBuf {
+        self.logs.join("cluster-operator.token")
+    }
+
+    /// Writes a fresh TokenRequest token (a day) for the cluster
+    /// operator's ServiceAccount where its kubeconfig reads it.
+    pub fn refresh_operator_token(&self) {
+        let token = self
+            .cp
+            .token_for("liken-system", "liken-cluster-operator")
+            .unwrap_or_else(|e| panic!("the cluster operator's token: {e}"));
+        let path = self.operator_token();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, token)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+
+    /// Where the host's processes log.
+    pub fn logs(&self) -> &Path {
+        &self.logs
+    }
+
+    /// Keeps `proc` running as long as the host.
+    pub fn adopt(&mut self, proc: Proc) {
+        self.procs.push(proc);
+    }
+}
+
+/// Waits up to 30 s for something to listen on `address:port`.
+fn wait_for_port(address: Ipv4Addr, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect((address, port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on {address}:{port} within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
