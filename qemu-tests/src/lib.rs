@@ -34,6 +34,38 @@ pub mod fleet;
 pub mod install;
 pub mod netns;
 
+/// `make -s <target>` in the workspace with `IMAGES_OUT=<images>` and
+/// this target directory, without the package variables `cargo test`
+/// set for this test (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...): build
+/// scripts such as ring's ask to be run again when those change, so
+/// with them the release builds under a test and under a person's
+/// `make` would each rebuild everything the other built.
+pub fn make(target: &str, images: &Path) -> Command {
+    let mut cmd = Command::new("make");
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_EXE_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&k.as_ref())
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd.arg("-C")
+        .arg(workspace())
+        .arg("-s")
+        .arg(target)
+        .arg(format!("IMAGES_OUT={}", images.display()))
+        .arg(format!("CARGO_TARGET_DIR={}", target_dir().display()));
+    cmd
+}
+
 /// The workspace root.
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -92,17 +124,9 @@ pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let dir = target_dir().join("images");
-        let out = Command::new("make")
-            .arg("-C")
-            .arg(workspace())
-            .arg("-s")
-            .arg("qemu-images")
-            .arg(format!("IMAGES_OUT={}", dir.display()))
-            .arg(format!("CARGO_TARGET_DIR={}", target_dir().display()))
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("cannot run make to build the QEMU images: {e}; install make")
-            });
+        let out = make("qemu-images", &dir).output().unwrap_or_else(|e| {
+            panic!("cannot run make to build the QEMU images: {e}; install make")
+        });
         if !out.status.success() {
             panic!(
                 "`make qemu-images` failed ({}); the QEMU tests need its images. \

@@ -192,16 +192,7 @@ pub fn channel() -> &'static (PathBuf, Vec<Release>) {
     CHANNEL.get_or_init(|| {
         let images = crate::images();
         step("building the end-to-end channel (make e2e-images: three test releases)");
-        let out = std::process::Command::new("make")
-            .arg("-C")
-            .arg(crate::workspace())
-            .arg("-s")
-            .arg("e2e-images")
-            .arg(format!("IMAGES_OUT={}", images.dir.display()))
-            .arg(format!(
-                "CARGO_TARGET_DIR={}",
-                crate::target_dir().display()
-            ))
+        let out = crate::make("e2e-images", &images.dir)
             .output()
             .unwrap_or_else(|e| panic!("cannot run make: {e}"));
         if !out.status.success() {
