@@ -68,6 +68,64 @@ pub fn import_dir(dir: &Path, store: &Path) -> (Vec<Image>, Vec<String>) {
     (images, problems)
 }
 
+/// Where an imported image's name and config are kept beside its
+/// rootfs, so a later boot still knows it.
+const KEPT: &str = "image.json";
+
+/// Records `image` in its store directory `dir`.
+fn remember(dir: &Path, image: &Image) -> Result<(), String> {
+    let text = serde_json::json!({
+        "name": image.name, "digest": image.digest, "entrypoint": image.entrypoint,
+        "cmd": image.cmd, "env": image.env, "workingDir": image.working_dir,
+    });
+    let path = dir.join(format!("{}.{KEPT}", hex_name(&image.name)));
+    std::fs::write(&path, text.to_string()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A file-name-safe form of an image name (one store directory can
+/// carry several names for the same bytes).
+fn hex_name(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The images imported into `store` on earlier boots: containerd keeps
+/// its image store on disk (k3s's agent/containerd under its data
+/// directory), so an image a machine imported from an older release's
+/// airgap archives is still there after it booted a newer one, and a
+/// pod from before the upgrade can run until it is replaced.
+pub fn kept(store: &Path) -> Vec<Image> {
+    let mut images = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(store)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for dir in dirs.into_iter().filter(|d| d.join("complete").exists()) {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        for f in files {
+            if !f.to_string_lossy().ends_with(KEPT) {
+                continue;
+            }
+            let Ok(v) = std::fs::read(&f).map(|b| serde_json::from_slice::<Value>(&b)) else {
+                continue;
+            };
+            let Ok(v) = v else { continue };
+            images.push(Image {
+                name: v["name"].as_str().unwrap_or_default().to_owned(),
+                digest: v["digest"].as_str().unwrap_or_default().to_owned(),
+                rootfs: dir.join("rootfs"),
+                entrypoint: strings(&v["entrypoint"]),
+                cmd: strings(&v["cmd"]),
+                env: strings(&v["env"]),
+                working_dir: v["workingDir"].as_str().unwrap_or("").to_owned(),
+            });
+        }
+    }
+    images
+}
+
 /// Reads one archive's entries into memory: path -> bytes.
 fn read_archive(path: &Path) -> Result<HashMap<String, Vec<u8>>, String> {
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
@@ -178,7 +236,7 @@ pub fn import(path: &Path, store: &Path) -> Result<Vec<Image>, String> {
             std::fs::write(dir.join("complete"), b"").map_err(|e| e.to_string())?;
         }
         let c = &config["config"];
-        images.push(Image {
+        let image = Image {
             name: name.to_owned(),
             digest,
             rootfs,
@@ -186,7 +244,9 @@ pub fn import(path: &Path, store: &Path) -> Result<Vec<Image>, String> {
             cmd: strings(&c["Cmd"]),
             env: strings(&c["Env"]),
             working_dir: c["WorkingDir"].as_str().unwrap_or("").to_owned(),
-        });
+        };
+        remember(&dir, &image)?;
+        images.push(image);
     }
     if images.is_empty() {
         return Err("its index names no image (no io.containerd.image.name)".into());

@@ -39,8 +39,9 @@ use std::time::Duration;
 
 use config::{Role, Setup};
 
-/// Where the stand-in unpacks images.
-const IMAGE_STORE: &str = "/run/liken-standin/images";
+/// Where the stand-in unpacks images, below k3s's data directory on
+/// /var, as containerd keeps its image store there across boots.
+const IMAGE_STORE: &str = "agent/liken-standin-images";
 
 /// Repeats `what` until it succeeds, saying why each try failed.
 fn until_ok<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
@@ -105,9 +106,19 @@ pub fn run(subcommand: &str) -> ! {
     std::thread::spawn(move || kubelet.heartbeat());
 
     let dir = setup.data("agent/images");
-    let (images, problems) = images::import_dir(&dir, Path::new(IMAGE_STORE));
+    let store = setup.data(IMAGE_STORE);
+    let (mut images, problems) = images::import_dir(&dir, &store);
     for p in &problems {
         crate::say(&format!("images: {p}; not imported"));
+    }
+    for old in images::kept(&store) {
+        if !images.iter().any(|i| i.name == old.name) {
+            crate::say(&format!(
+                "image {} ({}) kept from an earlier boot's import",
+                old.name, old.digest
+            ));
+            images.push(old);
+        }
     }
     crate::say(&format!(
         "imported {} images from {}, as k3s's airgap import would: {}",
