@@ -27,115 +27,6 @@ fn node_ready(fleet: &Fleet, name: &str) -> Result<String, String> {
     }
 }
 
-/// The wiring, in one boot (part of `make test`): one leader installed
-/// from a `liken stick` stick against the host's control plane on its
-/// minted identity. The node stand-in registers the Node and keeps it
-/// Ready, init blesses the boot from that Node, a DaemonSet's pod runs
-/// from the release's airgap images with a token bound to it, the
-/// machine operator (the release's DaemonSet, run the same way) seeds
-/// and reports its Machine Ready on this boot (the Cluster names no
-/// target release: the images' init is a development build), and the cluster operator
-/// runs on the host under the RBAC the release's manifests made and
-/// tallies it. The fleet scenario (three machines, upgrades) is
-/// `make test-e2e`.
-#[test]
-fn a_machine_joins_the_host_control_plane_and_runs_its_node_agents() {
-    let (channel, releases) = fleet::channel();
-    let n = &releases[0];
-    let dir = fleet::dir("e2e");
-    let specs = [MachineSpec::numbered(1, true, false)];
-    let host = Host::start(
-        &dir,
-        &images().liken,
-        Reach::Slirp,
-        "e2e",
-        &specs,
-        channel,
-        None,
-    );
-    let mut fleet = Fleet::install(
-        "e2e",
-        host,
-        &n.dir,
-        &n.version,
-        &dir,
-        &["liken.bless-deadline=600"],
-    );
-    let name = specs[0].name.clone();
-    let heartbeat = fleet.wait_for(&format!("Node {name} Ready"), Some(&name), TO_READY, |f| {
-        node_ready(f, &name)
-    });
-    step(&format!("{name}: Ready, heartbeat {heartbeat}"));
-    let blessed = fleet
-        .machine(&name)
-        .console_after(0, "liken: bless: ", TO_READY)
-        .unwrap_or_else(|| fleet.fail(Some(&name), "init never said whether it blessed the boot"));
-    assert!(
-        blessed.contains("liken: bless: ok")
-            && blessed.contains(&format!("node {name} is registered")),
-        "{blessed}"
-    );
-    probe(&mut fleet, &n.version);
-    // The machine operator: the release's DaemonSet, run by the stand-in
-    // from the release's image with a token bound to its pod, seeds the
-    // Machine and the Cluster from the documents init booted with and
-    // reports this boot.
-    fleet.wait_for(
-        &format!("Machine {name} Ready in slot A, from its own operator"),
-        Some(&name),
-        TO_READY,
-        |f| {
-            let m = f.get_json(&["machine", &name])?;
-            let s = &m["status"];
-            let release = s["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "ReleaseCurrent"))
-                .and_then(|c| c["message"].as_str())
-                .unwrap_or_default()
-                .to_owned();
-            let seen = (s["phase"].as_str(), s["boot"]["slot"].as_str());
-            // The test images' init is a development build, which knows
-            // no release of its own: the Cluster names no target, and the
-            // operator says so rather than guess.
-            if seen == (Some("Ready"), Some("A"))
-                && release.starts_with("the Cluster names no target release")
-            {
-                Ok(())
-            } else {
-                Err(format!(
-                    "phase and slot {seen:?}, ReleaseCurrent {release:?}"
-                ))
-            }
-        },
-    );
-    let operator = images().dir.join("e2e/liken-cluster-operator");
-    fleet.host.start_cluster_operator(&operator, TO_READY);
-    fleet.wait_for(
-        "the cluster operator leading (its Lease held by the host's copy)",
-        None,
-        Duration::from_secs(120),
-        |f| {
-            let lease = f.get_json(&["lease", "-n", "liken-system", "liken-cluster-operator"])?;
-            match lease["spec"]["holderIdentity"].as_str() {
-                Some("host") => Ok(()),
-                other => Err(format!("holder {other:?}")),
-            }
-        },
-    );
-    fleet.wait_for(
-        "the Cluster's tally 1/1 from the cluster operator",
-        None,
-        Duration::from_secs(180),
-        |f| {
-            let c = f.get_json(&["cluster", "e2e"])?;
-            match c["status"]["machines"]["summary"].as_str() {
-                Some("1/1") => Ok(()),
-                other => Err(format!("summary {other:?}")),
-            }
-        },
-    );
-}
-
 /// A DaemonSet of the stand-in's probe workload (from the release's
 /// airgap images): one pod per node, run by the node stand-in in
 /// namespaces of its own with a token bound to the pod.
@@ -254,4 +145,169 @@ spec:
             }
         },
     );
+}
+
+/// A Machine's JSON.
+fn machine(f: &Fleet, name: &str) -> Result<Value, String> {
+    f.get_json(&["machine", name])
+}
+
+/// A condition of an object's status, or null.
+fn condition<'a>(object: &'a Value, kind: &str) -> &'a Value {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// What a test reads of a Machine: phase, the boot's slot, version and
+/// time (the boot's identity), and ReleaseCurrent's reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    phase: String,
+    slot: String,
+    version: String,
+    boot_time: String,
+    release: String,
+}
+
+fn seen(m: &Value) -> Seen {
+    let s = &m["status"];
+    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let rc = condition(m, "ReleaseCurrent");
+    Seen {
+        phase: text(&s["phase"]),
+        slot: text(&s["boot"]["slot"]),
+        version: text(&s["boot"]["version"]),
+        boot_time: text(&s["boot"]["time"]),
+        release: format!("{}: {}", text(&rc["reason"]), text(&rc["message"])),
+    }
+}
+
+/// Waits for machine `name` Ready on `version` in `slot`, its release
+/// current; returns what was seen.
+fn wait_on(fleet: &mut Fleet, name: &str, version: &str, slot: &str, within: Duration) -> Seen {
+    fleet.wait_for(
+        &format!("Machine {name} Ready on {version} in slot {slot}"),
+        Some(name),
+        within,
+        |f| {
+            let s = seen(&machine(f, name)?);
+            if s.phase == "Ready"
+                && s.version == version
+                && s.slot == slot
+                && s.release.starts_with("Converged")
+            {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+}
+
+/// Issue 14's fleet (`make test-e2e`): three machines (one leader, two
+/// followers, one of them Manual) installed from one stick on release
+/// N, against the host's control plane, run by their own operators and
+/// the cluster operator on the host. The wiring: each Node registered
+/// and kept Ready by the node stand-in, each boot blessed by init from
+/// it, the cluster operator leading on the host, a DaemonSet's pod (the
+/// stand-in's probe from the release's airgap images) on every machine
+/// with a token bound to its node; all three Machines Ready on N in slot
+/// A with their boot records, reported by their own machine operators;
+/// the Cluster tallies 3/3.
+///
+/// On a missed wait the test fails with the last console lines of the
+/// machine concerned (see [`Fleet::wait_for`]).
+#[test]
+#[ignore = "make test-e2e runs it: about 20 minutes under TCG"]
+fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
+    let (channel, releases) = fleet::channel();
+    let n = &releases[0];
+    let dir = fleet::dir("fleet");
+    let specs = [
+        MachineSpec::numbered(1, true, false),
+        MachineSpec::numbered(2, false, false),
+        MachineSpec::numbered(3, false, true),
+    ];
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let leader = names[0].clone();
+    let host = Host::start(
+        &dir,
+        &images().liken,
+        Reach::Slirp,
+        "e2e",
+        &specs,
+        channel,
+        Some((&n.version, &n.digest)),
+    );
+    // A trial boot that is not healthy reboots after this long; the
+    // healthy ones bless in a few minutes under TCG.
+    let mut fleet = Fleet::install(
+        "fleet",
+        host,
+        &n.dir,
+        &n.version,
+        &dir,
+        &["liken.bless-deadline=420"],
+    );
+
+    // 1. The wiring, then three machines Ready on N. The node stand-in
+    // registers each Node and keeps it Ready, and init blesses each
+    // boot from that Node.
+    for name in &names {
+        let heartbeat = fleet.wait_for(&format!("Node {name} Ready"), Some(name), TO_READY, |f| {
+            node_ready(f, name)
+        });
+        step(&format!("{name}: Ready, heartbeat {heartbeat}"));
+        let blessed = fleet
+            .machine(name)
+            .console_after(0, "liken: bless: ", TO_READY)
+            .unwrap_or_else(|| {
+                fleet.fail(Some(name), "init never said whether it blessed the boot")
+            });
+        assert!(
+            blessed.contains("liken: bless: ok")
+                && blessed.contains(&format!("node {name} is Ready with a heartbeat")),
+            "{blessed}"
+        );
+    }
+    fleet.wait_for(
+        "the release's CRDs (applied by the leader)",
+        Some(&leader),
+        TO_READY,
+        |f| f.get_json(&["crd", "machines.liken.sh"]).map(drop),
+    );
+    // The cluster operator on the host, under the RBAC the release's
+    // manifests made (the leader applied them), leading.
+    let operator = fleet::operator_binary("liken-cluster-operator");
+    fleet.host.start_cluster_operator(&operator, TO_READY);
+    fleet.wait_for(
+        "the cluster operator leading (its Lease held by the host's copy)",
+        None,
+        Duration::from_secs(180),
+        |f| {
+            let lease = f.get_json(&["lease", "-n", "liken-system", "liken-cluster-operator"])?;
+            match lease["spec"]["holderIdentity"].as_str() {
+                Some("host") => Ok(()),
+                other => Err(format!("holder {other:?}")),
+            }
+        },
+    );
+    // The machine operator (the release's DaemonSet, run by the
+    // stand-in from the release's image with a token bound to its pod)
+    // seeds the Machines and reports each boot, on N as its boot record
+    // says.
+    for name in &names {
+        let s = wait_on(&mut fleet, name, &n.version, "A", TO_READY);
+        assert!(!s.boot_time.is_empty(), "{name}: no boot record: {s:?}");
+    }
+    probe(&mut fleet, &n.version);
+    fleet.wait_for("the Cluster's tally 3/3", None, TO_READY, |f| {
+        let c = f.get_json(&["cluster", "e2e"])?;
+        match c["status"]["machines"]["summary"].as_str() {
+            Some("3/3") => Ok(()),
+            other => Err(format!("summary {other:?}")),
+        }
+    });
 }

@@ -172,6 +172,15 @@ pub fn dir(name: &str) -> PathBuf {
     crate::scratch(name)
 }
 
+/// The static operator binary `make images` built for its OPERATORS
+/// image (the bytes the releases' `liken.sh/<name>` images carry), which
+/// the host runs as the cluster operator.
+pub fn operator_binary(name: &str) -> PathBuf {
+    crate::target_dir()
+        .join("x86_64-unknown-linux-gnu/release-abort")
+        .join(name)
+}
+
 /// A release of the end-to-end channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Release {
