@@ -222,10 +222,22 @@ e2e-images: qemu-images
 
 ## test-e2e: the end-to-end fleets under QEMU (qemu-tests/tests/e2e.rs):
 ## machines installed from a stick, run by liken's operators against a
-## control plane on this host. Not part of `make test`: the fleet takes
+## control plane on this host. Not part of `make test`: the scenario takes
 ## about 20 minutes under TCG (README, End to end).
 test-e2e: setup e2e-images
 	cargo test -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
+
+## bench-rollout: the three-machine rolling upgrade of test-e2e's scenario,
+## timed from the watch history: per machine, grant to Ready on the new
+## release and the shares spent draining, rebooting and waiting for health
+## (and writing the slot, before the grant), and the whole rollout against
+## the 20-minute target, which it checks. Runs the whole scenario (not
+## part of bench-smoke: no smaller fleet under TCG is cheap).
+.PHONY: bench-rollout
+bench: bench-rollout
+bench-rollout: setup e2e-images
+	LIKEN_ROLLOUT_TARGET=check cargo test -p qemu-tests --test e2e -- --ignored --nocapture \
+	  --exact a_fleet_upgrades_itself_one_machine_at_a_time
 
 ## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.
 .PHONY: bench bench-init

@@ -147,6 +147,19 @@ spec:
     );
 }
 
+/// Fails the test when the whole watch history so far shows two
+/// machines disrupted at once (a turn held or used, or phase Updating,
+/// Booting or Lost: `history::disrupted`).
+fn no_two_disrupted(history: &qemu_tests::fleet::history::History) {
+    let overlaps = qemu_tests::fleet::history::overlapping_disruptions(&history.records());
+    assert!(
+        overlaps.is_empty(),
+        "two machines were disrupted at once ({} records):\n{}",
+        history.len(),
+        overlaps.join("\n")
+    );
+}
+
 /// A Machine's JSON.
 fn machine(f: &Fleet, name: &str) -> Result<Value, String> {
     f.get_json(&["machine", name])
@@ -206,24 +219,68 @@ fn wait_on(fleet: &mut Fleet, name: &str, version: &str, slot: &str, within: Dur
     )
 }
 
-/// Issue 14's fleet (`make test-e2e`): three machines (one leader, two
-/// followers, one of them Manual) installed from one stick on release
-/// N, against the host's control plane, run by their own operators and
-/// the cluster operator on the host. The wiring: each Node registered
-/// and kept Ready by the node stand-in, each boot blessed by init from
-/// it, the cluster operator leading on the host, a DaemonSet's pod (the
-/// stand-in's probe from the release's airgap images) on every machine
-/// with a token bound to its node; all three Machines Ready on N in slot
-/// A with their boot records, reported by their own machine operators;
-/// the Cluster tallies 3/3.
+/// The Cluster's spec naming `target` from the catalog `releases`.
+fn target(fleet: &Fleet, releases: &[&fleet::Release], target: &str) {
+    let catalog: Vec<Value> = releases
+        .iter()
+        .map(|r| serde_json::json!({"version": r.version, "digest": r.digest}))
+        .collect();
+    let patch = serde_json::json!({"spec": {
+        "version": target,
+        "disruptionBudget": {"maxUnavailable": 1},
+        "releases": {"source": fleet.host.channel_url, "catalog": catalog},
+    }});
+    let out = fleet
+        .host
+        .kubectl()
+        .args(["patch", "cluster", "e2e", "--type=merge", "-p"])
+        .arg(patch.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl patch: {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl patch cluster: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    step(&format!("the Cluster's target is now {target}"));
+}
+
+/// How long one machine's turn may take under TCG with the others
+/// running: download, write, drain, reboot, boot, blessing.
+const TURN: Duration = Duration::from_secs(1200);
+
+/// Issue 14's scenario (`make test-e2e`): three machines (one leader,
+/// two followers, one of them Manual) installed from one stick on
+/// release N, against the host's control plane, run by their own
+/// operators and the cluster operator on the host.
+///
+/// 1. The wiring: each Node registered and kept Ready by the node
+///    stand-in, each boot blessed by init from it, the cluster operator
+///    leading on the host, a DaemonSet's pod (the stand-in's probe from
+///    the release's airgap images) on every machine with a token bound
+///    to its node; all three Machines Ready on N in slot A with their
+///    boot records, reported by their own machine operators; the
+///    Cluster tallies 3/3.
+/// 2. N+1, published in the channel `liken serve` shares, set as the
+///    target: each machine downloads it, has init write slot B, takes
+///    its turn, reboots and reports N+1; the Manual one shows
+///    UpdatePending and stays on N until `liken approve-reboot`. From
+///    the whole watch history of Machines and Cluster: never two
+///    machines disrupted at once. The time of each turn and its parts
+///    are printed (the rollout benchmark's figures).
+/// 3. `liken request-reboot` reboots one machine through a turn.
+/// 4. A machine's power pulled: its Machine turns Lost within the stale
+///    limit, and Ready again when it is powered on.
 ///
 /// On a missed wait the test fails with the last console lines of the
 /// machine concerned (see [`Fleet::wait_for`]).
 #[test]
 #[ignore = "make test-e2e runs it: about 20 minutes under TCG"]
-fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
+fn a_fleet_upgrades_itself_one_machine_at_a_time() {
+    use qemu_tests::fleet::history::History;
+    use qemu_tests::fleet::rollout;
     let (channel, releases) = fleet::channel();
-    let n = &releases[0];
+    let (n, n1) = (&releases[0], &releases[1]);
     let dir = fleet::dir("fleet");
     let specs = [
         MachineSpec::numbered(1, true, false),
@@ -231,7 +288,7 @@ fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
         MachineSpec::numbered(3, false, true),
     ];
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    let leader = names[0].clone();
+    let (leader, auto, manual) = (names[0].clone(), names[1].clone(), names[2].clone());
     let host = Host::start(
         &dir,
         &images().liken,
@@ -278,6 +335,7 @@ fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
         TO_READY,
         |f| f.get_json(&["crd", "machines.liken.sh"]).map(drop),
     );
+    let history = History::start(&fleet.host.admin_client());
     // The cluster operator on the host, under the RBAC the release's
     // manifests made (the leader applied them), leading.
     let operator = fleet::operator_binary("liken-cluster-operator");
@@ -298,9 +356,11 @@ fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
     // stand-in from the release's image with a token bound to its pod)
     // seeds the Machines and reports each boot, on N as its boot record
     // says.
+    let mut boots = std::collections::BTreeMap::new();
     for name in &names {
         let s = wait_on(&mut fleet, name, &n.version, "A", TO_READY);
         assert!(!s.boot_time.is_empty(), "{name}: no boot record: {s:?}");
+        boots.insert(name.clone(), s);
     }
     probe(&mut fleet, &n.version);
     fleet.wait_for("the Cluster's tally 3/3", None, TO_READY, |f| {
@@ -310,4 +370,130 @@ fn a_fleet_joins_the_host_control_plane_and_reports_ready() {
             other => Err(format!("summary {other:?}")),
         }
     });
+
+    // 2. The rollout to N+1.
+    let mark = history.len();
+    let rollout_began = std::time::Instant::now();
+    target(&fleet, &[n, n1], &n1.version);
+    fleet.wait_for(
+        &format!("the Manual {manual} UpdatePending on N, its reboot waiting for approval"),
+        Some(&manual),
+        TURN,
+        |f| {
+            let s = seen(&machine(f, &manual)?);
+            if s.phase == "UpdatePending"
+                && s.version == n.version
+                && s.release.starts_with("RebootPending")
+            {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    );
+    for name in [&leader, &auto] {
+        wait_on(&mut fleet, name, &n1.version, "B", TURN);
+    }
+    let waiting = seen(&machine(&fleet, &manual).unwrap_or_default());
+    assert!(
+        waiting.release.starts_with("RebootPending"),
+        "the Manual machine must wait for approval: {waiting:?}"
+    );
+    assert_eq!(
+        (waiting.phase.as_str(), &waiting.boot_time),
+        ("UpdatePending", &boots[&manual].boot_time),
+        "the Manual machine must wait on its first boot until approved: {waiting:?}"
+    );
+    step(&format!("{manual} still waits: {}", waiting.release));
+    let approved = fleet.host.liken_on_cluster("approve-reboot", &[&manual]);
+    step(&format!(
+        "liken approve-reboot {manual}: {}",
+        approved.trim()
+    ));
+    wait_on(&mut fleet, &manual, &n1.version, "B", TURN);
+    let rollout_took = rollout_began.elapsed().as_secs_f64();
+    let rollout_records = history.since(mark);
+    no_two_disrupted(&history);
+    let turns = rollout::decide_turns(&rollout_records, &n1.version);
+    step("the rollout to N+1, from the watch history (the rollout benchmark's figures):");
+    for line in rollout::report(&turns, &n1.version) {
+        step(&format!("  {line}"));
+    }
+    // Issue 14's target: the three-machine rolling upgrade within 20
+    // minutes under TCG on the 2-core build machines. Checked by `make
+    // bench-rollout` (LIKEN_ROLLOUT_TARGET=check); printed always, as
+    // load from other work on the machine stretches it.
+    let limit = 1200.0;
+    step(&format!(
+        "  rollout to N+1: {rollout_took:.0} s from setting the target to all three Ready on it \
+         (target < {limit:.0} s: {:.2}x)",
+        rollout_took / limit
+    ));
+    if std::env::var("LIKEN_ROLLOUT_TARGET").as_deref() == Ok("check") {
+        assert!(
+            rollout_took < limit,
+            "the rollout took {rollout_took:.0} s, over the {limit:.0} s target"
+        );
+    }
+    assert_eq!(
+        turns.iter().filter(|t| t.ready.is_some()).count(),
+        3,
+        "every machine's turn to {} should be in the history: {turns:?}",
+        n1.version
+    );
+    fleet.wait_for("the Cluster's tally 3/3 on N+1", None, TO_READY, |f| {
+        let c = f.get_json(&["cluster", "e2e"])?;
+        match c["status"]["machines"]["summary"].as_str() {
+            Some("3/3") => Ok(()),
+            other => Err(format!("summary {other:?}")),
+        }
+    });
+    for name in &names {
+        let s = seen(&machine(&fleet, name).unwrap_or_default());
+        boots.insert(name.clone(), s);
+    }
+
+    // 3. request-reboot: a new boot of the same release, through a turn.
+    let before = boots[&auto].boot_time.clone();
+    let asked = fleet.host.liken_on_cluster("request-reboot", &[&auto]);
+    step(&format!("liken request-reboot {auto}: {}", asked.trim()));
+    fleet.wait_for(
+        &format!("{auto} booted again on N+1 after request-reboot"),
+        Some(&auto),
+        TURN,
+        |f| {
+            let s = seen(&machine(f, &auto)?);
+            if s.boot_time != before && s.phase == "Ready" && s.version == n1.version {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    );
+
+    // 4. Power pulled: Lost within the stale limit, back when on again.
+    fleet.machine(&manual).kill();
+    let pulled = std::time::Instant::now();
+    fleet.wait_for(
+        &format!("{manual} Lost after its power was pulled"),
+        Some(&manual),
+        Duration::from_secs(180),
+        |f| {
+            let s = seen(&machine(f, &manual)?);
+            if s.phase == "Lost" {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    );
+    let lost_after = pulled.elapsed().as_secs();
+    // The stale limit (40 s) plus one sweep (10 s) and the watch's delay.
+    assert!(
+        lost_after <= 90,
+        "{manual} turned Lost only after {lost_after} s"
+    );
+    fleet.machine(&manual).boot();
+    wait_on(&mut fleet, &manual, &n1.version, "B", TO_READY);
+    no_two_disrupted(&history);
 }

@@ -7,6 +7,8 @@
 //! - [`machine`]: one machine: installed from the stick, then run on its
 //!   own disk, its console in its own log.
 //! - [`history`]: every watch event of the Machines and the Cluster.
+//! - [`rollout`]: each machine's turn to a release, read from that
+//!   history and timed.
 //! - [`progress`]: what is building, booting or awaited, as it happens.
 //!
 //! Under TCG on two cores the expensive part is the machines, so a
@@ -21,6 +23,7 @@ pub mod history;
 pub mod host;
 pub mod machine;
 pub mod progress;
+pub mod rollout;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
