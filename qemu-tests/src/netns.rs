@@ -114,6 +114,13 @@ impl Netns {
         rx
     }
 
+    /// Starts Debian's dnsmasq in the namespace as `server` says, its
+    /// lease file, log and pid file in `dir` ([`Dnsmasq::leases`],
+    /// [`Dnsmasq::log`]).
+    pub fn dnsmasq(&self, dir: &Path, server: &Dnsmasq<'_>) -> Daemon {
+        self.spawn("dnsmasq", &server.args(dir))
+    }
+
     /// Starts `program` with `args` in the namespace, killed when the
     /// returned value is dropped.
     pub fn spawn(&self, program: &str, args: &[String]) -> Daemon {
@@ -135,6 +142,67 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
+    }
+}
+
+/// How dnsmasq serves the namespace: DHCPv4 with its shortest lease,
+/// 2 minutes (`man dnsmasq`), and the server's own T1 and T2 (options 58
+/// and 59), which is how a test makes the machine renew every few
+/// seconds without a lease shorter than dnsmasq grants; DNS on every
+/// interface it binds.
+pub struct Dnsmasq<'a> {
+    /// The interfaces it binds (`--interface`, with `--bind-interfaces`).
+    pub interfaces: &'a [&'a str],
+    /// The DHCPv4 range, `<first>,<last>` in a /24.
+    pub range: &'a str,
+    /// T1 and T2, seconds after a grant.
+    pub t1: u32,
+    /// See `t1`.
+    pub t2: u32,
+    /// `--dhcp-authoritative`: a REQUEST for a lease it does not hold is
+    /// refused at once rather than ignored.
+    pub authoritative: bool,
+    /// Further arguments (router advertisements, DHCPv6, names).
+    pub extra: &'a [&'a str],
+}
+
+impl Dnsmasq<'_> {
+    /// Its lease file in `dir`: one line per lease, the expiry first.
+    pub fn leases(dir: &Path) -> PathBuf {
+        dir.join("leases")
+    }
+
+    /// Its log in `dir`, each DHCP exchange in it (`--log-dhcp`).
+    pub fn log(dir: &Path) -> PathBuf {
+        dir.join("dnsmasq.log")
+    }
+
+    /// Its command line, its files in `dir`.
+    fn args(&self, dir: &Path) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--user=root",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--log-dhcp",
+        ]
+        .iter()
+        .chain(self.extra)
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(self.interfaces.iter().map(|i| format!("--interface={i}")));
+        args.push(format!("--dhcp-option=option:T1,{}", self.t1));
+        args.push(format!("--dhcp-option=option:T2,{}", self.t2));
+        args.push(format!("--dhcp-range={},255.255.255.0,2m", self.range));
+        args.push(format!("--dhcp-leasefile={}", Self::leases(dir).display()));
+        args.push(format!("--pid-file={}", dir.join("dnsmasq.pid").display()));
+        args.push(format!("--log-facility={}", Self::log(dir).display()));
+        if self.authoritative {
+            args.push("--dhcp-authoritative".into());
+        }
+        args
     }
 }
 

@@ -30,7 +30,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use qemu_tests::netns::{Netns, wait_datagram};
+use qemu_tests::netns::{Dnsmasq, Netns, wait_datagram};
 use qemu_tests::{Boot, MACHINE, Vm, hand_layer, images, initrd, scratch, standin_cpio};
 use serde_json::Value;
 
@@ -323,41 +323,23 @@ fn sock(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// dnsmasq's arguments: DHCPv4 on tap0 from `range` for 2 minutes with
-/// renewal after `t1` seconds, router advertisements and DHCPv6 there,
-/// DNS on tap0 and tap1 (ntp6.test has only an AAAA record).
-fn dnsmasq_args(dir: &std::path::Path, range: &str, authoritative: bool) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--keep-in-foreground",
-        "--conf-file=/dev/null",
-        "--user=root",
-        "--no-resolv",
-        "--no-hosts",
-        "--bind-interfaces",
-        "--interface=tap0",
-        "--interface=tap1",
-        "--enable-ra",
-        "--local=/test/",
-        "--host-record=ntp6.test,fd50::1",
-        "--dhcp-option=option:T1,10",
-        "--dhcp-option=option:T2,15",
-        "--dhcp-range=fd77::100,fd77::1ff,slaac,64,2m",
-        "--log-dhcp",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push(format!("--dhcp-range={range},255.255.255.0,2m"));
-    args.push(format!("--dhcp-leasefile={}", dir.join("leases").display()));
-    args.push(format!("--pid-file={}", dir.join("dnsmasq.pid").display()));
-    args.push(format!(
-        "--log-facility={}",
-        dir.join("dnsmasq.log").display()
-    ));
-    if authoritative {
-        args.push("--dhcp-authoritative".into());
+/// dnsmasq for the namespace test: DHCPv4 on tap0 from `range` for 2
+/// minutes with renewal after 10 s, router advertisements and DHCPv6
+/// there, DNS on tap0 and tap1 (ntp6.test has only an AAAA record).
+fn server(range: &str, authoritative: bool) -> Dnsmasq<'_> {
+    Dnsmasq {
+        interfaces: &["tap0", "tap1"],
+        range,
+        t1: 10,
+        t2: 15,
+        authoritative,
+        extra: &[
+            "--enable-ra",
+            "--local=/test/",
+            "--host-record=ntp6.test,fd50::1",
+            "--dhcp-range=fd77::100,fd77::1ff,slaac,64,2m",
+        ],
     }
-    args
 }
 
 /// node-1 in the namespace: eth0 by DHCP and SLAAC, eth1 static in both
@@ -447,10 +429,7 @@ fn leases_ipv6_vlans_and_bonds_in_a_namespace() {
     let datagrams = ns.listen(&listening);
     let mut seen = Vec::new();
 
-    let mut dnsmasq = Some(ns.spawn(
-        "dnsmasq",
-        &dnsmasq_args(&dir, "10.77.0.50,10.77.0.99", false),
-    ));
+    let mut dnsmasq = Some(ns.dnsmasq(&dir, &server("10.77.0.50,10.77.0.99", false)));
     let chrony_conf = dir.join("chrony.conf");
     std::fs::write(
         &chrony_conf,
@@ -674,7 +653,7 @@ fn leases_ipv6_vlans_and_bonds_in_a_namespace() {
     );
 
     // Renewal: dnsmasq's lease file shows the lease extended.
-    let leases = dir.join("leases");
+    let leases = Dnsmasq::leases(&dir);
     let (expiry, address) = lease_in(&leases).expect("dnsmasq has no lease for the machine");
     assert_eq!(format!("{address}/24"), first);
     let deadline = Instant::now() + NEXT;
@@ -691,10 +670,7 @@ fn leases_ipv6_vlans_and_bonds_in_a_namespace() {
     // refuses the renewal; the machine takes a new address.
     dnsmasq.take().unwrap().stop();
     std::fs::remove_file(&leases).unwrap();
-    dnsmasq = Some(ns.spawn(
-        "dnsmasq",
-        &dnsmasq_args(&dir, "10.77.0.100,10.77.0.149", true),
-    ));
+    dnsmasq = Some(ns.dnsmasq(&dir, &server("10.77.0.100,10.77.0.149", true)));
     let mark = vm.seen.len();
     let line = vm.expect_where(mark, "a new address on eth0", NEXT, |l| {
         snapshot(l).is_some_and(|s| addresses(&s, "eth0").iter().any(|a| in_range(a, 100..=149)))
@@ -744,10 +720,7 @@ fn leases_ipv6_vlans_and_bonds_in_a_namespace() {
         "{line}"
     );
     vm.expect_unordered("expired without an answer from a DHCP server", NEXT);
-    let _dnsmasq = ns.spawn(
-        "dnsmasq",
-        &dnsmasq_args(&dir, "10.77.0.100,10.77.0.149", true),
-    );
+    let _dnsmasq = ns.dnsmasq(&dir, &server("10.77.0.100,10.77.0.149", true));
     let mark = vm.seen.len();
     vm.expect_where(mark, "eth0 leased again", NEXT, |l| {
         snapshot(l).is_some_and(|s| {

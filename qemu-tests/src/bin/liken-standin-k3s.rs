@@ -39,6 +39,11 @@
 //!   print what a program on the machine sees of the network whenever it
 //!   changes and send a datagram to each target every second
 //!   (`qemu-tests/src/standin/net.rs`).
+//! - `lease-memory:<n>,<n>,...`: print init's memory as the kernel
+//!   reports it (/proc/1/status) once the first DHCP lease is bound and
+//!   again as the lease's renewal count in init's facts reaches each
+//!   `<n>` (`qemu-tests/src/standin/memory.rs`), for the lease
+//!   benchmark.
 //!
 //! - `stale-node`: as `run`, but its `kubectl get node` answers (below)
 //!   carry a heartbeat from long before this boot, as a Node object left
@@ -102,6 +107,8 @@ use liken_api::control::{
 };
 use liken_api::{BootRecord, Release, decode};
 
+#[path = "../standin/memory.rs"]
+mod memory;
 #[path = "../standin/net.rs"]
 mod net;
 
@@ -660,6 +667,7 @@ fn main() {
             }
             net::watch(targets, &say)
         }
+        Some(("lease-memory", checkpoints)) => memory::watch(checkpoints, &say),
         Some(("write-release", dir)) => {
             write_release(dir);
             stay_up();
