@@ -1,50 +1,66 @@
-//! liken-demo (`make demo`, after scripts/demo.sh's CLI steps): a
-//! machine installed from a `liken stick` stick and booted from its own
-//! disk, as a person would do it, under QEMU with OVMF.
+//! liken-demo (`make demo`, `make demo-stop`): a one-machine fleet under
+//! QEMU, installed from a `liken stick` stick and run by liken's own
+//! operators against a control plane on this workstation, left running
+//! for a person to try liken's commands on.
 //!
-//! It writes the stick from the newest release `make images` bundled in
-//! `<images>/channel/` (the image built for people, never the tests'
-//! stand-in channel) and the deployment scripts/demo.sh made, boots it
-//! from USB beside a blank 4 GiB disk (a sparse file), picks node-1 in
-//! systemd-boot's menu (a stick for two machines waits for a choice)
-//! with Enter on the serial console, and prints init's `liken:` console
-//! lines as they arrive. At install mode's prompt it
-//! pulls the stick through QEMU's monitor and presses Enter on the
-//! serial console; once the machine is off it boots the disk alone and
-//! shows its milestones up to the supervisor, then says what ran and,
-//! when the image has no k3s, how to build one that has.
+//! - `up <dir>` starts the fleet unless it runs already (a daemon,
+//!   `daemon <dir>`, detached with setsid, owns every process), shows its
+//!   progress until the machine is Ready, prints `liken kubectl home get
+//!   machines` and what to try next, and, when standard input is a
+//!   terminal, opens a shell in `<dir>` with `liken` and `kubectl` on its
+//!   PATH. Without a terminal it returns, leaving the fleet running.
+//! - `daemon <dir>`: the control plane (etcd, kube-apiserver,
+//!   kube-controller-manager, kube-scheduler from liken-testenv) on a
+//!   `liken mint` identity, on this workstation's own address so that
+//!   the machines (through QEMU's user network) and the workstation's
+//!   tools reach it by one URL; `liken serve` for the test channel; the
+//!   machine installed from the stick and booted; the cluster operator.
+//!   It runs until SIGTERM or SIGINT, then stops the machine, the
+//!   cluster operator, `liken serve` and the control plane and removes
+//!   its pid file; killed outright, everything it started dies with it
+//!   all the same (liken-testenv's spawner arms each child with
+//!   PR_SET_PDEATHSIG).
+//! - `stop <dir>` ends the daemon, and with it the fleet, and returns
+//!   once it is gone.
 //!
-//! Every wait has a deadline; a missed one ends the demo with a message
-//! naming the console log (kept under `<target dir>/qemu-logs/`).
-//!
-//! usage: liken-demo <liken binary> <images dir> <deployment dir> <work dir>
+//! The machine runs the test images' k3s stand-in (`liken-standin-k3s`,
+//! not k3s: it says so on every line), which registers the machine's
+//! Node with the control plane, runs the machine operator from the
+//! release's image, and answers init's health checks from the Node.
+//! Everything else is liken's.
 
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use qemu_tests::firmware::Firmware;
-use qemu_tests::install::{
-    blank_disk, install_args, installed_args, pull_stick_and_power_off, stick,
-};
-use qemu_tests::{Vm, channel_releases, log_dir};
+use nix::sys::signal::{SigSet, Signal};
+use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::fleet::progress::step;
+use qemu_tests::fleet::{self, Fleet};
 
-/// The machine scripts/demo.sh's `liken new` names first (the leader).
+/// The demo's cluster and its one machine.
+const CLUSTER: &str = "home";
 const MACHINE: &str = "node-1";
-/// OVMF, systemd-boot and the kernel under TCG, up to init's first lines.
-const BOOT: Duration = Duration::from_secs(300);
-/// The whole install: the release checked, then copied, from an
-/// emulated USB stick, and slot A read back.
-const INSTALL: Duration = Duration::from_secs(900);
-/// What follows a milestone already seen.
-const NEXT: Duration = Duration::from_secs(120);
+/// How long the whole start may take on a slow machine.
+const START: Duration = Duration::from_secs(3600);
+/// How long `stop` gives the daemon to tear down before SIGKILL.
+const STOP: Duration = Duration::from_secs(60);
+/// How often the daemon renews the cluster operator's token, which
+/// lasts a day.
+const RENEW: Duration = Duration::from_secs(1800);
 
-fn step(text: &str) {
-    println!("\n\x1b[1m== {text}\x1b[0m");
+/// Set once the fleet is up and the daemon's main thread waits for a
+/// stop signal; before that a signal ends the daemon at once.
+static UP: AtomicBool = AtomicBool::new(false);
+
+fn usage() -> ! {
+    eprintln!("usage: liken-demo up|daemon|stop <dir>");
+    std::process::exit(2);
 }
 
 fn main() {
-    // A missed deadline or a failed tool is a panic in the harness; say
-    // it as the demo's error, without a backtrace hint.
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
@@ -52,108 +68,371 @@ fn main() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("the demo failed");
-        eprintln!("demo: {msg}");
+        eprintln!("demo: failed: {msg}");
     }));
-    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
-    let [liken, images, deployment, work] = args.as_slice() else {
-        eprintln!("usage: liken-demo <liken binary> <images dir> <deployment dir> <work dir>");
-        std::process::exit(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [verb, dir] = args.as_slice() else {
+        usage()
     };
-    let started = Instant::now();
-    let releases = channel_releases(&images.join("channel"));
-    let release = releases
-        .last()
-        .unwrap_or_else(|| panic!("no release in {}", images.join("channel").display()));
-    let version = release
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-
-    step(&format!(
-        "liken stick: an install stick for {MACHINE} from release {version} ({})",
-        release.display()
-    ));
-    let stick = stick(liken, work, release, deployment, &[]);
-    let size = std::fs::metadata(&stick).map(|m| m.len()).unwrap_or(0);
-    println!(
-        "{} ({:.1} MiB): the release, the deployment layer, systemd-boot and GRUB, \
-         one install entry per machine with console=ttyS0",
-        shown(work, &stick),
-        size as f64 / f64::from(1 << 20)
-    );
-
-    step(&format!(
-        "install {MACHINE} under QEMU (UEFI, TCG): the stick on USB, a blank 4 GiB disk on virtio"
-    ));
-    let target = work.join("disk.img");
-    blank_disk(&target);
-    println!(
-        "console logs: {} and {}",
-        log_dir().join("demo-install.log").display(),
-        log_dir().join("demo-installed.log").display()
-    );
-    let mut vm = Vm::launch_showing(
-        "demo-install",
-        &install_args(Firmware::Uefi, work, &stick, &target),
-        "liken:",
-    );
-    // systemd-boot draws its menu with cursor moves, not lines.
-    vm.expect_drawn(&format!("Install liken {version} on {MACHINE}"), BOOT);
-    step(&format!(
-        "systemd-boot's menu lists one install entry per machine: Enter picks {MACHINE}, the first"
-    ));
-    vm.send_serial("\r");
-    vm.expect(
-        &format!("liken: cmdline: ok (machine {MACHINE}, install mode)"),
-        BOOT,
-    );
-    vm.expect(
-        "liken: install: done; remove the install media and press Enter to power off",
-        INSTALL,
-    );
-    vm.expect("liken: install: ok (release ", NEXT);
-    step("pull the stick (device_del on QEMU's monitor), press Enter on the serial console");
-    pull_stick_and_power_off(&mut vm, NEXT);
-    let install_secs = vm.wall();
-    drop(vm);
-
-    step(&format!("boot {MACHINE} from its disk alone"));
-    let mut vm = Vm::launch_showing(
-        "demo-installed",
-        &installed_args(Firmware::Uefi, work, &target),
-        "liken:",
-    );
-    vm.expect(
-        &format!("liken: cmdline: ok (machine {MACHINE}, slot A)"),
-        BOOT,
-    );
-    let root = vm.expect("liken: root: ", NEXT);
-    let k3s = vm.expect("liken: k3s: ", NEXT);
-    let supervisor = vm.expect("liken: supervisor: ", NEXT);
-    let boot_secs = vm.wall();
-    drop(vm);
-
-    step("done");
-    println!(
-        "{MACHINE} was installed from the stick in {install_secs:.0} s of QEMU time, then booted \
-         slot A from its own disk in {boot_secs:.0} s ({:.0} s in all):",
-        started.elapsed().as_secs_f64()
-    );
-    println!("  {root}");
-    println!("  {k3s}");
-    println!("  {supervisor}");
-    if k3s.contains("this image has no k3s") {
-        println!(
-            "The release was built without K3S_BINARY=, so its system image has no k3s and \
-             the supervisor has nothing to run. To get k3s, build the images with a k3s \
-             binary: make demo K3S_BINARY=/path/to/k3s (or make images K3S_BINARY=...)."
-        );
+    let dir = PathBuf::from(dir);
+    match verb.as_str() {
+        "up" => up(&dir),
+        "daemon" => daemon(&dir),
+        "stop" => stop(&dir),
+        _ => usage(),
     }
 }
 
-/// `path` relative to the demo's work directory, as the CLI steps show it.
-fn shown(work: &Path, path: &Path) -> String {
-    path.strip_prefix(work)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| path.display().to_string())
+fn pid_file(dir: &Path) -> PathBuf {
+    dir.join("demo.pid")
+}
+
+/// The daemon's pid, if it runs.
+fn running(dir: &Path) -> Option<rustix::process::Pid> {
+    let pid = std::fs::read_to_string(pid_file(dir)).ok()?;
+    let pid = rustix::process::Pid::from_raw(pid.trim().parse().ok()?)?;
+    rustix::process::test_kill_process(pid).ok().map(|()| pid)
+}
+
+/// The daemon's pid file, removed when the daemon ends (also by a
+/// failure, as the panic unwinds).
+struct PidFile(PathBuf);
+
+impl PidFile {
+    fn write(dir: &Path) -> PidFile {
+        let path = pid_file(dir);
+        std::fs::write(&path, std::process::id().to_string())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        PidFile(path)
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The workstation CLI the demo's commands use: the one `make images`
+/// built, which `<dir>/bin` links to so that a person can put it on
+/// PATH.
+fn liken_bin() -> PathBuf {
+    qemu_tests::images().liken.clone()
+}
+
+fn up(dir: &Path) {
+    let log = dir.join("demo.log");
+    if running(dir).is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let me = std::env::current_exe().unwrap_or_else(|e| panic!("this program's path: {e}"));
+        // setsid -f: the daemon outlives make and the terminal, in a
+        // session of its own, so the shell's job control and a ^C at the
+        // prompt leave the fleet alone.
+        let started = Command::new("setsid")
+            // The daemon outlives the make that ran `up`, so it must not
+            // take part in that make's job server.
+            .env_remove("MAKEFLAGS")
+            .env_remove("MFLAGS")
+            .env_remove("MAKELEVEL")
+            .arg("-f")
+            .arg(me)
+            .arg("daemon")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap_or_else(|e| panic!("{e}")))
+            .stderr(out)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot start the demo's daemon with setsid: {e}"));
+        assert!(
+            started.success(),
+            "setsid could not start the demo's daemon ({started})"
+        );
+        println!("demo: started; its log is {}", log.display());
+    } else {
+        println!("demo: already running (make demo-stop ends it)");
+    }
+    follow(&log, dir);
+    let home = dir.join(CLUSTER);
+    let table = Command::new(dir.join("bin").join("liken"))
+        .arg("kubectl")
+        .arg(&home)
+        .args(["get", "machines"])
+        .output()
+        .unwrap_or_else(|e| panic!("liken kubectl: {e}"));
+    println!("\n$ liken kubectl {} get machines", home.display());
+    print!("{}", String::from_utf8_lossy(&table.stdout));
+    eprint!("{}", String::from_utf8_lossy(&table.stderr));
+    print!(
+        "{}",
+        std::fs::read_to_string(dir.join("next.txt")).unwrap_or_default()
+    );
+    if !table.status.success() {
+        eprintln!("demo: `liken kubectl get machines` failed; make demo-stop ends the fleet");
+        std::process::exit(1);
+    }
+    if std::io::stdin().is_terminal() {
+        shell(dir);
+    }
+}
+
+/// Replaces this process with an interactive bash in `dir`, with the
+/// demo's `liken` first on PATH and its completion loaded.
+fn shell(dir: &Path) -> ! {
+    use std::os::unix::process::CommandExt;
+    println!(
+        "\nA shell in {} with liken (and kubectl) on its PATH; `exit` leaves the fleet running.",
+        dir.display()
+    );
+    let rc = dir.join("bashrc");
+    std::fs::write(
+        &rc,
+        format!(
+            "[ -f ~/.bashrc ] && . ~/.bashrc\nexport PATH='{}':\"$PATH\"\n\
+             PS1='(liken demo) \\w $ '\nsource <(liken completion bash)\n",
+            dir.join("bin").display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", rc.display()));
+    let e = Command::new("bash")
+        .arg("--rcfile")
+        .arg(&rc)
+        .arg("-i")
+        .current_dir(dir)
+        .exec();
+    panic!("cannot start bash: {e}");
+}
+
+/// Prints the daemon's log as it grows until it says ready or failed.
+/// On a failure the log already holds the failing machine's last
+/// console lines (the fleet's wait puts them in its message).
+fn follow(log: &Path, dir: &Path) {
+    let began = Instant::now();
+    let mut at = 0usize;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.len() > at {
+            print!("{}", &text[at..]);
+            let _ = std::io::stdout().flush();
+            at = text.len();
+        }
+        if text.lines().any(|l| l == "demo: ready") {
+            return;
+        }
+        let ended = running(dir).is_none() && began.elapsed() > Duration::from_secs(10);
+        if ended || text.lines().any(|l| l.starts_with("demo: failed")) {
+            // Let the daemon finish tearing down, so nothing is left
+            // running when this returns.
+            let deadline = Instant::now() + STOP;
+            while running(dir).is_some() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            print!("{}", text.get(at..).unwrap_or_default());
+            eprintln!(
+                "demo: the demo's daemon ended before the machine was Ready; its log is {} \
+                 (make demo-stop cleans up whatever is left)",
+                log.display()
+            );
+            std::process::exit(1);
+        }
+        if began.elapsed() > START {
+            eprintln!(
+                "demo: not ready within {} s; its log is {} (make demo-stop ends it)",
+                START.as_secs(),
+                log.display()
+            );
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in this thread, and so in every thread it
+/// starts after, and gives them to a thread of their own: before the
+/// fleet is up a signal ends the daemon at once (its children die with
+/// it); after, the main thread receives it and stops the fleet in order.
+fn stop_signals(dir: &Path) -> crossbeam_channel::Receiver<Signal> {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block()
+        .unwrap_or_else(|e| panic!("blocking SIGTERM and SIGINT: {e}"));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let pid = pid_file(dir);
+    std::thread::spawn(move || {
+        let Ok(sig) = set.wait() else { return };
+        if UP.load(Ordering::SeqCst) {
+            let _ = tx.send(sig);
+        } else {
+            eprintln!("demo: stopped by {sig} while starting");
+            let _ = std::fs::remove_file(&pid);
+            std::process::exit(1);
+        }
+    });
+    rx
+}
+
+fn daemon(dir: &Path) {
+    let signals = stop_signals(dir);
+    let pid = PidFile::write(dir);
+    let (channel, releases) = fleet::channel();
+    let (n, next) = (&releases[0], &releases[1]);
+    let reach = Reach::workstation();
+    step(&format!(
+        "the control plane and the channel listen on {} ({})",
+        reach.listen(),
+        match reach {
+            Reach::Address(_) =>
+                "this workstation's address: the machine and your tools reach it alike",
+            Reach::Slirp =>
+                "loopback: this workstation has no other address, so the machine reaches it as 10.0.2.2",
+        }
+    ));
+    let spec = MachineSpec::numbered(1, true, false);
+    let host = Host::start(
+        &dir.join("work"),
+        &liken_bin(),
+        reach,
+        CLUSTER,
+        std::slice::from_ref(&spec),
+        channel,
+        // The test releases' inits know their versions (e2e-images), so
+        // the Cluster names N as its target and the channel as source.
+        Some((&n.version, &n.digest)),
+    );
+    // The deployment where a person expects it, and the CLI beside it.
+    link(&host.deployment, &dir.join(CLUSTER));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    link(&liken_bin(), &bin.join("liken"));
+    let mut fleet = Fleet::install(
+        "demo",
+        host,
+        &n.dir,
+        &n.version,
+        &dir.join("work"),
+        &["liken.bless-deadline=900"],
+    );
+    fleet.wait_for(
+        &format!("Node {MACHINE} Ready (the node stand-in registers it)"),
+        Some(MACHINE),
+        START,
+        |f| {
+            let node = f.get_json(&["node", MACHINE])?;
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .is_some_and(|c| c["status"] == "True");
+            if ready {
+                Ok(())
+            } else {
+                Err("not Ready yet".into())
+            }
+        },
+    );
+    let operator = fleet::operator_binary("liken-cluster-operator");
+    fleet.host.start_cluster_operator(&operator, START);
+    fleet.wait_for(
+        &format!("Machine {MACHINE} Ready (from its machine operator)"),
+        Some(MACHINE),
+        START,
+        |f| {
+            let m = f.get_json(&["machine", MACHINE])?;
+            match m["status"]["phase"].as_str() {
+                Some("Ready") => Ok(()),
+                other => Err(format!("phase {other:?}")),
+            }
+        },
+    );
+    fleet.wait_for(
+        "the Cluster's tally 1/1 (from the cluster operator)",
+        None,
+        START,
+        |f| {
+            let c = f.get_json(&["cluster", CLUSTER])?;
+            match c["status"]["machines"]["summary"].as_str() {
+                Some("1/1") => Ok(()),
+                other => Err(format!("tally {other:?}")),
+            }
+        },
+    );
+    write_next(dir, next);
+    UP.store(true, Ordering::SeqCst);
+    step("the fleet is up");
+    println!("demo: ready");
+    loop {
+        match signals.recv_timeout(RENEW) {
+            Ok(sig) => {
+                step(&format!("demo: stopping on {sig}"));
+                drop(fleet);
+                drop(pid);
+                step("demo: stopped");
+                return;
+            }
+            Err(_) => fleet.host.refresh_operator_token(),
+        }
+    }
+}
+
+/// Points `link` at `to`, replacing what was there.
+fn link(to: &Path, link: &Path) {
+    let _ = std::fs::remove_file(link);
+    std::os::unix::fs::symlink(to, link).unwrap_or_else(|e| panic!("{}: {e}", link.display()));
+}
+
+/// What to try next, with the exact commands (next.txt): a reboot
+/// through the cluster's turns, the same waiting for a person's
+/// approval, and an upgrade to the channel's next release.
+fn write_next(dir: &Path, next: &fleet::Release) {
+    let home = dir.join(CLUSTER);
+    let text = format!(
+        "\nTry next (liken is {bin}/liken: export PATH={bin}:$PATH):\n\
+         \n\
+         \x20 liken kubectl {home} get machines -w\n\
+         \x20     watch the machine's phase while you try the rest in another shell\n\
+         \x20 liken request-reboot {home} {MACHINE}\n\
+         \x20     a reboot through the cluster's turns: Updating, then Ready again\n\
+         \x20 liken kubectl {home} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Manual\"}}}}'\n\
+         \x20 liken request-reboot {home} {MACHINE}\n\
+         \x20 liken approve-reboot {home} {MACHINE}\n\
+         \x20     with rebootPolicy Manual the machine waits (UpdatePending) until you approve\n\
+         \x20 liken kubectl {home} patch cluster {CLUSTER} --type json -p '[{{\"op\":\"add\",\"path\":\"/spec/releases/catalog/-\",\"value\":{{\"version\":\"{v}\",\"digest\":\"{d}\"}}}},{{\"op\":\"replace\",\"path\":\"/spec/version\",\"value\":\"{v}\"}}]'\n\
+         \x20     an upgrade to {v} from the local channel `liken serve` shares\n\
+         \x20     (the machine downloads it into slot B, reboots into it and reports it)\n\
+         \n\
+         The machine's console: {console}\n\
+         Stop it all with: make demo-stop\n",
+        bin = dir.join("bin").display(),
+        home = home.display(),
+        v = next.version,
+        d = next.digest,
+        console = qemu_tests::log_dir().join("demo-node-1.log").display(),
+    );
+    std::fs::write(dir.join("next.txt"), text)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("next.txt").display()));
+}
+
+fn stop(dir: &Path) {
+    let Some(pid) = running(dir) else {
+        let _ = std::fs::remove_file(pid_file(dir));
+        println!("demo: not running");
+        return;
+    };
+    println!("demo: stopping (the machine, the cluster operator, liken serve, the control plane)");
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    let deadline = Instant::now() + STOP;
+    while rustix::process::test_kill_process(pid).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if rustix::process::test_kill_process(pid).is_ok() {
+        eprintln!(
+            "demo: the daemon did not stop within {} s; killing it (its children die with it)",
+            STOP.as_secs()
+        );
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    let _ = std::fs::remove_file(pid_file(dir));
+    println!("demo: stopped");
 }
