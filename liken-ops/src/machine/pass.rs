@@ -13,8 +13,10 @@
 //! The order of judgement for each kind of change:
 //!
 //! 1. Facts that cannot be read make every condition Unknown
-//!    (FactsUnreadable); a boot init has not finished publishing makes
-//!    them Booting. Nothing is staged or disrupted on such a pass.
+//!    (FactsUnreadable), except that an init gone silent after this boot
+//!    asked it to reboot makes them Rebooting (the reboot is under way);
+//!    a boot init has not finished publishing makes them Booting.
+//!    Nothing is staged or disrupted on such a pass.
 //! 2. A difference between the running document and the API's is a
 //!    change: staged (when the strict decoder takes the document and init
 //!    has not already refused these very bytes) and listed as pending,
@@ -201,6 +203,46 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
     }
 }
 
+/// A pass while init does not answer. When this operator asked init to
+/// reboot in this very boot, the silence is that reboot: init stops
+/// answering while it shuts down ("init is shutting down for a reboot"),
+/// and the machine keeps reporting Rebooting. Were it to say Unknown, its
+/// conditions would neither ask for nor use the turn, and the cluster
+/// operator would take the turn back before the machine went down, and
+/// could grant the next one while this machine reboots. Otherwise
+/// nothing can be judged (FactsUnreadable). A k3s restart keeps init
+/// answering, so silence during one is not explained by it.
+fn init_silent(facts: &Facts, error: &str) -> Pass {
+    let boot = facts
+        .record
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .map(BootRecord::boot_id);
+    let rebooting = boot
+        .as_ref()
+        .and_then(|b| Asked::in_boot(facts.asked.as_ref(), b))
+        .filter(|a| a.kind == DisruptionKind::Reboot);
+    match rebooting {
+        Some(asked) => blind(
+            facts,
+            ConditionStatus::False,
+            reason::REBOOTING,
+            format!(
+                "init was asked to reboot at {} and no longer answers ({error}); the reboot is \
+                 under way",
+                asked.at
+            ),
+        ),
+        None => blind(
+            facts,
+            ConditionStatus::Unknown,
+            reason::FACTS_UNREADABLE,
+            error.to_owned(),
+        ),
+    }
+}
+
 /// What staging a document came to.
 enum Staged {
     /// The API asks for what runs.
@@ -279,7 +321,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
     } = input;
     let unknown = ConditionStatus::Unknown;
     let init = match &facts.init {
-        Err(e) => return blind(facts, unknown, reason::FACTS_UNREADABLE, e.clone()),
+        Err(e) => return init_silent(facts, e),
         Ok(s) => s,
     };
     let record = match &facts.record {
@@ -809,6 +851,40 @@ mod tests {
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::FACTS_UNREADABLE);
         assert!(p.staging.is_empty() && p.pending.is_empty());
         assert_eq!(p.turn, TurnStep::Idle);
+
+        // Silence after this boot asked init to reboot is the reboot:
+        // the turn stays in use and the machine counts as disrupted.
+        let silent = "init refused: init is shutting down for a reboot".to_owned();
+        let asked = |kind, boot: Sha256Hex| Asked {
+            boot,
+            kind,
+            hash: None,
+            at: NOW,
+            requested: false,
+            k3s_pid: None,
+        };
+        let mut f = facts(&running());
+        f.init = Err(silent.clone());
+        f.asked = Some(asked(DisruptionKind::Reboot, record().boot_id()));
+        let p = pass(&m, &f, Some(&node()));
+        assert!(p.blind);
+        assert_eq!(p.phase, Phase::Updating);
+        assert_eq!(reason_of(&p, RELEASE_CURRENT), reason::REBOOTING);
+        assert!(coordination::using_turn(&p.conditions));
+        assert!(p.conditions[0].message.contains("shutting down"));
+        assert_eq!(p.turn, TurnStep::Idle);
+        // Asked in an earlier boot, or a restart (init answers through
+        // one): the silence says nothing, so nothing is judged.
+        for other in [
+            asked(DisruptionKind::Reboot, sha256(b"an earlier boot")),
+            asked(DisruptionKind::Restart, record().boot_id()),
+        ] {
+            f.asked = Some(other);
+            let p = pass(&m, &f, Some(&node()));
+            assert_eq!(p.phase, Phase::Unknown);
+            assert_eq!(reason_of(&p, RELEASE_CURRENT), reason::FACTS_UNREADABLE);
+            assert!(!coordination::using_turn(&p.conditions));
+        }
 
         let mut f = facts(&running());
         f.record = Ok(None);
