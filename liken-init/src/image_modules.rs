@@ -391,21 +391,29 @@ mod tests {
         // another for the end; neither can be answered yet.
         let (asked, answered) = crossbeam_channel::unbounded();
         let (w1, w2) = (Arc::clone(&w), Arc::clone(&w));
+        // Each request is seen on the worker's queue before the next is
+        // made, so the order does not hang on how soon threads run on a
+        // loaded machine (a fixed sleep was not always enough on CI's
+        // two shared cores).
+        let queued = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while w.requests.len() < n {
+                assert!(Instant::now() < deadline, "request {n} never queued");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
         let a1 = asked.clone();
         std::thread::spawn(move || {
             let report = w1.load(&["m", "b"]);
             a1.send(format!("load {:?}", report.map(|r| r.loaded)))
                 .unwrap();
         });
+        queued(1);
         std::thread::spawn(move || {
             w2.settled();
             asked.send("settled".to_owned()).unwrap();
         });
-        // Both requests must be queued before the gate opens; on a
-        // loaded machine (CI's two cores shared) 100 ms was not always
-        // enough for the load thread to ask, and the worker then settled
-        // first.
-        std::thread::sleep(Duration::from_millis(1000));
+        queued(2);
         assert!(answered.try_recv().is_err(), "answered while a was loading");
 
         open.send(()).unwrap();
