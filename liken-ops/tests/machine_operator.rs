@@ -22,6 +22,7 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
     let c = cluster_doc(&["seed-1"]);
     let host = Host::new("seed-1", &m, &c);
     let kc = operator_kubeconfig("seed-1");
+    let started = cp.audit_mark().unwrap();
     let op = Operator::start(&host, &kc, &["--heartbeat-interval=2s"]);
 
     let seeded = wait_for(
@@ -64,11 +65,26 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
     assert_eq!(lease["metadata"]["labels"]["liken.sh/heartbeat"], "true");
     assert_eq!(lease["spec"]["holderIdentity"], "seed-1");
 
+    // The heartbeat is renewed before the first status write: the
+    // cluster operator judges a status written while the Lease is stale
+    // (a machine back from a reboot) as silent, and would mark it Lost.
+    let user = service_account_user(HEARTBEAT_NAMESPACE, MACHINE_OPERATOR);
+    let first: Vec<String> = cp
+        .writes_by(&user, started)
+        .unwrap()
+        .into_iter()
+        .filter(|w| w.name == "seed-1" && (w.resource == "leases" || w.subresource == "status"))
+        .map(|w| w.describe())
+        .collect();
+    assert!(
+        first.first().is_some_and(|w| w.contains("leases")),
+        "the first write of this boot's heartbeat or status was not the Lease: {first:#?}"
+    );
+
     // Settled: over several heartbeats, the only writes are the Lease's.
     std::thread::sleep(Duration::from_secs(2));
     let mark = cp.audit_mark().unwrap();
     std::thread::sleep(Duration::from_secs(9));
-    let user = service_account_user(HEARTBEAT_NAMESPACE, MACHINE_OPERATOR);
     // Every machine's operator runs as this ServiceAccount; this one's
     // writes are those on objects of its name (its Machine, its Node,
     // its Lease, Events named after it).

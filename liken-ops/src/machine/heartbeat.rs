@@ -101,6 +101,11 @@ impl Heartbeat {
         every: Duration,
         metrics: HeartbeatMetrics,
     ) -> std::io::Result<Heartbeat> {
+        // The first renewal is made here, before the caller writes any
+        // status: a machine back from a reboot whose status landed while
+        // its Lease was still the last boot's would be judged silent and
+        // marked Lost again right after it said it was up.
+        beat_once(&client, &owner, &metrics);
         let (stop, stopped) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("heartbeat".into())
@@ -120,6 +125,8 @@ impl Heartbeat {
     }
 }
 
+/// Renews every `every` until stopped; [`Heartbeat::start`] made the
+/// first renewal.
 fn beat(
     client: &Client,
     owner: &Mutex<Owner>,
@@ -127,30 +134,32 @@ fn beat(
     stopped: &Receiver<()>,
     metrics: &HeartbeatMetrics,
 ) {
-    loop {
-        let current = owner.lock().map(|o| o.clone()).ok();
-        if let Some(o) = current {
-            match renew(client, &o) {
-                Ok(()) => {
-                    metrics.renewals.inc();
-                    metrics.last.set(
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0.0, |d| d.as_secs_f64()),
-                    );
-                }
-                Err(e) => {
-                    metrics.failures.inc();
-                    log::warn(
-                        "renewing the heartbeat Lease failed; trying again at the next beat",
-                        &[("lease", &o.machine), ("err", &e)],
-                    );
-                }
-            }
+    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+        beat_once(client, owner, metrics);
+    }
+}
+
+/// One renewal, counted in the metrics; a failure is logged and left to
+/// the next beat.
+fn beat_once(client: &Client, owner: &Mutex<Owner>, metrics: &HeartbeatMetrics) {
+    let Some(o) = owner.lock().map(|o| o.clone()).ok() else {
+        return;
+    };
+    match renew(client, &o) {
+        Ok(()) => {
+            metrics.renewals.inc();
+            metrics.last.set(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()),
+            );
         }
-        match stopped.recv_timeout(every) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+        Err(e) => {
+            metrics.failures.inc();
+            log::warn(
+                "renewing the heartbeat Lease failed; trying again at the next beat",
+                &[("lease", &o.machine), ("err", &e)],
+            );
         }
     }
 }

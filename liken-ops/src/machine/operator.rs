@@ -287,15 +287,18 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
 
     let mut heartbeat: Option<Heartbeat> = None;
     loop {
+        // Before the pass: the Lease is renewed before this boot's first
+        // status write (see Heartbeat::start). Until the Machine is in the
+        // store there is no owner to renew for, and the next loop tries.
+        if heartbeat.is_none() && !cfg.once {
+            heartbeat = op.start_heartbeat(&registry);
+        }
         let started = Instant::now();
         let busy = op.pass();
         op.metrics
             .standard
             .reconcile_duration
             .observe_duration(started.elapsed());
-        if heartbeat.is_none() && !cfg.once {
-            heartbeat = op.start_heartbeat(&registry);
-        }
         if cfg.once {
             break;
         }
