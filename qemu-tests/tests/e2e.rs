@@ -271,16 +271,21 @@ const TURN: Duration = Duration::from_secs(1200);
 /// 3. `liken request-reboot` reboots one machine through a turn.
 /// 4. A machine's power pulled: its Machine turns Lost within the stale
 ///    limit, and Ready again when it is powered on.
+/// 5. N+2, whose node never becomes healthy: the leader (first while
+///    the operator DaemonSet lags) boots it, is never blessed, spends
+///    its tries and falls back to N+1; the rollout halts with
+///    ReleaseFailed naming N+2 and the machine; the followers stay on
+///    N+1, on the same boot.
 ///
 /// On a missed wait the test fails with the last console lines of the
 /// machine concerned (see [`Fleet::wait_for`]).
 #[test]
-#[ignore = "make test-e2e runs it: about 20 minutes under TCG"]
+#[ignore = "make test-e2e runs it: about 40 minutes under TCG"]
 fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     use qemu_tests::fleet::history::History;
     use qemu_tests::fleet::rollout;
     let (channel, releases) = fleet::channel();
-    let (n, n1) = (&releases[0], &releases[1]);
+    let (n, n1, n2) = (&releases[0], &releases[1], &releases[2]);
     let dir = fleet::dir("fleet");
     let specs = [
         MachineSpec::numbered(1, true, false),
@@ -457,19 +462,20 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     let before = boots[&auto].boot_time.clone();
     let asked = fleet.host.liken_on_cluster("request-reboot", &[&auto]);
     step(&format!("liken request-reboot {auto}: {}", asked.trim()));
-    fleet.wait_for(
+    let after = fleet.wait_for(
         &format!("{auto} booted again on N+1 after request-reboot"),
         Some(&auto),
         TURN,
         |f| {
             let s = seen(&machine(f, &auto)?);
             if s.boot_time != before && s.phase == "Ready" && s.version == n1.version {
-                Ok(())
+                Ok(s)
             } else {
                 Err(format!("{s:?}"))
             }
         },
     );
+    boots.insert(auto.clone(), after);
 
     // 4. Power pulled: Lost within the stale limit, back when on again.
     fleet.machine(&manual).kill();
@@ -494,6 +500,55 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         "{manual} turned Lost only after {lost_after} s"
     );
     fleet.machine(&manual).boot();
-    wait_on(&mut fleet, &manual, &n1.version, "B", TO_READY);
+    let back = wait_on(&mut fleet, &manual, &n1.version, "B", TO_READY);
+    boots.insert(manual.clone(), back);
+    no_two_disrupted(&history);
+
+    // 5. N+2 never becomes healthy: the leader falls back and the
+    // rollout halts.
+    target(&fleet, &[n, n1, n2], &n2.version);
+    let halt = fleet.wait_for(
+        "the rollout of N+2 halted (ReleaseFailed)",
+        Some(&leader),
+        Duration::from_secs(3600),
+        |f| {
+            let c = f.get_json(&["cluster", "e2e"])?;
+            let p = condition(&c, "Progressing");
+            if p["reason"] == "ReleaseFailed" {
+                Ok(p["message"].as_str().unwrap_or("").to_owned())
+            } else {
+                let s = seen(&machine(f, &leader)?);
+                Err(format!("Progressing {p}; {leader}: {s:?}"))
+            }
+        },
+    );
+    assert!(
+        halt.contains(&n2.version) && halt.contains(&leader),
+        "the halt should name {} and {leader}: {halt}",
+        n2.version
+    );
+    let fell_back = seen(&machine(&fleet, &leader).unwrap_or_default());
+    assert_eq!(
+        (fell_back.version.as_str(), fell_back.slot.as_str()),
+        (n1.version.as_str(), "B"),
+        "{leader} should run N+1 from slot B again: {fell_back:?}"
+    );
+    let gave_up = fleet
+        .machine(&leader)
+        .console_after(0, "did not become healthy within", Duration::from_secs(5))
+        .unwrap_or_default();
+    assert!(
+        !gave_up.is_empty(),
+        "{leader}'s init never gave up on N+2's boot"
+    );
+    step(&format!("{leader}: {gave_up}"));
+    for name in [&auto, &manual] {
+        let s = seen(&machine(&fleet, name).unwrap_or_default());
+        assert_eq!(
+            (s.version.as_str(), s.slot.as_str(), &s.boot_time),
+            (n1.version.as_str(), "B", &boots[name].boot_time),
+            "{name} should stay on N+1, on the same boot, while N+2 is halted: {s:?}"
+        );
+    }
     no_two_disrupted(&history);
 }
