@@ -88,8 +88,14 @@ fn chronyd(dir: &Path, name: &str, address: IpAddr, port: u16, local: bool) -> S
     }
     std::fs::write(&conf, text).unwrap();
     // -d: foreground, log to stderr; -x: never adjust the host's clock;
-    // -u root: no user switch, so the test's files stay readable.
-    let args = ["-d", "-x", "-u", "root", "-f"].map(String::from);
+    // -u root: no user switch, so the test's files stay readable; -4 or
+    // -6: the bound address's family only. chronyd serves the other
+    // family on the wildcard address of the same port otherwise, so the
+    // IPv6 server would answer for 127.0.0.2 whenever the unsynchronised
+    // one there was not bound yet (a CI run got the synchronised answer
+    // from 127.0.0.2 that way).
+    let family = if address.is_ipv4() { "-4" } else { "-6" };
+    let args = [family, "-d", "-x", "-u", "root", "-f"].map(String::from);
     let mut args = args.to_vec();
     args.push(conf.display().to_string());
     start("chronyd", "chrony", &args, &dir.join(format!("{name}.log")))
@@ -117,7 +123,10 @@ fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
     let dir = scratch("chrony-dnsmasq");
     let (clock_ip, unsynced_ip) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
     let ntp_port = free_udp_port();
-    let dns_port = free_udp_port();
+    // Two free ports are not always two ports.
+    let dns_port = std::iter::repeat_with(free_udp_port)
+        .find(|p| *p != ntp_port)
+        .unwrap();
 
     let dns_log = dir.join("dnsmasq.log");
     let _dnsmasq = start(
