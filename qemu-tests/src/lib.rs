@@ -118,16 +118,32 @@ impl Images {
     }
 }
 
+/// Set (to `1`) by the Makefile's `demo` recipe, whose `e2e-images`
+/// prerequisite has just built every image: [`images`] and
+/// [`fleet::channel`] then use them without running make again (its
+/// up-to-date checks take about 27 s on the 2-core build machine).
+pub const IMAGES_JUST_BUILT: &str = "LIKEN_IMAGES_JUST_BUILT";
+
+/// Whether [`IMAGES_JUST_BUILT`] says make has just built the images.
+pub fn images_just_built() -> bool {
+    std::env::var_os(IMAGES_JUST_BUILT).is_some_and(|v| v == "1")
+}
+
 /// Builds the images once per test process (make caches the kernel and
-/// cargo the binaries), or fails the test with make's output.
+/// cargo the binaries; skipped when [`images_just_built`]), or fails the
+/// test with make's output.
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let dir = target_dir().join("images");
-        let out = make("qemu-images", &dir).output().unwrap_or_else(|e| {
-            panic!("cannot run make to build the QEMU images: {e}; install make")
-        });
-        if !out.status.success() {
+        let out = if images_just_built() {
+            None
+        } else {
+            Some(make("qemu-images", &dir).output().unwrap_or_else(|e| {
+                panic!("cannot run make to build the QEMU images: {e}; install make")
+            }))
+        };
+        if let Some(out) = out.filter(|o| !o.status.success()) {
             panic!(
                 "`make qemu-images` failed ({}); the QEMU tests need its images. \
                  Run scripts/setup.sh for the Debian packages it uses.\n{}\n{}",

@@ -43,8 +43,17 @@ use qemu_tests::fleet::{self, Fleet};
 /// The demo's cluster and its one machine.
 const CLUSTER: &str = "home";
 const MACHINE: &str = "node-1";
-/// How long the whole start may take on a slow machine.
+/// How long each of the start's waits may take on a slow machine.
 const START: Duration = Duration::from_secs(3600);
+/// A knob for `make test-demo` alone, no option of the demo (hence its
+/// name): `<seconds>` installs the machine from the test channel's third
+/// release (N+2, built never to become healthy: its k3s stand-in exits
+/// at once, so no Node ever registers and init never blesses the boot)
+/// instead of the first, and gives each of the start's waits that long
+/// instead of [`START`], so the start really fails and the failure path
+/// (the machine's last console lines, what to do, nothing left running)
+/// can be proven.
+const TEST_ONLY_UNHEALTHY: &str = "LIKEN_DEMO_TEST_ONLY_UNHEALTHY";
 /// How long `stop` gives the daemon to tear down before SIGKILL.
 const STOP: Duration = Duration::from_secs(60);
 /// How often the daemon renews the cluster operator's token, which
@@ -230,11 +239,24 @@ fn follow(log: &Path, dir: &Path) {
             }
             let text = std::fs::read_to_string(log).unwrap_or_default();
             print!("{}", text.get(at..).unwrap_or_default());
+            let _ = std::io::stdout().flush();
             eprintln!(
-                "demo: the demo's daemon ended before the machine was Ready; its log is {} \
-                 (make demo-stop cleans up whatever is left)",
+                "demo: failed before the machine was Ready. The lines above say what failed \
+                 (for a wait: what was awaited, the last answer and the machine's last console \
+                 lines); the machine's whole console is in {}, the demo's log in {}.",
+                console_log().display(),
                 log.display()
             );
+            match running(dir) {
+                None => eprintln!(
+                    "demo: everything the demo started is stopped; run make demo again once \
+                     the cause is mended"
+                ),
+                Some(pid) => eprintln!(
+                    "demo: its daemon ({}) still runs: make demo-stop ends it",
+                    pid.as_raw_nonzero()
+                ),
+            }
             std::process::exit(1);
         }
         if began.elapsed() > START {
@@ -274,11 +296,43 @@ fn stop_signals(dir: &Path) -> crossbeam_channel::Receiver<Signal> {
     rx
 }
 
+/// The test-only knob's deadline, if it is set (`None` when not).
+fn decide_test_only_unhealthy(value: Option<&str>) -> Result<Option<Duration>, String> {
+    match value {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s > 0)
+            .map(|s| Some(Duration::from_secs(s)))
+            .ok_or_else(|| {
+                format!("{TEST_ONLY_UNHEALTHY}={v:?} is not a number of seconds (a test's knob)")
+            }),
+    }
+}
+
 fn daemon(dir: &Path) {
     let signals = stop_signals(dir);
     let pid = PidFile::write(dir);
+    let unhealthy = decide_test_only_unhealthy(std::env::var(TEST_ONLY_UNHEALTHY).ok().as_deref())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = unhealthy.unwrap_or(START);
+    step(&format!(
+        "the demo's daemon runs as pid {} (make demo-stop ends it)",
+        std::process::id()
+    ));
     let (channel, releases) = fleet::channel();
-    let (n, next) = (&releases[0], &releases[1]);
+    let (mut n, next) = (&releases[0], &releases[1]);
+    if let Some(within) = unhealthy {
+        n = &releases[2];
+        step(&format!(
+            "{TEST_ONLY_UNHEALTHY}: node-1 is installed from {}, built never to become healthy, \
+             so no Node registers; each wait gives up after {} s (a test of the failure path)",
+            n.version,
+            within.as_secs()
+        ));
+    }
     let reach = Reach::workstation();
     step(&format!(
         "the control plane and the channel listen on {} ({})",
@@ -318,7 +372,7 @@ fn daemon(dir: &Path) {
     fleet.wait_for(
         &format!("Node {MACHINE} Ready (the node stand-in registers it)"),
         Some(MACHINE),
-        START,
+        start,
         |f| {
             let node = f.get_json(&["node", MACHINE])?;
             let ready = node["status"]["conditions"]
@@ -333,11 +387,11 @@ fn daemon(dir: &Path) {
         },
     );
     let operator = fleet::operator_binary("liken-cluster-operator");
-    fleet.host.start_cluster_operator(&operator, START);
+    fleet.host.start_cluster_operator(&operator, start);
     fleet.wait_for(
         &format!("Machine {MACHINE} Ready (from its machine operator)"),
         Some(MACHINE),
-        START,
+        start,
         |f| {
             let m = f.get_json(&["machine", MACHINE])?;
             match m["status"]["phase"].as_str() {
@@ -349,7 +403,7 @@ fn daemon(dir: &Path) {
     fleet.wait_for(
         "the Cluster's tally 1/1 (from the cluster operator)",
         None,
-        START,
+        start,
         |f| {
             let c = f.get_json(&["cluster", CLUSTER])?;
             match c["status"]["machines"]["summary"].as_str() {
@@ -398,6 +452,8 @@ fn write_next(dir: &Path, next: &fleet::Release) {
          \x20 liken request-reboot {home} {MACHINE}\n\
          \x20 liken approve-reboot {home} {MACHINE}\n\
          \x20     with rebootPolicy Manual the machine waits (UpdatePending) until you approve\n\
+         \x20 liken kubectl {home} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Auto\"}}}}'\n\
+         \x20     back to Auto: the machine takes its turns without asking you\n\
          \x20 liken kubectl {home} patch cluster {CLUSTER} --type json -p '[{{\"op\":\"add\",\"path\":\"/spec/releases/catalog/-\",\"value\":{{\"version\":\"{v}\",\"digest\":\"{d}\"}}}},{{\"op\":\"replace\",\"path\":\"/spec/version\",\"value\":\"{v}\"}}]'\n\
          \x20     an upgrade to {v} from the local channel `liken serve` shares\n\
          \x20     (the machine downloads it into slot B, reboots into it and reports it)\n\
@@ -408,10 +464,15 @@ fn write_next(dir: &Path, next: &fleet::Release) {
         home = home.display(),
         v = next.version,
         d = next.digest,
-        console = qemu_tests::log_dir().join("demo-node-1.log").display(),
+        console = console_log().display(),
     );
     std::fs::write(dir.join("next.txt"), text)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join("next.txt").display()));
+}
+
+/// The machine's console log (the fleet's `<fleet>-<machine>.log`).
+fn console_log() -> PathBuf {
+    qemu_tests::log_dir().join(format!("demo-{MACHINE}.log"))
 }
 
 fn stop(dir: &Path) {
@@ -435,4 +496,24 @@ fn stop(dir: &Path) {
     }
     let _ = std::fs::remove_file(pid_file(dir));
     println!("demo: stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_only_knob_takes_seconds_or_is_refused() {
+        for (value, want) in [
+            (None, Ok(None)),
+            (Some("90"), Ok(Some(Duration::from_secs(90)))),
+            (Some(" 5\n"), Ok(Some(Duration::from_secs(5)))),
+        ] {
+            assert_eq!(decide_test_only_unhealthy(value), want, "{value:?}");
+        }
+        for bad in ["", "0", "-1", "1m", "yes"] {
+            let err = decide_test_only_unhealthy(Some(bad)).unwrap_err();
+            assert!(err.contains(TEST_ONLY_UNHEALTHY), "{err}");
+        }
+    }
 }
