@@ -253,7 +253,7 @@ e2e-images: qemu-images
 ## control plane on this host. The last part of `make test`: the scenario
 ## takes about 20 minutes under TCG (README, End to end).
 test-e2e: setup e2e-images
-	cargo test -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
+	LIKEN_IMAGES_JUST_BUILT=1 cargo test -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
 
 ## bench-rollout: the three-machine rolling upgrade of test-e2e's scenario,
 ## timed from the watch history: per machine, grant to Ready on the new
@@ -264,7 +264,7 @@ test-e2e: setup e2e-images
 .PHONY: bench-rollout
 bench: bench-rollout
 bench-rollout: setup e2e-images
-	LIKEN_ROLLOUT_TARGET=check cargo test -p qemu-tests --test e2e -- --ignored --nocapture \
+	LIKEN_IMAGES_JUST_BUILT=1 LIKEN_ROLLOUT_TARGET=check cargo test -p qemu-tests --test e2e -- --ignored --nocapture \
 	  --exact a_fleet_upgrades_itself_one_machine_at_a_time
 
 ## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.

@@ -118,15 +118,35 @@ impl Images {
     }
 }
 
-/// Set (to `1`) by the Makefile's `demo` recipe, whose `e2e-images`
-/// prerequisite has just built every image: [`images`] and
-/// [`fleet::channel`] then use them without running make again (its
+/// Set (to `1`) by the Makefile's recipes whose prerequisites have just
+/// built every image (`demo`, `test-e2e`, `bench-rollout`): [`images`]
+/// and [`fleet::channel`] then use them without running make again (its
 /// up-to-date checks take about 27 s on the 2-core build machine).
 pub const IMAGES_JUST_BUILT: &str = "LIKEN_IMAGES_JUST_BUILT";
 
 /// Whether [`IMAGES_JUST_BUILT`] says make has just built the images.
 pub fn images_just_built() -> bool {
     std::env::var_os(IMAGES_JUST_BUILT).is_some_and(|v| v == "1")
+}
+
+/// Runs `make <target>` for the images in `images`, unless
+/// [`images_just_built`]; fails the test with make's output and `hint`
+/// when it fails.
+pub fn make_images(target: &str, images: &Path, hint: &str) {
+    if images_just_built() {
+        return;
+    }
+    let out = make(target, images)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run make {target}: {e}; install make"));
+    if !out.status.success() {
+        panic!(
+            "`make {target}` failed ({}){hint}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Builds the images once per test process (make caches the kernel and
@@ -136,22 +156,12 @@ pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let dir = target_dir().join("images");
-        let out = if images_just_built() {
-            None
-        } else {
-            Some(make("qemu-images", &dir).output().unwrap_or_else(|e| {
-                panic!("cannot run make to build the QEMU images: {e}; install make")
-            }))
-        };
-        if let Some(out) = out.filter(|o| !o.status.success()) {
-            panic!(
-                "`make qemu-images` failed ({}); the QEMU tests need its images. \
-                 Run scripts/setup.sh for the Debian packages it uses.\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        make_images(
+            "qemu-images",
+            &dir,
+            "; the QEMU tests need its images. Run scripts/setup.sh for the Debian packages it \
+             uses.",
+        );
         let images = Images {
             vmlinux: dir.join("vmlinux"),
             vmlinuz: dir.join("vmlinuz"),

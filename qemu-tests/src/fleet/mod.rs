@@ -203,24 +203,10 @@ pub fn channel() -> &'static (PathBuf, Vec<Release>) {
     static CHANNEL: std::sync::OnceLock<(PathBuf, Vec<Release>)> = std::sync::OnceLock::new();
     CHANNEL.get_or_init(|| {
         let images = crate::images();
-        let out = if crate::images_just_built() {
-            None
-        } else {
+        if !crate::images_just_built() {
             step("building the end-to-end channel (make e2e-images: three test releases)");
-            Some(
-                crate::make("e2e-images", &images.dir)
-                    .output()
-                    .unwrap_or_else(|e| panic!("cannot run make: {e}")),
-            )
-        };
-        if let Some(out) = out.filter(|o| !o.status.success()) {
-            panic!(
-                "`make e2e-images` failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
         }
+        crate::make_images("e2e-images", &images.dir, "");
         let dir = images.dir.join("channel-e2e");
         let releases = crate::channel_releases(&dir)
             .into_iter()
