@@ -76,8 +76,14 @@ test-demo:
 	./qemu-tests/test-demo.sh $(DEMO_DIR)
 
 ## test: install what the tests need, then format, lint and test, the
-## end-to-end fleet last (test-e2e, about 20 minutes of it under TCG).
-test: setup lint fuzz-smoke bench-smoke unit test-e2e
+## end-to-end fleet last (test-e2e, about 20 minutes of it under TCG),
+## each phase timed: setup, lint, fuzz-smoke, bench-smoke, one build of
+## every test binary, each crate's tests and each QEMU scenario, doctests,
+## e2e-images, test-e2e. It ends with a table of each phase's wall time
+## beside its share of the budget (a phase over it is marked, never
+## failed) and `N passed, N failed` (scripts/test-run, scripts/test-times).
+test:
+	./scripts/test-run
 
 setup:
 	./scripts/setup.sh
@@ -93,7 +99,8 @@ lint:
 	./scripts/check-docs --self-test
 	./scripts/check-docs
 
-# Kept last so the output ends with cargo's test summary.
+## unit: every crate's tests in one `cargo test --workspace` (make test
+## runs the same binaries crate by crate, to time each).
 unit:
 	cargo test --workspace
 
