@@ -43,7 +43,7 @@ all: test
 ## returns, leaving the fleet running). The machine's k3s is the test
 ## stand-in (liken-standin-k3s, which says so on every line); the control
 ## plane is liken-testenv's. qemu-tests' liken-demo does it; demo-stop
-## ends it; test-demo proves both (README, The demo).
+## ends it; test-demo proves both (docs/testing.md, The demo).
 DEMO_DIR ?= $(CARGO_TARGET_DIR)/demo
 .PHONY: demo demo-stop demo-bin demo-k3s test-demo
 demo: demo-k3s setup e2e-images demo-bin
@@ -57,9 +57,9 @@ demo-stop: demo-bin
 
 # The demo's machine runs the k3s stand-in against a control plane on
 # this workstation; with a real k3s the API server would be the
-# leader's own, which the demo does not reach yet (README, The demo).
+# leader's own, which the demo does not reach yet (docs/testing.md, The demo).
 demo-k3s:
-	@if [ -n "$(K3S_BINARY)" ]; then echo "demo: make demo runs the k3s stand-in and does not take K3S_BINARY yet; make images K3S_BINARY=$(K3S_BINARY) builds a release with it (README, The demo)" >&2; exit 1; fi
+	@if [ -n "$(K3S_BINARY)" ]; then echo "demo: make demo runs the k3s stand-in and does not take K3S_BINARY yet; make images K3S_BINARY=$(K3S_BINARY) builds a release with it (docs/testing.md, The demo)" >&2; exit 1; fi
 
 demo-bin:
 	@echo "demo: building liken-demo (release, fat LTO: a few minutes the first time)"
@@ -76,8 +76,14 @@ test-demo:
 	./qemu-tests/test-demo.sh $(DEMO_DIR)
 
 ## test: install what the tests need, then format, lint and test, the
-## end-to-end fleet last (test-e2e, about 20 minutes of it under TCG).
-test: setup lint fuzz-smoke bench-smoke unit test-e2e
+## end-to-end fleet last (test-e2e, about 20 minutes of it under TCG),
+## each phase timed: setup, lint, fuzz-smoke, bench-smoke, one build of
+## every test binary, each crate's tests and each QEMU scenario, doctests,
+## e2e-images, test-e2e. It ends with a table of each phase's wall time
+## beside its share of the budget (a phase over it is marked, never
+## failed) and `N passed, N failed` (scripts/test-run, scripts/test-times).
+test:
+	./scripts/test-run
 
 setup:
 	./scripts/setup.sh
@@ -88,8 +94,13 @@ lint:
 	@# liken-api is linked by init: it must stay free of network and I/O crates.
 	@if cargo tree -p liken-api -e normal --prefix none | grep -E '^(ureq|rustls|nix|rustix|tokio|crossbeam-channel) '; then \
 	  echo "liken-api must not depend on the crates above (it is init's no-I/O vocabulary)"; exit 1; fi
+	@# Every make target, liken verb and liken.sh/ key is documented, and
+	@# every relative link in README.md and docs/ leads somewhere.
+	./scripts/check-docs --self-test
+	./scripts/check-docs
 
-# Kept last so the output ends with cargo's test summary.
+## unit: every crate's tests in one `cargo test --workspace` (make test
+## runs the same binaries crate by crate, to time each).
 unit:
 	cargo test --workspace
 
@@ -251,7 +262,7 @@ e2e-images: qemu-images
 ## test-e2e: the end-to-end fleets under QEMU (qemu-tests/tests/e2e.rs):
 ## machines installed from a stick, run by liken's operators against a
 ## control plane on this host. The last part of `make test`: the scenario
-## takes about 20 minutes under TCG (README, End to end).
+## takes about 20 minutes under TCG (docs/testing.md, End to end).
 test-e2e: setup e2e-images
 	LIKEN_IMAGES_JUST_BUILT=1 cargo test -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
 

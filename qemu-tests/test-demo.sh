@@ -10,8 +10,10 @@
 #      still running;
 #   3. every "Try next" hint, taken from what step 1 printed (never
 #      retyped here, so a hint that rots fails this test), run as
-#      printed after the printed `export PATH=...`, each outcome read
-#      back from the API:
+#      printed in the demo's directory after the printed
+#      `cd <dir> && export PATH=...` line (the hints name the deployment
+#      `home`, as typed in the demo's shell), each outcome read back
+#      from the API:
 #      - `get machines -w` runs in the background throughout and must
 #        have shown node-1 UpdatePending, Updating and Ready;
 #      - `liken request-reboot`: a new boot, Ready, same release, slot A;
@@ -43,6 +45,8 @@ set -euo pipefail
 dir=${1:?usage: test-demo.sh DEMO_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+# Absolute, so the hints' `cd` line and this script name one directory.
+dir=$(realpath -m "$dir")
 out=$(mktemp)
 pty=$(mktemp)
 watch=$(mktemp)
@@ -58,7 +62,7 @@ fail() {
     tail -n 40 "$console" >&2
   fi
   [ -z "$watch_pid" ] || kill "$watch_pid" 2>/dev/null || true
-  make -s demo-stop DEMO_DIR="$dir" || true
+  make -s -C "$here" demo-stop DEMO_DIR="$dir" || true
   exit 1
 }
 trap 'rm -f "$out" "$out.ps" "$pty" "$watch" "$fifo"' EXIT
@@ -137,21 +141,23 @@ sed -n '/^NAME/,$p' "$pty" | tr -d '\r' | tail -n 8
 kill -0 "$pid" 2>/dev/null || fail "the fleet stopped when the demo's shell ended"
 say "the shell showed node-1 Ready; exit left the fleet running"
 
-# 3. The hints, as printed.
-export_line=$(sed -n 's/^Try next (liken is .*: \(export PATH=.*\)):$/\1/p' "$out")
-[ -n "$export_line" ] || fail "make demo printed no export PATH=... for liken"
+# 3. The hints, as printed, in the demo's directory (from here on this
+# script runs there, so make is given the checkout with -C).
+export_line=$(sed -n 's/^  \(cd .* && export PATH=.*\)$/\1/p' "$out")
+[ -n "$export_line" ] || fail "make demo printed no 'cd <dir> && export PATH=...' line for another shell"
 say "$ $export_line"
 eval "$export_line"
+[ "$(pwd)" = "$dir" ] || fail "after '$export_line', the shell is in $(pwd), not $dir"
 [ "$(command -v liken)" = "$dir/bin/liken" ] || fail "after '$export_line', liken is $(command -v liken)"
 mapfile -t hints < <(grep -E '^  liken ' "$out" | sed 's/^  //')
 patterns=(
-  '^liken kubectl .* get machines -w$'
-  '^liken request-reboot '
-  'patch machine node-1 .*"rebootPolicy":"Manual"'
-  '^liken request-reboot '
-  '^liken approve-reboot '
-  'patch machine node-1 .*"rebootPolicy":"Auto"'
-  'patch cluster home --type json .*"/spec/version"'
+  '^liken kubectl home get machines -w$'
+  '^liken request-reboot home node-1$'
+  '^liken kubectl home patch machine node-1 .*"rebootPolicy":"Manual"'
+  '^liken request-reboot home node-1$'
+  '^liken approve-reboot home node-1$'
+  '^liken kubectl home patch machine node-1 .*"rebootPolicy":"Auto"'
+  '^liken kubectl home patch cluster home --type json .*"/spec/version"'
 )
 ((${#hints[@]} == ${#patterns[@]})) ||
   fail "make demo printed ${#hints[@]} commands to try, this test knows ${#patterns[@]}: ${hints[*]}"
@@ -236,13 +242,13 @@ grep -Eq "^node-1[[:space:]]+Ready[[:space:]].*$next" "$watch" || fail "the watc
 say "every hint did what it says"
 
 say "make demo-stop"
-make -s demo-stop DEMO_DIR="$dir" || fail "make demo-stop failed"
+make -s -C "$here" demo-stop DEMO_DIR="$dir" || fail "make demo-stop failed"
 nothing_left "$pid"
 say "nothing of the demo is left running"
 
 # 5. The failure path.
 say "make demo with LIKEN_DEMO_TEST_ONLY_UNHEALTHY=150 (no Node ever registers): it must fail"
-if LIKEN_DEMO_TEST_ONLY_UNHEALTHY=150 make -s demo DEMO_DIR="$dir" </dev/null >"$out" 2>&1; then
+if LIKEN_DEMO_TEST_ONLY_UNHEALTHY=150 make -s -C "$here" demo DEMO_DIR="$dir" </dev/null >"$out" 2>&1; then
   cat "$out"
   fail "make demo succeeded with a machine whose Node never registers"
 fi

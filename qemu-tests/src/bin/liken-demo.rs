@@ -163,14 +163,17 @@ fn up(dir: &Path) {
         println!("demo: already running (make demo-stop ends it)");
     }
     follow(&log, dir);
-    let home = dir.join(CLUSTER);
+    // The commands are shown as a person types them in the demo's
+    // directory, where its shell starts; the directory is named once.
     let table = Command::new(dir.join("bin").join("liken"))
         .arg("kubectl")
-        .arg(&home)
+        .arg(CLUSTER)
         .args(["get", "machines"])
+        .current_dir(dir)
         .output()
         .unwrap_or_else(|e| panic!("liken kubectl: {e}"));
-    println!("\n$ liken kubectl {} get machines", home.display());
+    print!("{}", render_where(dir));
+    println!("\n$ liken kubectl {CLUSTER} get machines");
     print!("{}", String::from_utf8_lossy(&table.stdout));
     eprint!("{}", String::from_utf8_lossy(&table.stderr));
     print!(
@@ -191,8 +194,7 @@ fn up(dir: &Path) {
 fn shell(dir: &Path) -> ! {
     use std::os::unix::process::CommandExt;
     println!(
-        "\nA shell in {} with liken (and kubectl) on its PATH; `exit` leaves the fleet running.",
-        dir.display()
+        "\nA shell in the demo's directory with liken (and kubectl) on its PATH; `exit` leaves the fleet running."
     );
     let rc = dir.join("bashrc");
     std::fs::write(
@@ -440,34 +442,64 @@ fn link(to: &Path, link: &Path) {
 /// through the cluster's turns, the same waiting for a person's
 /// approval, and an upgrade to the channel's next release.
 fn write_next(dir: &Path, next: &fleet::Release) {
-    let home = dir.join(CLUSTER);
-    let text = format!(
-        "\nTry next (liken is {bin}/liken: export PATH={bin}:$PATH):\n\
+    let text = render_next(&next.version, &next.digest, &console_log());
+    std::fs::write(dir.join("next.txt"), text)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("next.txt").display()));
+}
+
+/// Where the demo's commands are typed: its directory, named once, and
+/// the one line that makes any other shell like the demo's (the line
+/// `make test-demo` runs before the hints).
+fn render_where(dir: &Path) -> String {
+    format!(
+        "\nThe commands below are typed in the demo's directory with liken on PATH,\n\
+         as in the shell the demo opens there. In another shell, first:\n\
+         \x20 cd {dir} && export PATH=\"$PWD/bin:$PATH\"\n",
+        dir = shell_word(&dir.display().to_string()),
+    )
+}
+
+/// The hints, as a person types them in the demo's directory with
+/// liken on PATH: the deployment is `home`, not its full path.
+fn render_next(version: &str, digest: &str, console: &Path) -> String {
+    format!(
+        "\nTry next:\n\
          \n\
-         \x20 liken kubectl {home} get machines -w\n\
+         \x20 liken kubectl {CLUSTER} get machines -w\n\
          \x20     watch the machine's phase while you try the rest in another shell\n\
-         \x20 liken request-reboot {home} {MACHINE}\n\
+         \x20 liken request-reboot {CLUSTER} {MACHINE}\n\
          \x20     a reboot through the cluster's turns: Updating, then Ready again\n\
-         \x20 liken kubectl {home} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Manual\"}}}}'\n\
-         \x20 liken request-reboot {home} {MACHINE}\n\
-         \x20 liken approve-reboot {home} {MACHINE}\n\
+         \x20 liken kubectl {CLUSTER} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Manual\"}}}}'\n\
+         \x20 liken request-reboot {CLUSTER} {MACHINE}\n\
+         \x20 liken approve-reboot {CLUSTER} {MACHINE}\n\
          \x20     with rebootPolicy Manual the machine waits (UpdatePending) until you approve\n\
-         \x20 liken kubectl {home} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Auto\"}}}}'\n\
+         \x20 liken kubectl {CLUSTER} patch machine {MACHINE} --type merge -p '{{\"spec\":{{\"rebootPolicy\":\"Auto\"}}}}'\n\
          \x20     back to Auto: the machine takes its turns without asking you\n\
-         \x20 liken kubectl {home} patch cluster {CLUSTER} --type json -p '[{{\"op\":\"add\",\"path\":\"/spec/releases/catalog/-\",\"value\":{{\"version\":\"{v}\",\"digest\":\"{d}\"}}}},{{\"op\":\"replace\",\"path\":\"/spec/version\",\"value\":\"{v}\"}}]'\n\
+         \x20 liken kubectl {CLUSTER} patch cluster {CLUSTER} --type json -p '[{{\"op\":\"add\",\"path\":\"/spec/releases/catalog/-\",\"value\":{{\"version\":\"{v}\",\"digest\":\"{d}\"}}}},{{\"op\":\"replace\",\"path\":\"/spec/version\",\"value\":\"{v}\"}}]'\n\
          \x20     an upgrade to {v} from the local channel `liken serve` shares\n\
          \x20     (the machine downloads it into slot B, reboots into it and reports it)\n\
          \n\
          The machine's console: {console}\n\
-         Stop it all with: make demo-stop\n",
-        bin = dir.join("bin").display(),
-        home = home.display(),
-        v = next.version,
-        d = next.digest,
-        console = console_log().display(),
-    );
-    std::fs::write(dir.join("next.txt"), text)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("next.txt").display()));
+         Stop it all with: make demo-stop (in the liken checkout)\n",
+        v = version,
+        d = digest,
+        console = console.display(),
+    )
+}
+
+/// `word` as one shell word: as it is when it holds nothing a shell
+/// reads specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%~".contains(c))
+        && !word.starts_with('~');
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// The machine's console log (the fleet's `<fleet>-<machine>.log`).
@@ -501,6 +533,70 @@ fn stop(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hints as printed, one command a line (what test-demo.sh runs).
+    fn hints(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("  liken "))
+            .collect()
+    }
+
+    #[test]
+    fn hints_are_typed_in_the_demo_directory_and_name_no_path() {
+        let dir = "/home/me/.cache/liken/cargo/rustc-1.93.0/demo";
+        let console = Path::new("/home/me/.cache/liken/cargo/x/qemu-logs/demo-node-1.log");
+        let text = render_next("2026.01.01-002", "sha256:ab12", console);
+        let hints = hints(&text);
+        assert_eq!(hints.len(), 7, "{text}");
+        assert_eq!(hints[0], "kubectl home get machines -w");
+        assert_eq!(hints[1], "request-reboot home node-1");
+        assert_eq!(hints[4], "approve-reboot home node-1");
+        assert!(hints[6].starts_with("kubectl home patch cluster home --type json -p '[{\"op\":\"add\",\"path\":\"/spec/releases/catalog/-\",\"value\":{\"version\":\"2026.01.01-002\",\"digest\":\"sha256:ab12\"}}"), "{}", hints[6]);
+        for h in &hints {
+            assert!(
+                !h.contains('/') || h.contains("--type json"),
+                "a path in a hint: {h}"
+            );
+            assert!(!h.contains(".cache"), "the cache path in a hint: {h}");
+        }
+        assert!(!text.contains(dir), "{text}");
+        // The directory appears once, in the line saying where to type them.
+        let place = render_where(Path::new(dir));
+        assert_eq!(place.matches(dir).count(), 1, "{place}");
+        assert!(
+            place.contains(&format!("\n  cd {dir} && export PATH=\"$PWD/bin:$PATH\"\n")),
+            "{place}"
+        );
+    }
+
+    /// The line for another shell, run by bash: it ends in the demo's
+    /// directory with its bin first on PATH, also for a directory a
+    /// shell would split or expand.
+    #[test]
+    fn the_line_for_another_shell_works_in_bash() {
+        let scratch = std::env::temp_dir().join(format!("liken-demo-where-{}", std::process::id()));
+        for name in ["plain", "with space", "it's $HOME"] {
+            let dir = scratch.join(name);
+            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            let place = render_where(&dir);
+            let line = place
+                .lines()
+                .find_map(|l| l.strip_prefix("  cd ").map(|rest| format!("cd {rest}")))
+                .unwrap_or_else(|| panic!("{place}"));
+            let out = Command::new("bash")
+                .args(["-c", &format!("{line} && pwd && echo \"${{PATH%%:*}}\"")])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{line}: {out:?}");
+            let got = String::from_utf8(out.stdout).unwrap();
+            assert_eq!(
+                got,
+                format!("{}\n{}/bin\n", dir.display(), dir.display()),
+                "{line}"
+            );
+        }
+        std::fs::remove_dir_all(&scratch).unwrap();
+    }
 
     #[test]
     fn the_test_only_knob_takes_seconds_or_is_refused() {
