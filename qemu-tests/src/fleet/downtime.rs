@@ -584,6 +584,54 @@ mod tests {
     }
 
     #[test]
+    fn inits_own_milestones_are_read() {
+        // Composed by init's own code: serve.rs's shutdown milestone,
+        // the bless and write-release milestones, and the assess step's
+        // line as steps.rs prints a step's outcome.
+        use liken_init::console::{Outcome, milestone_text};
+        use liken_init::sys::power::PowerAction;
+        let line =
+            |step: &str, outcome: Outcome| format!("liken: {}", milestone_text(step, &outcome));
+        for action in [PowerAction::Reboot, PowerAction::Poweroff] {
+            let requested = Outcome::ok_with(format!("{} requested", action.name()));
+            assert_eq!(
+                read_console(&line("shutdown", requested)),
+                Some(Sign::Shutdown)
+            );
+        }
+        assert_eq!(
+            read_console(&line(
+                liken_init::bless::MILESTONE,
+                Outcome::ok_with("slot B's entry renamed: node n is Ready")
+            )),
+            Some(Sign::Blessed)
+        );
+        assert_eq!(
+            read_console(&line(
+                liken_init::bless::MILESTONE,
+                Outcome::Failed("this boot did not become healthy within 90 s".into())
+            )),
+            None
+        );
+        assert_eq!(
+            read_console(&line(
+                liken_init::release_writer::MILESTONE,
+                Outcome::ok_with("release v in slot A, entry liken-a+3.conf, 9 bytes")
+            )),
+            Some(Sign::Armed(
+                "release v in slot A, entry liken-a+3.conf, 9 bytes".into()
+            ))
+        );
+        assert_eq!(
+            read_console(&line(
+                "assess",
+                Outcome::ok_with("slot A is blessed (GRUB)")
+            )),
+            Some(BLESSED_ALREADY)
+        );
+    }
+
+    #[test]
     fn downtimes_come_from_the_machines_own_signs() {
         let t0 = Instant::now();
         struct Case {
