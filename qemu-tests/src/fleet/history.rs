@@ -194,28 +194,36 @@ impl Drop for History {
     }
 }
 
-/// When `machine` was first seen holding a reboot turn (RebootApproved
-/// True) within `[from, to]`.
+/// When `machine` was first granted a reboot turn within `[from, to]`:
+/// the first record there showing RebootApproved True after one that
+/// did not (or as its first record), so a grant held since before the
+/// window is not a new one.
 pub fn granted_at(
     records: &[Record],
     machine: &str,
     from: Instant,
     to: Instant,
 ) -> Option<Instant> {
-    records
+    let mut held = false;
+    for r in records
         .iter()
-        .filter(|r| r.kind == "Machine" && r.at >= from && r.at <= to)
+        .filter(|r| r.kind == "Machine" && r.at <= to)
         .filter(|r| r.object["metadata"]["name"] == machine)
-        .find(|r| {
-            r.object["status"]["conditions"]
+    {
+        let now = r.event != "DELETED"
+            && r.object["status"]["conditions"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .any(|c| {
                     c["type"] == liken_api::coordination::REBOOT_APPROVED && c["status"] == "True"
-                })
-        })
-        .map(|r| r.at)
+                });
+        if now && !held && r.at >= from {
+            return Some(r.at);
+        }
+        held = now;
+    }
+    None
 }
 
 /// Node `name`'s bootID and readiness at each of its records, as signs
@@ -471,21 +479,21 @@ mod tests {
         let t0 = Instant::now();
         let s = |x: u64| t0 + std::time::Duration::from_secs(x);
         let granted = json!([{"type": "RebootApproved", "status": "True"}]);
+        let free = json!([{"type": "RebootApproved", "status": "False"}]);
         let mut records = vec![
             rec("a", 1, "Ready", granted.clone()),
             rec("b", 2, "Ready", granted.clone()),
-            rec(
-                "a",
-                3,
-                "Ready",
-                json!([{"type": "RebootApproved", "status": "False"}]),
-            ),
+            rec("a", 3, "Ready", granted.clone()),
+            rec("a", 4, "Ready", free.clone()),
+            rec("a", 5, "Ready", granted.clone()),
         ];
-        for (r, at) in records.iter_mut().zip([s(10), s(20), s(30)]) {
+        for (r, at) in records.iter_mut().zip([s(10), s(20), s(25), s(30), s(50)]) {
             r.at = at;
         }
-        assert_eq!(granted_at(&records, "a", s(0), s(40)), Some(s(10)));
+        assert_eq!(granted_at(&records, "a", s(0), s(60)), Some(s(10)));
+        // Held since before the window: not a new grant; the next one is.
         assert_eq!(granted_at(&records, "a", s(11), s(40)), None);
+        assert_eq!(granted_at(&records, "a", s(11), s(60)), Some(s(50)));
         assert_eq!(granted_at(&records, "b", s(0), s(40)), Some(s(20)));
         assert_eq!(granted_at(&records, "c", s(0), s(40)), None);
     }

@@ -5,7 +5,7 @@
 //! interval ([`window`]).
 //!
 //! Held means, within the window: no reboot turn granted to it (the
-//! Machine's RebootApproved, from the watch history), no reboot (no
+//! Machine's RebootApproved turning True, from the watch history), no reboot (no
 //! shutdown, boot, kill or power-on on its console or by the test, and
 //! its Node's bootID unchanged), and no slot armed (no release written
 //! into its inactive slot: init's `write-release: ok` line, which
@@ -111,6 +111,12 @@ mod tests {
                     (s(200), Sign::Shutdown),
                 ],
                 vec![machine(s(99), "m", "True"), machine(s(181), "m", "True")],
+                0,
+            ),
+            (
+                "a grant held since before the window is not a new one",
+                vec![],
+                vec![machine(s(90), "m", "True"), machine(s(120), "m", "True")],
                 0,
             ),
             (
