@@ -422,7 +422,26 @@ pub struct Launch {
     /// The network namespace QEMU runs in ([`netns::Netns`]), where its
     /// `-netdev tap` devices are.
     pub netns: Option<String>,
+    /// Where every console line also goes with the moment the host
+    /// received it (a fleet's machine keeps one across its starts).
+    pub timeline: Option<Timeline>,
 }
+
+/// A console line and the moment the host received it, on the host's
+/// monotonic clock: taken by the thread that reads QEMU's serial output
+/// as the line's newline arrives, so the time is the host's, not the
+/// guest's, and not when a test got round to reading the line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamped {
+    /// When the line arrived.
+    pub at: Instant,
+    /// The line, without its line end.
+    pub text: String,
+}
+
+/// A console's lines with their arrival times, shared with the thread
+/// that reads them.
+pub type Timeline = Arc<Mutex<Vec<Stamped>>>;
 
 impl Default for Launch {
     fn default() -> Launch {
@@ -432,6 +451,7 @@ impl Default for Launch {
             reboot_in_place: false,
             append_log: false,
             netns: None,
+            timeline: None,
         }
     }
 }
@@ -586,11 +606,21 @@ impl Vm {
         let drawing = Arc::new(Mutex::new(Vec::new()));
         let partial = Arc::clone(&drawing);
         let shown = launch.shown;
+        let timeline = launch.timeline.clone();
         std::thread::spawn(move || {
             let mut emit = |line: &[u8]| {
+                let at = Instant::now();
                 let text = String::from_utf8_lossy(line)
                     .trim_end_matches('\r')
                     .to_owned();
+                if let Some(t) = &timeline
+                    && let Ok(mut t) = t.lock()
+                {
+                    t.push(Stamped {
+                        at,
+                        text: text.clone(),
+                    });
+                }
                 let _ = writeln!(file, "{text}");
                 let _ = file.flush();
                 if shown.is_some_and(|p| text.starts_with(p)) {

@@ -1,11 +1,12 @@
 //! End to end: a fleet under QEMU against a control plane on the host,
 //! run by liken's own parts (see qemu-tests/src/fleet/).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use qemu_tests::fleet::history::{self, History};
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
-use qemu_tests::fleet::progress::step;
-use qemu_tests::fleet::{self, Fleet};
+use qemu_tests::fleet::progress::{self, step};
+use qemu_tests::fleet::{self, Fleet, downtime, hold};
 use qemu_tests::images;
 use serde_json::Value;
 
@@ -147,17 +148,128 @@ spec:
     );
 }
 
-/// Fails the test when the whole watch history so far shows two
-/// machines disrupted at once (a turn held or used, or phase Updating,
-/// Booting or Lost: `history::disrupted`).
-fn no_two_disrupted(history: &qemu_tests::fleet::history::History) {
-    let overlaps = qemu_tests::fleet::history::overlapping_disruptions(&history.records());
+/// The Cluster's disruption budget in this scenario.
+const MAX_UNAVAILABLE: usize = 1;
+/// The host's cluster operator's sweep interval (its default, given
+/// explicitly so the hold windows below follow it).
+const SWEEP: Duration = Duration::from_secs(10);
+/// The host's cluster operator's stall limit: 60 s rather than the
+/// default 30 minutes, so a wait held for two sweeps plus the stall
+/// limit ([`hold::window`]) fits the scenario. A stall only changes the
+/// Cluster's Progressing condition; the scenario waits for none.
+const STALL: Duration = Duration::from_secs(60);
+
+/// The product's own view, kept as a second opinion: fails the test
+/// when the whole watch history so far shows two machines disrupted at
+/// once by the status the operators write (a turn held or used, or phase
+/// Updating, Booting or Lost: `history::disrupted`).
+fn no_two_disrupted(history: &History) {
+    let overlaps = history::overlapping_disruptions(&history.records());
     assert!(
         overlaps.is_empty(),
-        "two machines were disrupted at once ({} records):\n{}",
+        "two machines were disrupted at once by the operators' status ({} records):\n{}",
         history.len(),
         overlaps.join("\n")
     );
+}
+
+/// Fails the test when a watcher of the history relisted (lost its
+/// place) or could not read an object: a judgment from a history with a
+/// hole in it proves nothing.
+fn history_whole(history: &History, after: &str) {
+    let holes = history::decide_complete(&history.watches());
+    assert!(
+        holes.is_empty(),
+        "the watch history is not whole after {after}:\n{}",
+        holes.join("\n")
+    );
+}
+
+/// The independent judge (`fleet/downtime.rs`) over `[from, now)`:
+/// every machine's downtime from its own console (init's shutdown to
+/// its blessing, or to its Node Ready on a new bootID for a slot blessed
+/// already; a kill to the same) cross-checked with its Node's bootID,
+/// printed; fails the test when more than the budget were down at once
+/// or the two sources disagree. Then the operators' own view, the
+/// second opinion, and the history's wholeness.
+fn judge(fleet: &Fleet, history: &History, from: Instant, after: &str) -> downtime::Judgment {
+    let j = fleet.judge(&history.records(), MAX_UNAVAILABLE, from);
+    step(&format!(
+        "downtime so far by the machines' own consoles and Nodes (after {after}; budget \
+         {MAX_UNAVAILABLE}):"
+    ));
+    let lines = j.lines(from);
+    for l in &lines {
+        step(&format!("  {l}"));
+    }
+    let failures = j.failures();
+    assert!(
+        failures.is_empty(),
+        "by the machines' own consoles and Nodes, more than {MAX_UNAVAILABLE} machine was down \
+         at once, or the two disagree (after {after}):\n{}\nevery downtime:\n{}",
+        failures.join("\n"),
+        lines.join("\n")
+    );
+    no_two_disrupted(history);
+    history_whole(history, after);
+    j
+}
+
+/// Holds `machines`' wait from now over [`hold::window`] and fails the
+/// test if any of them was granted a turn, rebooted or armed a slot
+/// within it (`fleet/hold.rs`).
+fn hold_wait(fleet: &Fleet, history: &History, machines: &[&str], what: &str) {
+    let window = hold::window(SWEEP, STALL);
+    let from = Instant::now();
+    step(&format!(
+        "holding {what} for {} s (two sweeps and the stall limit): no grant, no reboot, no \
+         slot armed on {}",
+        window.as_secs(),
+        machines.join(", ")
+    ));
+    std::thread::sleep(window);
+    let to = Instant::now();
+    let records = history.records();
+    let mut broke = Vec::new();
+    for (name, signs) in fleet.signs(&records) {
+        if machines.contains(&name.as_str()) {
+            broke.extend(hold::decide_held(&name, &signs, &records, from, to));
+        }
+    }
+    assert!(
+        broke.is_empty(),
+        "{what} did not hold for {} s:\n{}",
+        window.as_secs(),
+        broke.join("\n")
+    );
+    step(&format!("{what} held for {} s", window.as_secs()));
+}
+
+/// Waits for every Node cordoned in the history to be uncordoned
+/// (a turn's drain lifted once the machine is back), then checks
+/// `drained` were cordoned at least once (so the check was exercised).
+fn uncordoned(fleet: &mut Fleet, history: &History, drained: &[&str]) {
+    let cordons = fleet.wait_for(
+        "every drained Node uncordoned",
+        None,
+        Duration::from_secs(180),
+        |_| {
+            let c = history::decide_cordons(&history.records());
+            if c.still.is_empty() {
+                Ok(c)
+            } else {
+                Err(format!("still cordoned: {}", c.still.join(", ")))
+            }
+        },
+    );
+    step(&format!("cordons so far, by Node: {:?}", cordons.cordoned));
+    for name in drained {
+        assert!(
+            cordons.cordoned.get(*name).is_some_and(|n| *n > 0),
+            "{name} took a turn but its Node was never cordoned (drained): {:?}",
+            cordons.cordoned
+        );
+    }
 }
 
 /// A Machine's JSON.
@@ -282,7 +394,6 @@ const TURN: Duration = Duration::from_secs(1200);
 #[test]
 #[ignore = "make test-e2e runs it: about 20 minutes under TCG"]
 fn a_fleet_upgrades_itself_one_machine_at_a_time() {
-    use qemu_tests::fleet::history::History;
     use qemu_tests::fleet::rollout;
     let (channel, releases) = fleet::channel();
     let (n, n1, n2) = (&releases[0], &releases[1], &releases[2]);
@@ -348,7 +459,14 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     // The cluster operator on the host, under the RBAC the release's
     // manifests made (the leader applied them), leading.
     let operator = fleet::operator_binary("liken-cluster-operator");
-    fleet.host.start_cluster_operator(&operator, TO_READY);
+    fleet.host.start_cluster_operator(
+        &operator,
+        TO_READY,
+        &[
+            format!("--sweep-interval={}s", SWEEP.as_secs()),
+            format!("--rollout-stall-after={}s", STALL.as_secs()),
+        ],
+    );
     fleet.wait_for(
         "the cluster operator leading (its Lease held by the host's copy)",
         None,
@@ -379,6 +497,11 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
             other => Err(format!("summary {other:?}")),
         }
     });
+
+    // From here the fleet is up: the independent judge counts every
+    // downtime after this moment against the budget.
+    let fleet_up = Instant::now();
+    history_whole(&history, "the wiring");
 
     // 2. The rollout to N+1.
     let mark = history.len();
@@ -414,6 +537,17 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         "the Manual machine must wait on its first boot until approved: {waiting:?}"
     );
     step(&format!("{manual} still waits: {}", waiting.release));
+    hold_wait(
+        &fleet,
+        &history,
+        &[&manual],
+        &format!("the Manual {manual}'s wait for approval"),
+    );
+    let still = seen(&machine(&fleet, &manual).unwrap_or_default());
+    assert!(
+        still.release.starts_with("RebootPending") && still.boot_time == waiting.boot_time,
+        "the Manual machine must still wait after the window: {still:?}"
+    );
     let approved = fleet.host.liken_on_cluster("approve-reboot", &[&manual]);
     step(&format!(
         "liken approve-reboot {manual}: {}",
@@ -422,7 +556,7 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     wait_on(&mut fleet, &manual, &n1.version, "B", TURN);
     let rollout_took = rollout_began.elapsed().as_secs_f64();
     let rollout_records = history.since(mark);
-    no_two_disrupted(&history);
+    judge(&fleet, &history, fleet_up, "the rollout to N+1");
     let turns = rollout::decide_turns(&rollout_records, &n1.version);
     step("the rollout to N+1, from the watch history (the rollout benchmark's figures):");
     for line in rollout::report(&turns, &n1.version) {
@@ -461,9 +595,11 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         let s = seen(&machine(&fleet, name).unwrap_or_default());
         boots.insert(name.clone(), s);
     }
+    uncordoned(&mut fleet, &history, &[&leader, &auto, &manual]);
 
     // 3. request-reboot: a new boot of the same release, through a turn.
     let before = boots[&auto].boot_time.clone();
+    let asked_at = Instant::now();
     let asked = fleet.host.liken_on_cluster("request-reboot", &[&auto]);
     step(&format!("liken request-reboot {auto}: {}", asked.trim()));
     let after = fleet.wait_for(
@@ -479,7 +615,40 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
             }
         },
     );
+    // It used a turn, and its new boot's time is the boot's own: within
+    // the downtime its console shows, not a default or the old boot's.
+    let records = history.records();
+    let turn = history::granted_at(&records, &auto, asked_at, Instant::now());
+    assert!(
+        turn.is_some(),
+        "request-reboot rebooted {auto} without a reboot turn (no RebootApproved in the history)"
+    );
+    let j = judge(&fleet, &history, fleet_up, "request-reboot");
+    let rebooted: Vec<&downtime::Interval> = j
+        .intervals
+        .iter()
+        .filter(|i| i.machine == auto && i.start >= asked_at)
+        .collect();
+    assert_eq!(
+        rebooted.len(),
+        1,
+        "request-reboot should reboot {auto} once by its console: {rebooted:?}"
+    );
+    let reported = after
+        .boot_time
+        .parse::<liken_api::Time>()
+        .unwrap_or_else(|e| panic!("{auto}'s boot time {:?}: {e}", after.boot_time));
+    if let Err(e) = downtime::decide_boot_time(reported.to_system(), rebooted[0], progress::wall) {
+        panic!("{auto}'s boot after request-reboot: {e}");
+    }
+    step(&format!(
+        "{auto}: request-reboot took a turn and rebooted once; its boot time {} lies in its \
+         downtime ({})",
+        after.boot_time,
+        rebooted[0].line(Instant::now())
+    ));
     boots.insert(auto.clone(), after);
+    uncordoned(&mut fleet, &history, &[]);
 
     // 4. Power pulled: Lost within the stale limit, back when on again.
     fleet.machine(&manual).kill();
@@ -506,7 +675,7 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     fleet.machine(&manual).boot();
     let back = wait_on(&mut fleet, &manual, &n1.version, "B", TO_READY);
     boots.insert(manual.clone(), back);
-    no_two_disrupted(&history);
+    judge(&fleet, &history, fleet_up, "the power cut");
 
     // 5. N+2 never becomes healthy: the leader falls back and the
     // rollout halts.
@@ -555,5 +724,33 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
             "{name} should stay on N+1, on the same boot, while N+2 is halted: {s:?}"
         );
     }
-    no_two_disrupted(&history);
+    let j = judge(&fleet, &history, fleet_up, "the halt of N+2");
+    let fell_back: Vec<&downtime::Interval> = j
+        .intervals
+        .iter()
+        .filter(|i| i.machine == leader && i.boots > 1)
+        .collect();
+    assert!(
+        !fell_back.is_empty(),
+        "{leader}'s failed trials and fallback should show as one downtime of several boots"
+    );
+    let open: Vec<String> = j
+        .intervals
+        .iter()
+        .filter(|i| i.end.is_none())
+        .map(|i| i.line(j.until))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "by their own consoles, machines are still down at the end:\n{}",
+        open.join("\n")
+    );
+    hold_wait(
+        &fleet,
+        &history,
+        &[&leader, &auto, &manual],
+        &format!("the halt of {}", n2.version),
+    );
+    uncordoned(&mut fleet, &history, &[]);
+    judge(&fleet, &history, fleet_up, "the whole scenario");
 }

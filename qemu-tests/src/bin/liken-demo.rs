@@ -389,7 +389,7 @@ fn daemon(dir: &Path) {
         },
     );
     let operator = fleet::operator_binary("liken-cluster-operator");
-    fleet.host.start_cluster_operator(&operator, start);
+    fleet.host.start_cluster_operator(&operator, start, &[]);
     fleet.wait_for(
         &format!("Machine {MACHINE} Ready (from its machine operator)"),
         Some(MACHINE),

@@ -1,26 +1,40 @@
-//! Every watch event of the Machines and the Cluster for a whole test,
-//! recorded as it arrives, so a test judges the rollout from what the
-//! apiserver said happened rather than from samples.
+//! Every watch event of the Machines, the Cluster and the Nodes for a
+//! whole test, recorded as it arrives, so a test judges the rollout from
+//! what the apiserver said happened rather than from samples.
 //!
-//! Two watchers (liken-kube's, listing first, resuming and relisting as
-//! any watcher does) feed one log of [`Record`]s, each with the time it
-//! arrived and the object as the apiserver sent it. The Machines arrive
-//! on one stream, in resourceVersion order, so per-machine states
+//! Three watchers (liken-kube's, listing first, resuming and relisting
+//! as any watcher does) feed one log of [`Record`]s, each with the time
+//! it arrived and the object as the apiserver sent it. The Machines
+//! arrive on one stream, in resourceVersion order, so per-machine states
 //! replayed from it are the order the apiserver stored them.
+//!
+//! A judgment from a history with a hole in it proves nothing, so each
+//! watcher's LISTs are logged ([`WatchLog`]): one, the first, is the
+//! whole history's start; a second means its watch lost its place (410
+//! Gone, or a failed LIST) and what changed in between is unknown
+//! ([`decide_complete`]).
+//!
+//! The Nodes are what the downtime judge ([`super::downtime`]) reads
+//! besides the consoles: `status.nodeInfo.bootID`, posted by the node's
+//! kubelet (here the stand-in) and written by no liken operator, and
+//! `spec.unschedulable`, whose cordons a turn must lift
+//! ([`decide_cordons`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use liken_kube::request::{CLUSTERS, MACHINES};
+use liken_kube::request::{CLUSTERS, MACHINES, NODES};
 use liken_kube::{Api, Client, DynamicObject, Event, StopHandle, Watcher};
 use serde_json::Value;
+
+use super::downtime::Sign;
 
 /// One event.
 #[derive(Clone, Debug)]
 pub struct Record {
     /// When it arrived.
     pub at: Instant,
-    /// `Machine` or `Cluster`.
+    /// `Machine`, `Cluster` or `Node`.
     pub kind: &'static str,
     /// `ADDED`/`MODIFIED` (applied), `DELETED`, or `LISTED` (a relist's
     /// item).
@@ -29,24 +43,89 @@ pub struct Record {
     pub object: Value,
 }
 
+/// One watcher's LISTs and what it could not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchLog {
+    /// The kind it watches.
+    pub kind: &'static str,
+    /// When each of its LISTs arrived (the first included).
+    pub lists: Vec<Instant>,
+    /// Objects it could not decode.
+    pub unreadable: u32,
+}
+
+/// Why the history is not whole, one line per watcher at fault; empty
+/// when every watcher listed exactly once (its start) and read every
+/// object since.
+pub fn decide_complete(logs: &[WatchLog]) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in logs {
+        match w.lists.len() {
+            1 => {}
+            0 => out.push(format!("the {} watch never listed", w.kind)),
+            n => out.push(format!(
+                "the {} watch listed {n} times (at {}): it lost its place {} time(s), and what \
+                 changed in between is not in the history",
+                w.kind,
+                w.lists
+                    .iter()
+                    .map(|t| super::progress::clock(*t))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                n - 1
+            )),
+        }
+        if w.unreadable > 0 {
+            out.push(format!(
+                "the {} watch could not read {} object(s)",
+                w.kind, w.unreadable
+            ));
+        }
+    }
+    out
+}
+
 /// The recorder.
 pub struct History {
     records: Arc<Mutex<Vec<Record>>>,
+    watches: Arc<Mutex<Vec<WatchLog>>>,
     stops: Vec<StopHandle>,
 }
 
 impl History {
-    /// Starts watching Machines and Clusters as `client`.
+    /// Starts watching Machines, Clusters and Nodes as `client`.
     pub fn start(client: &Client) -> History {
         let records = Arc::new(Mutex::new(Vec::new()));
+        let kinds = [
+            ("Machine", MACHINES),
+            ("Cluster", CLUSTERS),
+            ("Node", NODES),
+        ];
+        let watches = Arc::new(Mutex::new(
+            kinds
+                .iter()
+                .map(|(kind, _)| WatchLog {
+                    kind,
+                    ..WatchLog::default()
+                })
+                .collect::<Vec<_>>(),
+        ));
         let mut stops = Vec::new();
-        for (kind, resource) in [("Machine", MACHINES), ("Cluster", CLUSTERS)] {
+        for (i, (kind, resource)) in kinds.into_iter().enumerate() {
             let mut watcher = Watcher::<DynamicObject>::new(client.clone(), Api::all(resource));
             stops.push(watcher.stopper());
             let records = Arc::clone(&records);
+            let watches = Arc::clone(&watches);
             std::thread::spawn(move || {
                 watcher.run(&mut |e| {
                     let at = Instant::now();
+                    let log = |f: &dyn Fn(&mut WatchLog)| {
+                        if let Ok(mut w) = watches.lock()
+                            && let Some(w) = w.get_mut(i)
+                        {
+                            f(w);
+                        }
+                    };
                     let push = |event: &'static str, o: DynamicObject| {
                         if let Ok(mut r) = records.lock() {
                             r.push(Record {
@@ -59,18 +138,28 @@ impl History {
                     };
                     match e {
                         Event::Restarted(all) => {
+                            log(&|w| w.lists.push(at));
                             for o in all {
                                 push("LISTED", o);
                             }
                         }
                         Event::Applied(o) => push("APPLIED", o),
                         Event::Deleted(o) => push("DELETED", o),
-                        Event::Unreadable(_) => {}
+                        Event::Unreadable(_) => log(&|w| w.unreadable += 1),
                     }
                 });
             });
         }
-        History { records, stops }
+        History {
+            records,
+            watches,
+            stops,
+        }
+    }
+
+    /// Each watcher's LISTs so far.
+    pub fn watches(&self) -> Vec<WatchLog> {
+        self.watches.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
     /// Every record so far.
@@ -103,6 +192,96 @@ impl Drop for History {
             s.stop();
         }
     }
+}
+
+/// When `machine` was first granted a reboot turn within `[from, to]`:
+/// the first record there showing RebootApproved True after one that
+/// did not (or as its first record), so a grant held since before the
+/// window is not a new one.
+pub fn granted_at(
+    records: &[Record],
+    machine: &str,
+    from: Instant,
+    to: Instant,
+) -> Option<Instant> {
+    let mut held = false;
+    for r in records
+        .iter()
+        .filter(|r| r.kind == "Machine" && r.at <= to)
+        .filter(|r| r.object["metadata"]["name"] == machine)
+    {
+        let now = r.event != "DELETED"
+            && r.object["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == liken_api::coordination::REBOOT_APPROVED && c["status"] == "True"
+                });
+        if now && !held && r.at >= from {
+            return Some(r.at);
+        }
+        held = now;
+    }
+    None
+}
+
+/// Node `name`'s bootID and readiness at each of its records, as signs
+/// for the downtime judge (records without a bootID are left out).
+pub fn node_signs(records: &[Record], name: &str) -> Vec<(Instant, Sign)> {
+    records
+        .iter()
+        .filter(|r| r.kind == "Node" && r.event != "DELETED")
+        .filter(|r| r.object["metadata"]["name"] == name)
+        .filter_map(|r| {
+            let s = &r.object["status"];
+            let boot_id = s["nodeInfo"]["bootID"].as_str().filter(|b| !b.is_empty())?;
+            let ready = s["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            Some((
+                r.at,
+                Sign::Node {
+                    boot_id: boot_id.to_owned(),
+                    ready,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The Nodes' cordons in a history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cordons {
+    /// How many times each Node was cordoned (went unschedulable).
+    pub cordoned: std::collections::BTreeMap<String, u32>,
+    /// The Nodes unschedulable in their last record.
+    pub still: Vec<String>,
+}
+
+/// Replays the Node records: how often each was cordoned, and which are
+/// cordoned still.
+pub fn decide_cordons(records: &[Record]) -> Cordons {
+    let mut now: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut out = Cordons::default();
+    for r in records.iter().filter(|r| r.kind == "Node") {
+        let Some(name) = r.object["metadata"]["name"].as_str() else {
+            continue;
+        };
+        let cordoned = r.event != "DELETED" && r.object["spec"]["unschedulable"] == true;
+        let was = now.insert(name.to_owned(), cordoned).unwrap_or(false);
+        if cordoned && !was {
+            *out.cordoned.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    out.still = now
+        .into_iter()
+        .filter(|(_, c)| *c)
+        .map(|(n, _)| n)
+        .collect();
+    out
 }
 
 /// Whether a Machine (its JSON) is disrupted by a reboot turn: it holds
@@ -222,6 +401,132 @@ mod tests {
             ])
             .len()
                 == 1
+        );
+    }
+
+    fn node(at: Instant, name: &str, boot: &str, ready: &str, unschedulable: bool) -> Record {
+        Record {
+            at,
+            kind: "Node",
+            event: "APPLIED",
+            object: json!({"metadata": {"name": name},
+                "spec": {"unschedulable": unschedulable},
+                "status": {"nodeInfo": {"bootID": boot},
+                           "conditions": [{"type": "Ready", "status": ready}]}}),
+        }
+    }
+
+    #[test]
+    fn node_records_give_boot_ids_and_cordons() {
+        let t0 = Instant::now();
+        let s = |x: u64| t0 + std::time::Duration::from_secs(x);
+        let records = [
+            node(s(1), "a", "b1", "True", false),
+            node(s(2), "b", "c1", "True", false),
+            node(s(3), "a", "b1", "True", true),
+            node(s(4), "a", "b2", "Unknown", true),
+            node(s(5), "a", "", "True", true),
+            node(s(6), "a", "b2", "True", false),
+            node(s(7), "b", "c1", "True", true),
+            node(s(8), "b", "c1", "True", false),
+            node(s(9), "b", "c1", "True", true),
+        ];
+        let signs = node_signs(&records, "a");
+        assert_eq!(
+            signs
+                .iter()
+                .map(|(at, s)| (at.duration_since(t0).as_secs(), s.clone()))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    1,
+                    Sign::Node {
+                        boot_id: "b1".into(),
+                        ready: true
+                    }
+                ),
+                (
+                    3,
+                    Sign::Node {
+                        boot_id: "b1".into(),
+                        ready: true
+                    }
+                ),
+                (
+                    4,
+                    Sign::Node {
+                        boot_id: "b2".into(),
+                        ready: false
+                    }
+                ),
+                (
+                    6,
+                    Sign::Node {
+                        boot_id: "b2".into(),
+                        ready: true
+                    }
+                ),
+            ]
+        );
+        let c = decide_cordons(&records);
+        assert_eq!(c.cordoned.get("a"), Some(&1));
+        assert_eq!(c.cordoned.get("b"), Some(&2));
+        assert_eq!(c.still, ["b"]);
+    }
+
+    #[test]
+    fn grants_are_found_by_machine_and_window() {
+        let t0 = Instant::now();
+        let s = |x: u64| t0 + std::time::Duration::from_secs(x);
+        let granted = json!([{"type": "RebootApproved", "status": "True"}]);
+        let free = json!([{"type": "RebootApproved", "status": "False"}]);
+        let mut records = vec![
+            rec("a", 1, "Ready", granted.clone()),
+            rec("b", 2, "Ready", granted.clone()),
+            rec("a", 3, "Ready", granted.clone()),
+            rec("a", 4, "Ready", free.clone()),
+            rec("a", 5, "Ready", granted.clone()),
+        ];
+        for (r, at) in records.iter_mut().zip([s(10), s(20), s(25), s(30), s(50)]) {
+            r.at = at;
+        }
+        assert_eq!(granted_at(&records, "a", s(0), s(60)), Some(s(10)));
+        // Held since before the window: not a new grant; the next one is.
+        assert_eq!(granted_at(&records, "a", s(11), s(40)), None);
+        assert_eq!(granted_at(&records, "a", s(11), s(60)), Some(s(50)));
+        assert_eq!(granted_at(&records, "b", s(0), s(40)), Some(s(20)));
+        assert_eq!(granted_at(&records, "c", s(0), s(40)), None);
+    }
+
+    #[test]
+    fn a_history_is_whole_with_one_list_per_watcher_and_nothing_unreadable() {
+        let t0 = Instant::now();
+        let log = |kind, lists: usize, unreadable| WatchLog {
+            kind,
+            lists: vec![t0; lists],
+            unreadable,
+        };
+        assert!(decide_complete(&[log("Machine", 1, 0), log("Node", 1, 0)]).is_empty());
+        let holes = decide_complete(&[
+            log("Machine", 2, 0),
+            log("Cluster", 0, 0),
+            log("Node", 1, 3),
+        ]);
+        assert_eq!(holes.len(), 3, "{holes:?}");
+        assert!(
+            holes[0].contains("the Machine watch listed 2 times"),
+            "{}",
+            holes[0]
+        );
+        assert!(
+            holes[1].contains("the Cluster watch never listed"),
+            "{}",
+            holes[1]
+        );
+        assert!(
+            holes[2].contains("could not read 3 object(s)"),
+            "{}",
+            holes[2]
         );
     }
 }

@@ -417,8 +417,9 @@ impl Host {
     /// ServiceAccount and RBAC the release's manifests made (the
     /// leader's k3s applies them; this waits for the ServiceAccount to
     /// appear), with a TokenRequest token in a kubeconfig of its own,
-    /// metrics on a loopback port, and its log in the host's logs.
-    pub fn start_cluster_operator(&mut self, binary: &Path, within: Duration) {
+    /// metrics on a loopback port, its log in the host's logs, and
+    /// `flags` after the harness's own.
+    pub fn start_cluster_operator(&mut self, binary: &Path, within: Duration, flags: &[String]) {
         step("waiting for the release's manifests to make the cluster operator's ServiceAccount");
         let deadline = Instant::now() + within;
         loop {
@@ -469,6 +470,7 @@ impl Host {
             .arg(&kubeconfig)
             .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
             .arg("--identity=host")
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))
             .stderr(file);

@@ -10,18 +10,22 @@
 //! guest reboots in place (the firmware, systemd-boot's try counters in
 //! OVMF's variables and the disk stay), so a reboot the machine asks for
 //! is the machine's own. Its console goes to one log
-//! (`<target>/qemu-logs/<fleet>-<machine>.log`, appended across starts).
-//! [`Machine::kill`] pulls its power; [`Machine::boot`] starts it again.
+//! (`<target>/qemu-logs/<fleet>-<machine>.log`, appended across starts)
+//! and, each line stamped with the moment the host received it, to one
+//! timeline ([`Machine::console`]) that the downtime judge reads
+//! ([`Machine::signs`]). [`Machine::kill`] pulls its power;
+//! [`Machine::boot`] starts it again; both are noted with their times.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::downtime::{Sign, read_console};
 use super::host::MachineSpec;
 use super::progress::step;
 use crate::firmware::{Firmware, Ovmf};
 use crate::install::{blank_disk, install_args, pull_stick_and_power_off};
-use crate::{Launch, Vm, drives};
+use crate::{Launch, Timeline, Vm, drives};
 
 /// The entries of systemd-boot's menu as the serial console drew them
 /// last, top to bottom, and which one is highlighted: each entry is
@@ -118,6 +122,11 @@ pub struct Machine {
     vm: Option<Vm>,
     /// How many times its QEMU was started.
     pub starts: u32,
+    /// Every console line of the installed machine, across its starts,
+    /// with the moment the host received it.
+    pub console: Timeline,
+    /// The test's hand on its power: each power-on and kill, timed.
+    pub power: Vec<(Instant, Sign)>,
 }
 
 impl Machine {
@@ -175,6 +184,8 @@ impl Machine {
             },
             vm: None,
             starts: 0,
+            console: Timeline::default(),
+            power: Vec::new(),
         }
     }
 
@@ -200,6 +211,7 @@ impl Machine {
     /// Starts (or starts again) the installed machine.
     pub fn boot(&mut self) {
         self.starts += 1;
+        self.power.push((Instant::now(), Sign::PoweredOn));
         step(&format!(
             "{}: powering on (console in {})",
             self.spec.name,
@@ -214,6 +226,7 @@ impl Machine {
                 memory_mib: MEMORY_MIB,
                 reboot_in_place: true,
                 append_log: true,
+                timeline: Some(self.console.clone()),
                 ..Launch::default()
             },
         ));
@@ -221,11 +234,31 @@ impl Machine {
 
     /// Pulls the machine's power (SIGKILL to QEMU).
     pub fn kill(&mut self) {
+        self.power.push((Instant::now(), Sign::Killed));
         if let Some(vm) = self.vm.as_mut() {
             vm.kill();
         }
         step(&format!("{}: power pulled (QEMU killed)", self.spec.name));
         self.vm = None;
+    }
+
+    /// What the machine did by its console, and what the test did to
+    /// its power, in time order: the downtime judge's evidence from this
+    /// side (the Node's comes from the watch history).
+    pub fn signs(&self) -> Vec<(Instant, Sign)> {
+        let mut signs: Vec<(Instant, Sign)> = self
+            .console
+            .lock()
+            .map(|lines| {
+                lines
+                    .iter()
+                    .filter_map(|l| Some((l.at, read_console(&l.text)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        signs.extend(self.power.iter().cloned());
+        signs.sort_by_key(|(at, _)| *at);
+        signs
     }
 
     /// Whether the machine's QEMU runs.

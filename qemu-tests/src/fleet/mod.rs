@@ -6,9 +6,15 @@
 //!   release channel (`liken serve`), the cluster operator.
 //! - [`machine`]: one machine: installed from the stick, then run on its
 //!   own disk, its console in its own log.
-//! - [`history`]: every watch event of the Machines and the Cluster.
+//! - [`history`]: every watch event of the Machines, the Cluster and
+//!   the Nodes.
 //! - [`rollout`]: each machine's turn to a release, read from that
 //!   history and timed.
+//! - [`downtime`]: each machine's downtime from its own console and its
+//!   Node's bootID, and the budget judged on it, independently of the
+//!   status the operators write.
+//! - [`hold`]: a wait held over a window (no grant, no reboot, no slot
+//!   armed).
 //! - [`progress`]: what is building, booting or awaited, as it happens.
 //!
 //! Under TCG on two cores the expensive part is the machines, so a
@@ -19,7 +25,9 @@
 //! fleet is dropped, and with the test process if it is killed
 //! (liken-testenv's spawner).
 
+pub mod downtime;
 pub mod history;
+pub mod hold;
 pub mod host;
 pub mod machine;
 pub mod progress;
@@ -28,6 +36,8 @@ pub mod rollout;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use downtime::{Judgment, Sign};
+use history::Record;
 use host::{Host, MachineSpec};
 use machine::Machine;
 use progress::step;
@@ -151,6 +161,31 @@ impl Fleet {
             }
             std::thread::sleep(POLL);
         }
+    }
+
+    /// Each machine's signs for the downtime judge: its console's and
+    /// the test's power actions ([`Machine::signs`]) merged in time order
+    /// with its Node's bootID and readiness from `records`.
+    pub fn signs(&self, records: &[Record]) -> Vec<(String, Vec<(Instant, Sign)>)> {
+        self.machines
+            .iter()
+            .map(|m| {
+                let mut signs = m.signs();
+                signs.extend(history::node_signs(records, &m.spec.name));
+                // Stable: a console line and a watch event at the same
+                // instant keep their sources' order.
+                signs.sort_by_key(|(at, _)| *at);
+                (m.spec.name.clone(), signs)
+            })
+            .collect()
+    }
+
+    /// The independent judgment of the budget over `[from, now)`: each
+    /// machine's downtime from its own console and its Node
+    /// ([`downtime`]), and where more than `max_unavailable` were down
+    /// at once.
+    pub fn judge(&self, records: &[Record], max_unavailable: usize, from: Instant) -> Judgment {
+        Judgment::of(&self.signs(records), max_unavailable, from, Instant::now())
     }
 
     /// `kubectl get <args> -o json` as the admin, parsed.

@@ -6,11 +6,40 @@
 
 use std::io::Write;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
-fn began() -> Instant {
-    static BEGAN: OnceLock<Instant> = OnceLock::new();
-    *BEGAN.get_or_init(Instant::now)
+/// The moment of the first progress line (or of the first call), on the
+/// monotonic clock and the wall clock, read together.
+fn anchor() -> (Instant, SystemTime) {
+    static BEGAN: OnceLock<(Instant, SystemTime)> = OnceLock::new();
+    *BEGAN.get_or_init(|| (Instant::now(), SystemTime::now()))
+}
+
+/// When the run began: `[mm:ss]` counts from here.
+pub fn began() -> Instant {
+    anchor().0
+}
+
+/// The wall-clock time of monotonic instant `at`, by the anchor taken at
+/// the start (so a wall-clock step during the run does not move it):
+/// for comparing a host-side moment with a time a machine reported.
+pub fn wall(at: Instant) -> SystemTime {
+    let (mono, wall) = anchor();
+    match at.checked_duration_since(mono) {
+        Some(after) => wall + after,
+        None => wall - mono.saturating_duration_since(at),
+    }
+}
+
+/// `[mm:ss]` of `at`, counted from [`began`].
+pub fn clock(at: Instant) -> String {
+    let t = at.saturating_duration_since(began()).as_secs();
+    format!("[{:02}:{:02}]", t / 60, t % 60)
+}
+
+/// Seconds of `d`, rounded, for a line a person reads.
+pub fn secs(d: Duration) -> String {
+    format!("{:.0} s", d.as_secs_f64())
 }
 
 /// Seconds since the first progress line.
