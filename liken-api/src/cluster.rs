@@ -234,6 +234,23 @@ pub struct RebootTurn {
     /// turn was granted, so the sweep can tell when it has rebooted.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub boot: String,
+    /// The first 12 hex digits of each staged change the turn applies
+    /// (the Machine's `status.pending` when it was granted), sorted: with
+    /// `boot` and `release`, what the grant allows
+    /// ([`crate::coordination::TurnPurpose`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+}
+
+impl RebootTurn {
+    /// What this turn's grant allows.
+    pub fn purpose(&self) -> crate::coordination::TurnPurpose {
+        crate::coordination::TurnPurpose {
+            boot: self.boot.clone(),
+            release: self.release.clone(),
+            changes: self.changes.clone(),
+        }
+    }
 }
 
 /// A halted rollout: a machine given a turn for `release` came back

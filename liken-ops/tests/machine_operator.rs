@@ -450,3 +450,68 @@ fn network_configured_compares_the_running_network_and_stages_changes() {
     );
     op.stop();
 }
+
+/// A grant names what it allows (issue 21): a grant for another boot, or
+/// for a sysctl change alone when a release was written since, is never
+/// acted on: no cordon, no request to init. Before grants named their
+/// purpose, any RebootApproved condition made the machine cordon, drain
+/// and reboot.
+#[test]
+fn a_grant_for_something_else_is_never_acted_on() {
+    use liken_api::coordination::TurnPurpose;
+    let m = machine_doc("purpose-1");
+    let c = cluster_doc(&["seed-1"]);
+    let (host, op) = start_machine("purpose-1", &m, &c, &[]);
+    set_swappiness("purpose-1", "10");
+    let asking = wait_machine(
+        "purpose-1",
+        "a reboot to be asked for",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+    );
+    let asked = liken_ops::cluster::rollout::asked_purpose(&asking);
+    // The same changes, but a release the machine does not stage; then
+    // the same changes in another boot.
+    let with_release = TurnPurpose {
+        release: Some(liken_api::Version::parse("2099.01.01-001").unwrap()),
+        ..asked.clone()
+    };
+    let other_boot = TurnPurpose {
+        boot: "ffffffffffff".into(),
+        ..asked.clone()
+    };
+    for wrong in [with_release, other_boot] {
+        grant_naming("purpose-1", &wrong);
+        let held = wait_machine(
+            "purpose-1",
+            "the grant to be judged",
+            &op,
+            Duration::from_secs(30),
+            |m| {
+                condition(m, SYSCTLS_APPLIED)
+                    .is_some_and(|(_, _, msg)| msg.contains(&wrong.describe()))
+            },
+        );
+        assert!(has_reason(&held, SYSCTLS_APPLIED, reason::AWAITING_TURN));
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(
+            host.asked().is_empty(),
+            "init was asked: {:?}",
+            host.asked()
+        );
+        let node = get("/api/v1/nodes/purpose-1").unwrap();
+        assert_ne!(node["spec"]["unschedulable"], true, "cordoned on {wrong:?}");
+    }
+    // A grant for exactly what is staged is taken.
+    grant("purpose-1");
+    wait_machine(
+        "purpose-1",
+        "the reboot to be asked",
+        &op,
+        Duration::from_secs(60),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOTING),
+    );
+    assert_eq!(host.asked(), [Request::Reboot]);
+    op.stop();
+}

@@ -480,9 +480,13 @@ impl Sweeper {
                     REBOOT_APPROVED,
                     ConditionStatus::True,
                     GRANT_REASON,
-                    format!(
-                        "the cluster operator granted this machine a reboot turn{release} \
-                         (spec.disruptionBudget.maxUnavailable {budget})"
+                    coordination::grant_message(
+                        &format!(
+                            "the cluster operator granted this machine a reboot turn{release} \
+                             (spec.disruptionBudget.maxUnavailable {budget}); it allows only \
+                             what it names"
+                        ),
+                        &g.purpose,
                     ),
                 )
                 .with_generation(m.metadata.generation),

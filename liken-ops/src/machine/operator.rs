@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, select};
 use liken_api::control::Request;
-use liken_api::coordination::{K3S_CONFIGURED, reason};
+use liken_api::coordination::{self, GrantFor, K3S_CONFIGURED, reason};
 use liken_api::machine::DisruptionKind;
 use liken_api::ondisk::Document;
 use liken_api::{Cluster, Machine, Time, annotations};
@@ -520,6 +520,12 @@ impl Operator {
                 d.ask(&pass.intent, c, pass.boot_id.as_ref());
             }
         }
+        // Every disruptive step (cordon, drain, init's request) first
+        // reads the Machine fresh: the grant must still be there and name
+        // exactly what this turn applies.
+        if !pass.blind && pass.disrupts() {
+            self.check_grant(&mut pass);
+        }
         let disrupt = if pass.blind {
             None
         } else {
@@ -527,11 +533,13 @@ impl Operator {
         };
 
         self.metrics.observe(&pass);
-        let written = self.write_status(&machine, &pass, now);
+        let written = self.write_status(&machine, &mut pass, now);
         if let Some(kind) = disrupt {
-            // The status saying Rebooting or Restarting has landed (or
-            // the disruption waits for the next pass).
-            if written {
+            // The status saying Rebooting or Restarting has landed on a
+            // copy holding the grant (or the disruption waits for the
+            // next pass); a write that found the grant gone took the
+            // step back.
+            if written && pass.disrupts() && self.check_grant(&mut pass) {
                 self.disrupt(&machine, &pass, kind, now);
             }
         }
@@ -860,9 +868,43 @@ impl Operator {
         }
     }
 
+    /// Reads the Machine fresh and answers whether it holds a grant for
+    /// exactly what this pass applies; when it does not, the pass takes
+    /// its step back ([`Pass::grant_gone`]). A failed read allows nothing.
+    fn check_grant(&mut self, pass: &mut Pass) -> bool {
+        match self
+            .client
+            .get::<Machine>(&Api::all(MACHINES), &self.machine)
+        {
+            Ok(fresh) => {
+                let grant = coordination::grant_for(&fresh.status.conditions, &pass.purpose);
+                if self.written.as_ref().is_none_or(|w| rv(&fresh) > rv(w)) {
+                    self.written = Some(fresh);
+                }
+                if grant == GrantFor::This {
+                    return true;
+                }
+                log::info(
+                    "the grant is gone or names something else; taking no disruptive step",
+                    &[("purpose", &pass.purpose.describe())],
+                );
+                pass.grant_gone(grant);
+                false
+            }
+            Err(e) => {
+                log::warn(
+                    "reading the Machine to check its grant failed; taking no disruptive step",
+                    &[("err", &e)],
+                );
+                pass.grant_gone(GrantFor::None);
+                false
+            }
+        }
+    }
+
     /// Writes the status when it changed; answers whether the status now
     /// stored is this pass's.
-    fn write_status(&mut self, machine: &Machine, pass: &Pass, now: Time) -> bool {
+    fn write_status(&mut self, machine: &Machine, pass: &mut Pass, now: Time) -> bool {
         let generation = machine.metadata.generation;
         let status = compose(&machine.status, pass, generation, now);
         if status == machine.status {
@@ -893,6 +935,23 @@ impl Operator {
                     // person's annotation): compose again on their copy.
                     match self.client.get::<Machine>(&api, &self.machine) {
                         Ok(fresh) => {
+                            // The grant this pass acted on may be gone
+                            // from their copy: check again before saying
+                            // (and doing) anything that uses it.
+                            if pass.disrupts() {
+                                let grant = coordination::grant_for(
+                                    &fresh.status.conditions,
+                                    &pass.purpose,
+                                );
+                                if grant != GrantFor::This {
+                                    log::info(
+                                        "the grant changed under a status write; taking the \
+                                         turn's step back",
+                                        &[("purpose", &pass.purpose.describe())],
+                                    );
+                                    pass.grant_gone(grant);
+                                }
+                            }
                             let status =
                                 compose(&fresh.status, pass, fresh.metadata.generation, now);
                             if status == fresh.status {

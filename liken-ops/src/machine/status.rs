@@ -127,6 +127,8 @@ mod tests {
             approval: crate::machine::approval::Approval::None,
             request: crate::machine::approval::RebootRequest::None,
             wanted: None,
+            purpose: liken_api::coordination::TurnPurpose::default(),
+            grant: liken_api::coordination::GrantFor::None,
             turn: crate::machine::turn::TurnStep::Idle,
             node_patch: None,
             intent: crate::machine::release::Intent::None,

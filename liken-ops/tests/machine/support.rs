@@ -526,15 +526,21 @@ impl Drop for Operator {
 /// Grants `name` a reboot turn the way the cluster operator does: the
 /// RebootApproved condition added to its status (retrying on conflict).
 pub fn grant(name: &str) {
-    set_grant(name, true);
+    set_grant(name, true, None);
+}
+
+/// Grants `name` a turn that names `purpose` rather than what it asks for
+/// (a grant issued before a release was written, or in another boot).
+pub fn grant_naming(name: &str, purpose: &liken_api::coordination::TurnPurpose) {
+    set_grant(name, true, Some(purpose));
 }
 
 /// Takes the turn back: the condition removed.
 pub fn reclaim(name: &str) {
-    set_grant(name, false);
+    set_grant(name, false, None);
 }
 
-fn set_grant(name: &str, on: bool) {
+fn set_grant(name: &str, on: bool, naming: Option<&liken_api::coordination::TurnPurpose>) {
     let path = format!("/apis/liken.sh/v1alpha1/machines/{name}/status");
     for _ in 0..20 {
         let mut v = get(&format!("/apis/liken.sh/v1alpha1/machines/{name}")).unwrap();
@@ -547,11 +553,18 @@ fn set_grant(name: &str, on: bool) {
             .filter(|c| c["type"] != liken_api::coordination::REBOOT_APPROVED)
             .collect();
         if on {
+            // The grant names what the Machine asks for, as the cluster
+            // operator's does.
+            let m: liken_api::Machine = serde_json::from_value(v.clone()).unwrap();
+            let purpose = naming
+                .cloned()
+                .unwrap_or_else(|| liken_ops::cluster::rollout::asked_purpose(&m));
             kept.push(json!({
                 "type": liken_api::coordination::REBOOT_APPROVED,
                 "status": "True",
                 "reason": liken_api::coordination::GRANT_REASON,
-                "message": "granted by the test, as the cluster operator grants",
+                "message": liken_api::coordination::grant_message(
+                    "granted by the test, as the cluster operator grants", &purpose),
                 "lastTransitionTime": Time::from_system(std::time::SystemTime::now()).to_string(),
             }));
         }
