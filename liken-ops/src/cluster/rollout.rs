@@ -144,10 +144,14 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    /// The same decision with no grant: what a sweep carries out when the
-    /// ledger it must write first did not land as sent.
+    /// The same decision with no grant and no reclaim: what a sweep
+    /// carries out when the ledger it must write first did not land as
+    /// sent. A reclaim waits too, because the halt the sweep found (and
+    /// the entry a reclaim lets the next sweep free) is only recorded by
+    /// that write.
     pub fn without_grants(mut self) -> Rollout {
         self.grants.clear();
+        self.reclaims.clear();
         self
     }
 }
@@ -265,15 +269,18 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         };
         let granted = coordination::holds_grant(&j.machine.status.conditions);
         let unchanged = j.machine.metadata.resource_version == e.machine_resource_version;
-        if !granted && !unchanged {
-            freed.push(e.machine.clone());
-            continue;
-        }
+        // The failure is judged before the entry may be freed: a sweep
+        // whose status write failed may already have taken the grant
+        // back, and the entry is the only record of what the turn booted.
         if let (Some(release), Some(t)) = (&e.release, target)
             && release == t
             && let Some(cause) = failure(j, e, release)
         {
             failed.push((e.machine.clone(), cause));
+        }
+        if !granted && !unchanged {
+            freed.push(e.machine.clone());
+            continue;
         }
         if !granted && coordination::wants_turn(&j.machine.status.conditions) {
             confirms.push(Grant {

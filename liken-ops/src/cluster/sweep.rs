@@ -10,7 +10,9 @@
 //!    key and refusal the status below carries.
 //! 1. **The Cluster's status**, carrying the turn ledger, with the
 //!    resourceVersion the sweep read (a conflict means another copy wrote
-//!    since, and this sweep's grants must not go out). Each condition that
+//!    since, and this sweep's grants and reclaims must not go out: a
+//!    reclaim lets the next sweep free a ledger entry, which must not
+//!    happen before the halt this sweep found is stored). Each condition that
 //!    transitioned posts its Event after the write lands. If the stored
 //!    answer lacks the ledger or halt that was sent (a CRD from an older
 //!    release pruned them), no grant goes out and Progressing says why.

@@ -604,6 +604,32 @@ fn a_release_that_falls_back_halts_its_rollout() {
 }
 
 #[test]
+fn a_fall_back_halts_even_once_its_grant_is_gone() {
+    // The sweep that saw the fall-back failed to write the Cluster's
+    // status; a reclaim went out anyway, and the machine has written
+    // since. The entry is freed, but the halt is still recorded.
+    let mut a = fell_back();
+    a.granted = false;
+    a.rv = "12";
+    let mut s = scenario(vec![a, m("b").for_release()]);
+    s.budget = 3;
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 600)];
+    let r = s.decide();
+    assert_eq!(r.freed, ["a"]);
+    assert_eq!(r.halt.as_ref().map(|h| h.cause), Some(HaltCause::FellBack));
+    assert!(granted(&r).is_empty(), "{:?}", r.grants);
+    // A sweep whose ledger did not land sends neither grants nor reclaims.
+    let mut held = fell_back();
+    held.granted = true;
+    let mut s = scenario(vec![held]);
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 600)];
+    let r = s.decide();
+    assert_eq!(r.reclaims, ["a"]);
+    let r = r.without_grants();
+    assert!(r.reclaims.is_empty() && r.grants.is_empty());
+}
+
+#[test]
 fn a_release_reported_blocked_halts_and_a_good_boot_does_not() {
     let mut a = m("a").for_release();
     a.granted = true;
