@@ -369,6 +369,24 @@ impl Cluster {
         }
     }
 
+    /// The rollout halt in force: the stored one, while `spec.version`
+    /// still names its release and the `liken.sh/resume-rollout`
+    /// annotation still has the value it had when the halt began. Both
+    /// operators judge a halt by this one rule: the cluster operator
+    /// grants no turn for the release, and no machine writes it into its
+    /// inactive slot or keeps it armed there.
+    #[cfg(feature = "status")]
+    pub fn active_halt(&self) -> Option<&RolloutHalt> {
+        let resume = self
+            .metadata
+            .annotation(crate::annotations::RESUME_ROLLOUT)
+            .unwrap_or_default();
+        self.status
+            .rollout_halt
+            .as_ref()
+            .filter(|h| Some(&h.release) == self.spec.version.as_ref() && h.resume == resume)
+    }
+
     /// The budget, [`DEFAULT_MAX_UNAVAILABLE`] when the spec sets none.
     pub fn max_unavailable(&self) -> u32 {
         self.spec

@@ -73,6 +73,12 @@ pub enum Request {
     /// Verify a downloaded release again and write it into the inactive
     /// slot, the new loader entry last. Answered when done.
     WriteRelease(WriteRelease),
+    /// Take the inactive slot out of the bootloaders' reach again (its
+    /// loader entries and kernel removed, GRUB pointed at the booted
+    /// slot), so the next boot, whatever causes it, is the running
+    /// release: what a machine does with a written release whose rollout
+    /// halted. Answered with [`Response::Accepted`] once done and synced.
+    DisarmRelease,
 }
 
 /// Which release to write, and the release.yaml the client trusted.
@@ -111,6 +117,7 @@ impl Request {
             Request::Poweroff => "poweroff",
             Request::RestartK3s => "restartK3s",
             Request::WriteRelease(_) => "writeRelease",
+            Request::DisarmRelease => "disarmRelease",
         }
     }
 }

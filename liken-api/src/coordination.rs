@@ -121,6 +121,10 @@ pub mod reason {
     pub const FACTS_UNREADABLE: &str = "FactsUnreadable";
     /// init has not published this boot's record yet.
     pub const BOOTING: &str = "Booting";
+    /// The target release's rollout is halted (the Cluster's
+    /// `status.rolloutHalt`): it is not written into the inactive slot,
+    /// and a copy written before the halt is disarmed.
+    pub const ROLLOUT_HALTED: &str = "RolloutHalted";
 }
 
 /// The namespace of the heartbeat Leases (and of the operators).

@@ -242,11 +242,7 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
 
     // The halt as stored, unless the target moved or a new resume value
     // lifted it.
-    let mut halt = cluster
-        .status
-        .rollout_halt
-        .clone()
-        .filter(|h| Some(&h.release) == target && h.resume == resume);
+    let mut halt = cluster.active_halt().cloned();
 
     // The ledger: keep what may still hold or land, free the rest.
     let mut turns: Vec<RebootTurn> = Vec::new();

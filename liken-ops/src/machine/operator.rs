@@ -68,6 +68,8 @@ pub mod event_reason {
     pub const REBOOTING: &str = "Rebooting";
     /// init was asked to restart k3s.
     pub const RESTARTING: &str = "RestartingK3s";
+    /// A release written before its rollout halted was disarmed.
+    pub const DISARMED: &str = "ReleaseDisarmed";
     /// init refused (or did not answer) a disruption.
     pub const INIT_REFUSED: &str = "InitRefused";
     /// The node was uncordoned after the turn.
@@ -519,6 +521,11 @@ impl Operator {
             if let (Some(d), Some(c)) = (&self.downloads, &cluster) {
                 d.ask(&pass.intent, c, pass.boot_id.as_ref());
             }
+            if pass.disarm
+                && let Some(w) = &facts.written
+            {
+                self.disarm_release(&machine, w);
+            }
         }
         // Every disruptive step (cordon, drain, init's request) first
         // reads the Machine fresh: the grant must still be there and name
@@ -865,6 +872,40 @@ impl Operator {
                     &format!("{e}; {advice}"),
                 );
             }
+        }
+    }
+
+    /// Asks init to disarm the release this boot wrote (its rollout
+    /// halted), then records the slot as holding nothing to boot, so the
+    /// status stops listing it as staged. A refusal is tried again on the
+    /// next pass; until init answers, no reboot is asked for.
+    fn disarm_release(&self, machine: &Machine, written: &crate::machine::facts::Written) {
+        match self.init.disarm_release() {
+            Ok(()) => {
+                let disarmed = crate::machine::facts::Written {
+                    version: None,
+                    ..written.clone()
+                };
+                if let Err(e) = host::record_written(&self.cfg.paths, &disarmed) {
+                    log::warn("recording the disarm failed", &[("err", &e)]);
+                }
+                let version = written.version.as_ref().map_or("", |v| v.as_str());
+                log::info("disarmed a halted release", &[("release", &version)]);
+                self.event(
+                    machine,
+                    EventType::Warning,
+                    event_reason::DISARMED,
+                    &format!(
+                        "the rollout of {version} halted after it was written into the inactive \
+                         slot; init took it out of the bootloaders' reach, so the next boot is \
+                         the running release"
+                    ),
+                );
+            }
+            Err(e) => log::warn(
+                "asking init to disarm a halted release failed; the next pass asks again",
+                &[("err", &e)],
+            ),
         }
     }
 

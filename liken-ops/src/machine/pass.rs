@@ -128,6 +128,9 @@ pub struct Pass {
     pub node_patch: Option<NodeDrift>,
     /// What the download worker should do.
     pub intent: Intent,
+    /// Ask init to disarm the release this boot wrote (its rollout
+    /// halted).
+    pub disarm: bool,
     /// The running boot's id, when known.
     pub boot_id: Option<Sha256Hex>,
     /// The desired Machine's canonical hash (what a restart applies).
@@ -249,6 +252,7 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         turn: TurnStep::Idle,
         node_patch: None,
         intent: Intent::None,
+        disarm: false,
         boot_id: record.map(BootRecord::boot_id),
         machine_hash: sha256(b""),
         k3s_pid: None,
@@ -590,11 +594,14 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         (a, _) => a,
     };
     let wanted = decide_wanted(auto, &pending, &approval);
-    let staged_version = written.and_then(|w| w.version.clone()).or_else(|| {
-        stored_staged
+    // What this boot wrote (or disarmed) is the last word on the other
+    // slot; the stored status speaks for earlier boots.
+    let staged_version = match written {
+        Some(w) => w.version.clone(),
+        None => stored_staged
             .filter(|v| Some(*v) != record.version.as_ref())
-            .cloned()
-    });
+            .cloned(),
+    };
     let purpose = TurnPurpose::new(
         boot_id.as_str(),
         staged_version
@@ -715,6 +722,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         turn,
         node_patch,
         intent: release.intent,
+        disarm: release.disarm,
         boot_id: Some(boot_id),
         machine_hash: desired_hash,
         k3s_pid: init.k3s.pid,

@@ -132,6 +132,7 @@ mod tests {
             turn: crate::machine::turn::TurnStep::Idle,
             node_patch: None,
             intent: crate::machine::release::Intent::None,
+            disarm: false,
             boot_id: None,
             machine_hash: liken_api::hash::sha256(b""),
             k3s_pid: None,

@@ -337,6 +337,11 @@ impl Host {
                             },
                         },
                     },
+                    (Request::DisarmRelease, _) => {
+                        // The written slot is no boot target any more.
+                        st.written = None;
+                        Response::Accepted
+                    }
                     (Request::RestartK3s, _) => {
                         // init stops k3s and starts it again: a new pid.
                         st.k3s_pid += 1;
@@ -780,4 +785,30 @@ pub fn holds_turn_until_down(name: &str, type_: &str) {
         true,
         "{name} was uncordoned before it went down"
     );
+}
+
+/// Sets the Cluster's target release, its channel and its catalog.
+pub fn target(source: &str, version: &str, catalog: &[(&str, &liken_api::Digest)]) {
+    let catalog: Vec<_> = catalog
+        .iter()
+        .map(|(v, d)| json!({"version": v, "digest": d.to_string()}))
+        .collect();
+    patch(
+        &["cluster", "home"],
+        &json!({"spec": {"version": version, "releases": {"source": source, "catalog": catalog}}}),
+    );
+}
+
+/// Waits for ReleaseCurrent to carry `want` and words of `says`.
+pub fn release_reason(name: &str, op: &Operator, want: &str, says: &str) -> liken_api::Machine {
+    wait_machine(
+        name,
+        &format!("ReleaseCurrent {want}: {says}"),
+        op,
+        Duration::from_secs(60),
+        |m| {
+            condition(m, liken_api::coordination::RELEASE_CURRENT)
+                .is_some_and(|(_, r, msg)| r == want && msg.contains(says))
+        },
+    )
 }
