@@ -685,6 +685,11 @@ impl Operator {
                             event_reason::UNCORDONED,
                             &format!("uncordoned {}: the turn is over", n.metadata.name),
                         ),
+                        Err(e) if e.is_conflict() => log::info(
+                            "the Node changed since it was judged (a person's cordon?); \
+                             the next pass judges it again",
+                            &[("node", &n.metadata.name)],
+                        ),
                         Err(e) => log::warn("uncordoning failed", &[("err", &e)]),
                     }
                 }

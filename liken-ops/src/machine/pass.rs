@@ -615,7 +615,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         grant == GrantFor::This,
         node,
         facts.asked.as_ref(),
-        &boot_id,
+        (&boot_id, &desired_hash),
         now,
     );
     // status.pending lists what still waits: an entry the turn is

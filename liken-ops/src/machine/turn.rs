@@ -113,14 +113,30 @@ fn drain_marks(node: &Node) -> (bool, Option<Time>) {
     (ours, since)
 }
 
+/// Whether `asked` is the request for this very disruption: a reboot in
+/// this boot, or a restart in this boot that applies `change` (the
+/// desired Machine's hash). A second k3s restart in one boot, for another
+/// change, is not the first one again: it gets its own drain.
+pub fn decide_same_ask(
+    asked: &Asked,
+    kind: DisruptionKind,
+    boot: &Sha256Hex,
+    change: &Sha256Hex,
+) -> bool {
+    &asked.boot == boot
+        && asked.kind == kind
+        && (kind == DisruptionKind::Reboot || asked.hash.as_ref() == Some(change))
+}
+
 /// Decides this pass's step from what is wanted, the grant, the Node and
-/// what init was asked this boot.
+/// what init was asked this boot; `change` is the desired Machine's hash
+/// (what a restart applies).
 pub fn decide_turn(
     wanted: Option<DisruptionKind>,
     grant: bool,
     node: Option<&Node>,
     asked: Option<&Asked>,
-    boot: &Sha256Hex,
+    (boot, change): (&Sha256Hex, &Sha256Hex),
     now: Time,
 ) -> TurnStep {
     let (ours, since) = node.map_or((false, None), drain_marks);
@@ -139,7 +155,7 @@ pub fn decide_turn(
             TurnStep::Await
         };
     }
-    if let Some(a) = asked.filter(|a| &a.boot == boot && a.kind == kind) {
+    if let Some(a) = asked.filter(|a| decide_same_ask(a, kind, boot, change)) {
         return TurnStep::Asked {
             kind,
             again: now.seconds_since(a.at) >= ASK_AGAIN_SECS,
@@ -156,7 +172,10 @@ pub fn decide_turn(
 
 /// The merge patch that cordons the Node: unschedulable, the drain's
 /// start, and the mark that the cordon is the operator's (only when the
-/// Node was schedulable; a person's cordon stays theirs).
+/// Node was schedulable; a person's cordon stays theirs). It is
+/// conditioned on the resourceVersion judged, so a cordon a person set
+/// since is never marked as the operator's (a 409 instead, and the next
+/// pass judges the new copy).
 pub fn cordon_patch(node: &Node, now: Time) -> Value {
     let mut annotations = serde_json::Map::new();
     annotations.insert(
@@ -166,17 +185,29 @@ pub fn cordon_patch(node: &Node, now: Time) -> Value {
     if !node.spec.unschedulable {
         annotations.insert(CORDONED_ANNOTATION.into(), Value::String("true".into()));
     }
-    json!({"metadata": {"annotations": annotations}, "spec": {"unschedulable": true}})
+    json!({
+        "metadata": {
+            "annotations": annotations,
+            "resourceVersion": node.metadata.resource_version,
+        },
+        "spec": {"unschedulable": true},
+    })
 }
 
 /// The merge patch that lifts the operator's cordon (only its own) and
-/// removes the drain's bookkeeping.
+/// removes the drain's bookkeeping, conditioned on the resourceVersion
+/// judged: a person who cordoned the Node since (their cordon on top of
+/// the operator's) keeps it, because the patch meets a 409 and the next
+/// pass judges their copy.
 pub fn uncordon_patch(node: &Node) -> Value {
     let (ours, _) = drain_marks(node);
-    let mut patch = json!({"metadata": {"annotations": {
-        CORDONED_ANNOTATION: null,
-        DRAINING_SINCE_ANNOTATION: null,
-    }}});
+    let mut patch = json!({"metadata": {
+        "annotations": {
+            CORDONED_ANNOTATION: null,
+            DRAINING_SINCE_ANNOTATION: null,
+        },
+        "resourceVersion": node.metadata.resource_version,
+    }});
     if ours {
         patch["spec"] = json!({"unschedulable": false});
     }
@@ -201,6 +232,7 @@ mod tests {
     fn the_turn_walks_from_asking_to_init() {
         use DisruptionKind::{Reboot, Restart};
         let boot = sha256(b"boot");
+        let change = sha256(b"doc");
         let now = Time::from_unix(10_000);
         let since = "2026-12-02T10:00:00Z";
         let plain = node(false, &[]);
@@ -289,11 +321,44 @@ mod tests {
         ];
         for (wanted, grant, node, asked, want) in cases {
             assert_eq!(
-                decide_turn(wanted, grant, node, asked, &boot, now),
+                decide_turn(wanted, grant, node, asked, (&boot, &change), now),
                 want,
                 "{wanted:?} grant={grant} {node:?} {asked:?}"
             );
         }
+        // A second k3s restart in one boot, for another change, drains
+        // again; the restart asked for this change waits for init.
+        let restarted = Asked {
+            kind: Restart,
+            hash: Some(sha256(b"first doc")),
+            ..asked.clone()
+        };
+        assert_eq!(
+            decide_turn(
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                Some(&restarted),
+                (&boot, &change),
+                now
+            ),
+            TurnStep::Drain { since: since_t }
+        );
+        let this_one = Asked {
+            hash: Some(change.clone()),
+            ..restarted.clone()
+        };
+        assert!(matches!(
+            decide_turn(
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                Some(&this_one),
+                (&boot, &change),
+                now
+            ),
+            TurnStep::Asked { again: false, .. }
+        ));
         let late = Time::from_unix(9_900 + ASK_AGAIN_SECS);
         assert_eq!(
             decide_turn(
@@ -301,7 +366,7 @@ mod tests {
                 true,
                 Some(&cordoned),
                 Some(&asked),
-                &boot,
+                (&boot, &change),
                 late
             ),
             TurnStep::Asked {
@@ -337,6 +402,14 @@ mod tests {
         );
         let p = uncordon_patch(&ours);
         assert_eq!(p["spec"]["unschedulable"], false);
+        // Both patches are conditioned on the copy judged.
+        let mut judged = ours.clone();
+        judged.metadata.resource_version = "41".into();
+        assert_eq!(uncordon_patch(&judged)["metadata"]["resourceVersion"], "41");
+        assert_eq!(
+            cordon_patch(&judged, now)["metadata"]["resourceVersion"],
+            "41"
+        );
         assert!(p["metadata"]["annotations"][CORDONED_ANNOTATION].is_null());
         let persons = node(true, &[(DRAINING_SINCE_ANNOTATION, "x")]);
         assert!(uncordon_patch(&persons).get("spec").is_none());
