@@ -515,3 +515,96 @@ fn a_grant_for_something_else_is_never_acted_on() {
     assert_eq!(host.asked(), [Request::Reboot]);
     op.stop();
 }
+
+/// The handshake never loses an intent (issue 21): on a Manual machine,
+/// a person's approval and a reboot request survive init refusing the
+/// reboot (their annotations are spent before init is asked), the turn
+/// stays in use, init is asked again after a backoff rather than every
+/// pass, and one InitRefused Event covers the run of refusals. Before,
+/// the record of the ask was dropped on a refusal, and with it the
+/// approval and the request: the machine fell back to RebootPending.
+#[test]
+fn an_approval_and_a_request_survive_init_refusing_the_reboot() {
+    use liken_api::annotations;
+    let m = machine_doc("refused-1");
+    let c = cluster_doc(&["seed-1"]);
+    let (host, op) = start_machine("refused-1", &m, &c, &[]);
+    patch(
+        &["machine", "refused-1"],
+        &json!({"spec": {"rebootPolicy": "Manual", "sysctls": {"vm.swappiness": "10"}}}),
+    );
+    let pending = wait_machine(
+        "refused-1",
+        "the change to wait for approval",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOT_PENDING),
+    );
+    let hash = pending.status.pending[0].hash.short().to_owned();
+    let boot = host.record().boot_id().short().to_owned();
+    patch(
+        &["machine", "refused-1"],
+        &json!({"metadata": {"annotations": {
+            annotations::APPROVE_DISRUPTION: hash,
+            annotations::REQUEST_REBOOT: boot,
+        }}}),
+    );
+    wait_machine(
+        "refused-1",
+        "the approval to ask for a turn",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+    );
+    host.state.lock().unwrap().refuse_disrupt = Some("k3s is still stopping".into());
+    grant("refused-1");
+    let refused = wait_machine(
+        "refused-1",
+        "init's refusal to show",
+        &op,
+        Duration::from_secs(30),
+        |m| {
+            condition(m, SYSCTLS_APPLIED).is_some_and(|(_, r, msg)| {
+                r == reason::REBOOTING && msg.contains("k3s is still stopping")
+            })
+        },
+    );
+    assert!(
+        refused
+            .metadata
+            .annotation(annotations::APPROVE_DISRUPTION)
+            .is_none(),
+        "the approval's annotation is spent"
+    );
+    // For a few seconds: the turn stays in use, the approval and the
+    // request stay carried, init is not asked every pass.
+    std::thread::sleep(Duration::from_secs(6));
+    let m = machine("refused-1").unwrap();
+    assert!(
+        liken_api::coordination::using_turn(&m.status.conditions),
+        "{:#?}",
+        m.status.conditions
+    );
+    assert!(!has_reason(&m, SYSCTLS_APPLIED, reason::REBOOT_PENDING));
+    assert!(has_reason(
+        &m,
+        liken_api::coordination::REBOOT_REQUEST_HONORED,
+        reason::REBOOTING
+    ));
+    assert_eq!(host.asked(), [Request::Reboot], "asked once so far");
+    // init accepts now: the next ask, after the backoff, reboots.
+    host.state.lock().unwrap().refuse_disrupt = None;
+    wait_for("init to be asked again", Duration::from_secs(30), || {
+        let asked = host.asked();
+        (asked.len() == 2)
+            .then_some(())
+            .ok_or_else(|| format!("{asked:?}"))
+    });
+    assert_eq!(host.asked(), [Request::Reboot, Request::Reboot]);
+    let refusals = events_about("refused-1")
+        .iter()
+        .filter(|(r, _)| r == "InitRefused")
+        .count();
+    assert_eq!(refusals, 1, "one Event for the refusal");
+    op.stop();
+}

@@ -41,7 +41,9 @@ use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
 use crate::machine::release::Worker;
 use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
 use crate::machine::status::{compose, decide_released, transition_events};
-use crate::machine::turn::{Asked, TurnStep, cordon_patch, uncordon_patch};
+use crate::machine::turn::{
+    Asked, Refused, TurnStep, cordon_patch, decide_same_ask, uncordon_patch,
+};
 use crate::runtime::log;
 use crate::runtime::signals::{self, Stop};
 use crate::runtime::start;
@@ -720,12 +722,22 @@ impl Operator {
                 None
             }
             TurnStep::Drain { since } => self.drain(machine, pass, since, now),
-            TurnStep::Asked { kind, again } => {
+            TurnStep::Asked {
+                kind,
+                again,
+                refused,
+            } => {
                 if again {
-                    log::warn(
-                        "init accepted a disruption a while ago and the machine is still up; asking again",
-                        &[("kind", &kind.as_str())],
-                    );
+                    match refused {
+                        Some(why) => log::info(
+                            "init refused the disruption; asking again after the backoff",
+                            &[("kind", &kind.as_str()), ("refused", &why)],
+                        ),
+                        None => log::warn(
+                            "init accepted a disruption a while ago and the machine is still up; asking again",
+                            &[("kind", &kind.as_str())],
+                        ),
+                    }
                     Some(kind)
                 } else {
                     None
@@ -835,13 +847,22 @@ impl Operator {
         if !spent.is_empty() {
             self.remove_annotations(machine, &spent);
         }
-        let asked = Asked {
+        // Asking again after a refusal counts on from the record.
+        let before = pass
+            .asked
+            .as_ref()
+            .filter(|a| decide_same_ask(a, kind, &boot, &pass.machine_hash));
+        let refusals = before
+            .and_then(|a| a.refused.as_ref())
+            .map_or(0, |r| r.times);
+        let mut asked = Asked {
             boot,
             kind,
             hash: (kind == DisruptionKind::Restart).then(|| pass.machine_hash.clone()),
             at: now,
             requested,
             k3s_pid: pass.k3s_pid,
+            refused: None,
         };
         if let Err(e) = host::record_asked(&self.cfg.paths, &asked) {
             log::warn(
@@ -861,21 +882,40 @@ impl Operator {
                 "drained; asking init to restart k3s",
             ),
         };
-        self.event(machine, EventType::Normal, reason_, note);
+        if before.is_none() {
+            self.event(machine, EventType::Normal, reason_, note);
+        }
         match self.init.disrupt(request) {
             Ok(()) => log::info("init accepted", &[("kind", &kind.as_str())]),
             Err(e) => {
-                let _ = host::forget_asked(&self.cfg.paths);
-                let advice = match e {
-                    InitError::Refused(_) => "the next pass asks again",
-                    _ => "init may be down; the next pass asks again",
-                };
-                self.event(
-                    machine,
-                    EventType::Warning,
-                    event_reason::INIT_REFUSED,
-                    &format!("{e}; {advice}"),
+                // The record stays, refused: it carries the spent approval
+                // and reboot request, and spaces the next ask out. One
+                // Event for a run of refusals; the condition keeps the
+                // latest answer.
+                asked.refused = Some(Refused {
+                    times: refusals.saturating_add(1),
+                    message: e.to_string(),
+                });
+                if let Err(err) = host::record_asked(&self.cfg.paths, &asked) {
+                    log::warn("recording init's refusal failed", &[("err", &err)]);
+                }
+                let wait = asked.again_after();
+                log::info(
+                    "init refused the disruption; asking again after a backoff",
+                    &[("kind", &kind.as_str()), ("err", &e), ("after_secs", &wait)],
                 );
+                if refusals == 0 {
+                    let advice = match e {
+                        InitError::Refused(_) => "asking again after a backoff",
+                        _ => "init may be down; asking again after a backoff",
+                    };
+                    self.event(
+                        machine,
+                        EventType::Warning,
+                        event_reason::INIT_REFUSED,
+                        &format!("{e}; {advice} (first in {wait} s)"),
+                    );
+                }
             }
         }
     }

@@ -137,6 +137,9 @@ pub struct Pass {
     pub machine_hash: Sha256Hex,
     /// k3s's pid as init reports it, recorded with a restart request.
     pub k3s_pid: Option<u32>,
+    /// What init was asked this boot, when anything was (a re-ask after
+    /// a refusal counts on from it).
+    pub asked: Option<Asked>,
     /// Whether the facts were unreadable or the boot is unfinished: the
     /// loop then carries out nothing but the status.
     pub blind: bool,
@@ -256,6 +259,7 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         boot_id: record.map(BootRecord::boot_id),
         machine_hash: sha256(b""),
         k3s_pid: None,
+        asked: None,
         blind: true,
     }
 }
@@ -726,6 +730,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         boot_id: Some(boot_id),
         machine_hash: desired_hash,
         k3s_pid: init.k3s.pid,
+        asked: under_way.cloned(),
         blind: false,
     }
 }
@@ -801,6 +806,26 @@ fn pending_condition(
         TurnStep::Cordon | TurnStep::Drain { .. } => (
             reason::DRAINING,
             "the cluster granted a turn; cordoning and draining the node".to_owned(),
+        ),
+        TurnStep::Asked {
+            kind,
+            refused: Some(why),
+            ..
+        } => (
+            if *kind == DisruptionKind::Reboot {
+                reason::REBOOTING
+            } else {
+                reason::RESTARTING
+            },
+            format!(
+                "init refused to {} ({why}); the turn is kept and init is asked again after a \
+                 backoff",
+                if *kind == DisruptionKind::Reboot {
+                    "reboot"
+                } else {
+                    "restart k3s"
+                }
+            ),
         ),
         TurnStep::Asked {
             kind: DisruptionKind::Reboot,
@@ -976,6 +1001,7 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: None,
+            refused: None,
         };
         let mut f = facts(&running());
         f.init = Err(silent.clone());
@@ -1190,6 +1216,7 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: None,
+            refused: None,
         });
         let p = pass(&m, &asked, Some(&node()));
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOTING);
@@ -1307,6 +1334,7 @@ mod tests {
             at: NOW,
             requested: true,
             k3s_pid: None,
+            refused: None,
         });
         for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
             m.spec.reboot_policy = Some(policy);
@@ -1357,6 +1385,7 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: Some(42),
+            refused: None,
         });
         for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
             granted.spec.reboot_policy = Some(policy);

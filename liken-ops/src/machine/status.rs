@@ -136,6 +136,7 @@ mod tests {
             boot_id: None,
             machine_hash: liken_api::hash::sha256(b""),
             k3s_pid: None,
+            asked: None,
             blind,
         }
     }

@@ -31,6 +31,19 @@ pub const DRAINING_SINCE_ANNOTATION: &str = "liken.sh/draining-since";
 /// How long after asking init to reboot, with the machine still up, the
 /// operator asks again.
 pub const ASK_AGAIN_SECS: i64 = 300;
+/// The first wait after init refused a disruption; it doubles with each
+/// refusal in a row, up to [`ASK_AGAIN_SECS`].
+pub const REFUSED_FIRST_SECS: i64 = 10;
+
+/// init's refusals of a disruption, in a row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refused {
+    /// How many times in a row.
+    pub times: u32,
+    /// What init said the last time.
+    pub message: String,
+}
 
 /// What was asked of init this boot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +67,12 @@ pub struct Asked {
     /// done once init reports k3s running under another pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k3s_pid: Option<u32>,
+    /// init refused it (or did not answer). The record is kept all the
+    /// same: it carries the approval and the reboot request whose
+    /// annotations were spent, so a refusal loses neither, and the ask is
+    /// repeated after a backoff ([`Asked::again_after`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refused>,
 }
 
 impl Asked {
@@ -68,6 +87,19 @@ impl Asked {
         self.kind == DisruptionKind::Restart
             && &self.boot == boot
             && self.hash.as_ref() == Some(hash)
+    }
+
+    /// Seconds after [`Asked::at`] to ask init again: [`ASK_AGAIN_SECS`]
+    /// once init accepted (the machine should be down by then), else
+    /// [`REFUSED_FIRST_SECS`] doubling with each refusal in a row.
+    pub fn again_after(&self) -> i64 {
+        match &self.refused {
+            None => ASK_AGAIN_SECS,
+            Some(r) => {
+                let doublings = r.times.saturating_sub(1).min(8);
+                (REFUSED_FIRST_SECS << doublings).min(ASK_AGAIN_SECS)
+            }
+        }
     }
 
     /// Whether the restart this record asked for is over: init reports
@@ -94,12 +126,14 @@ pub enum TurnStep {
         since: Time,
     },
     /// init was already asked for this this boot; wait for it, or ask
-    /// again once [`ASK_AGAIN_SECS`] have passed.
+    /// again once [`Asked::again_after`] has passed.
     Asked {
         /// What was asked.
         kind: DisruptionKind,
         /// Whether to ask again now.
         again: bool,
+        /// What init said when it last refused, if it did.
+        refused: Option<String>,
     },
 }
 
@@ -158,7 +192,8 @@ pub fn decide_turn(
     if let Some(a) = asked.filter(|a| decide_same_ask(a, kind, boot, change)) {
         return TurnStep::Asked {
             kind,
-            again: now.seconds_since(a.at) >= ASK_AGAIN_SECS,
+            again: now.seconds_since(a.at) >= a.again_after(),
+            refused: a.refused.as_ref().map(|r| r.message.clone()),
         };
     }
     match (node, since) {
@@ -251,6 +286,7 @@ mod tests {
             at: Time::from_unix(9_900),
             requested: false,
             k3s_pid: None,
+            refused: None,
         };
         let old_boot = Asked {
             boot: sha256(b"earlier"),
@@ -300,6 +336,7 @@ mod tests {
                 TurnStep::Asked {
                     kind: Reboot,
                     again: false,
+                    refused: None,
                 },
             ),
             // A record from an earlier boot, or for another kind, asks
@@ -371,9 +408,52 @@ mod tests {
             ),
             TurnStep::Asked {
                 kind: Reboot,
-                again: true
+                again: true,
+                refused: None,
             }
         );
+    }
+
+    #[test]
+    fn a_refused_disruption_is_asked_again_after_a_backoff() {
+        let boot = sha256(b"boot");
+        let change = sha256(b"doc");
+        let node = node(true, &[(CORDONED_ANNOTATION, "true")]);
+        let refused = |times| Asked {
+            boot: boot.clone(),
+            kind: DisruptionKind::Reboot,
+            hash: None,
+            at: Time::from_unix(1_000),
+            requested: true,
+            k3s_pid: None,
+            refused: Some(Refused {
+                times,
+                message: "k3s is still stopping".into(),
+            }),
+        };
+        let at = |times: u32, after: i64| {
+            decide_turn(
+                Some(DisruptionKind::Reboot),
+                true,
+                Some(&node),
+                Some(&refused(times)),
+                (&boot, &change),
+                Time::from_unix(1_000 + after),
+            )
+        };
+        // 10 s after the first refusal, doubling, never past 300 s; the
+        // record (and the request it carries) stays meanwhile.
+        for (times, wait) in [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (40, 300)] {
+            assert!(
+                matches!(at(times, wait - 1), TurnStep::Asked { again: false, .. }),
+                "{times}"
+            );
+            let TurnStep::Asked { again, refused, .. } = at(times, wait) else {
+                panic!("{times}")
+            };
+            assert!(again, "{times}");
+            assert_eq!(refused.as_deref(), Some("k3s is still stopping"));
+        }
     }
 
     #[test]
@@ -425,6 +505,7 @@ mod tests {
             at: Time::EPOCH,
             requested: false,
             k3s_pid: Some(42),
+            refused: None,
         };
         assert!(a.restart_for(&boot, &sha256(b"doc")));
         assert!(!a.restart_for(&boot, &sha256(b"doc2")));

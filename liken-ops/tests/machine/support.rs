@@ -159,6 +159,9 @@ pub struct DoubleState {
     /// What a release write answers: `None` verifies with init's code and
     /// writes; `Some(message)` refuses.
     pub refuse_write: Option<String>,
+    /// What a reboot or restart request answers: `None` accepts;
+    /// `Some(message)` refuses.
+    pub refuse_disrupt: Option<String>,
     /// The release written into the other slot.
     pub written: Option<Version>,
     /// k3s's pid as the double reports it; a restart gives it another.
@@ -207,6 +210,7 @@ impl Host {
                 status: StatusMode::Normal,
                 releases: root.path().join("var/lib/liken/releases"),
                 refuse_write: None,
+                refuse_disrupt: None,
                 written: None,
                 k3s_pid: 42,
             })),
@@ -341,6 +345,11 @@ impl Host {
                         // The written slot is no boot target any more.
                         st.written = None;
                         Response::Accepted
+                    }
+                    (Request::Reboot | Request::RestartK3s, _) if st.refuse_disrupt.is_some() => {
+                        Response::Refused {
+                            message: st.refuse_disrupt.clone().unwrap_or_default(),
+                        }
                     }
                     (Request::RestartK3s, _) => {
                         // init stops k3s and starts it again: a new pid.
