@@ -58,6 +58,12 @@ pub const RELEASES_DIR: &str = "/var/lib/liken/releases";
 /// a 1 GiB slot written and read back on a slow disk, with room to spare.
 pub const WRITE_TIMEOUT_SECS: u64 = 3600;
 
+/// init's answer to a release write (or disarm) while another one runs:
+/// busy, not refused. A client asks again after a backoff; it says
+/// nothing about the release.
+pub const WRITE_BUSY: &str =
+    "another release is being written; wait for its answer, then ask again";
+
 /// What a client asks init to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "request", rename_all = "camelCase")]

@@ -168,9 +168,7 @@ pub enum WriteError {
 impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WriteError::Busy => {
-                f.write_str("another release is being written; wait for its answer, then ask again")
-            }
+            WriteError::Busy => f.write_str(liken_api::control::WRITE_BUSY),
             WriteError::OnTrial { booted } => write!(
                 f,
                 "slot {booted} booted on trial and is not blessed yet: writing slot {} now would \
