@@ -145,7 +145,8 @@ impl Sweeper {
 
     /// One sweep of the whole fleet.
     pub fn sweep(&mut self) -> Result<(), SweepError> {
-        if !self.watches.synced() {
+        let gate = self.watches.gate();
+        if gate == super::watches::SweepGate::Wait {
             return Ok(());
         }
         self.report_unreadable();
@@ -177,7 +178,10 @@ impl Sweeper {
             .map(|(m, h)| Judged::new(m.as_ref(), *h))
             .collect();
         let fleet = decide_fleet_sweep(&judged);
-        let template = self.template();
+        let template = match gate {
+            super::watches::SweepGate::NoGrants(why) => Template::Unreadable(why),
+            _ => self.template(),
+        };
         let mut rollout = decide_rollout(&RolloutInput {
             cluster: &cluster,
             machines: &judged,
