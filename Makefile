@@ -91,6 +91,10 @@ setup:
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	@# A test filter that selects nothing must fail: every filtered cargo test
+	@# goes through scripts/cargo-test-selects.sh.
+	@if grep -nE '^	.*cargo test .* -- ' Makefile | grep -v 'grep -nE'; then \
+	  echo "lint: run filtered tests through ./scripts/cargo-test-selects.sh, which fails when the filter selects no test"; exit 1; fi
 	@# liken-api is linked by init: it must stay free of network and I/O crates.
 	@if cargo tree -p liken-api -e normal --prefix none | grep -E '^(ureq|rustls|nix|rustix|tokio|crossbeam-channel) '; then \
 	  echo "liken-api must not depend on the crates above (it is init's no-I/O vocabulary)"; exit 1; fi
@@ -264,7 +268,7 @@ e2e-images: qemu-images
 ## control plane on this host. The last part of `make test`: the scenario
 ## takes about 20 minutes under TCG (docs/testing.md, End to end).
 test-e2e: setup e2e-images
-	LIKEN_IMAGES_JUST_BUILT=1 cargo test -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
+	LIKEN_IMAGES_JUST_BUILT=1 ./scripts/cargo-test-selects.sh -p qemu-tests --test e2e -- --ignored --test-threads=1 --nocapture
 
 ## bench-rollout: the three-machine rolling upgrade of test-e2e's scenario,
 ## timed from the watch history: per machine, grant to Ready on the new
@@ -275,7 +279,7 @@ test-e2e: setup e2e-images
 .PHONY: bench-rollout
 bench: bench-rollout
 bench-rollout: setup e2e-images
-	LIKEN_IMAGES_JUST_BUILT=1 LIKEN_ROLLOUT_TARGET=check cargo test -p qemu-tests --test e2e -- --ignored --nocapture \
+	LIKEN_IMAGES_JUST_BUILT=1 LIKEN_ROLLOUT_TARGET=check ./scripts/cargo-test-selects.sh -p qemu-tests --test e2e -- --ignored --nocapture \
 	  --exact a_fleet_upgrades_itself_one_machine_at_a_time
 
 ## bench-init: liken-init's size, memory and boot time beside a hello-world PID 1, under QEMU.

@@ -234,6 +234,23 @@ pub struct RebootTurn {
     /// turn was granted, so the sweep can tell when it has rebooted.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub boot: String,
+    /// The first 12 hex digits of each staged change the turn applies
+    /// (the Machine's `status.pending` when it was granted), sorted: with
+    /// `boot` and `release`, what the grant allows
+    /// ([`crate::coordination::TurnPurpose`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+}
+
+impl RebootTurn {
+    /// What this turn's grant allows.
+    pub fn purpose(&self) -> crate::coordination::TurnPurpose {
+        crate::coordination::TurnPurpose {
+            boot: self.boot.clone(),
+            release: self.release.clone(),
+            changes: self.changes.clone(),
+        }
+    }
 }
 
 /// A halted rollout: a machine given a turn for `release` came back
@@ -350,6 +367,24 @@ impl Cluster {
                     })
             }
         }
+    }
+
+    /// The rollout halt in force: the stored one, while `spec.version`
+    /// still names its release and the `liken.sh/resume-rollout`
+    /// annotation still has the value it had when the halt began. Both
+    /// operators judge a halt by this one rule: the cluster operator
+    /// grants no turn for the release, and no machine writes it into its
+    /// inactive slot or keeps it armed there.
+    #[cfg(feature = "status")]
+    pub fn active_halt(&self) -> Option<&RolloutHalt> {
+        let resume = self
+            .metadata
+            .annotation(crate::annotations::RESUME_ROLLOUT)
+            .unwrap_or_default();
+        self.status
+            .rollout_halt
+            .as_ref()
+            .filter(|h| Some(&h.release) == self.spec.version.as_ref() && h.resume == resume)
     }
 
     /// The budget, [`DEFAULT_MAX_UNAVAILABLE`] when the spec sets none.

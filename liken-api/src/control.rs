@@ -58,6 +58,12 @@ pub const RELEASES_DIR: &str = "/var/lib/liken/releases";
 /// a 1 GiB slot written and read back on a slow disk, with room to spare.
 pub const WRITE_TIMEOUT_SECS: u64 = 3600;
 
+/// init's answer to a release write (or disarm) while another one runs:
+/// busy, not refused. A client asks again after a backoff; it says
+/// nothing about the release.
+pub const WRITE_BUSY: &str =
+    "another release is being written; wait for its answer, then ask again";
+
 /// What a client asks init to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "request", rename_all = "camelCase")]
@@ -73,6 +79,12 @@ pub enum Request {
     /// Verify a downloaded release again and write it into the inactive
     /// slot, the new loader entry last. Answered when done.
     WriteRelease(WriteRelease),
+    /// Take the inactive slot out of the bootloaders' reach again (its
+    /// loader entries and kernel removed, GRUB pointed at the booted
+    /// slot), so the next boot, whatever causes it, is the running
+    /// release: what a machine does with a written release whose rollout
+    /// halted. Answered with [`Response::Accepted`] once done and synced.
+    DisarmRelease,
 }
 
 /// Which release to write, and the release.yaml the client trusted.
@@ -111,6 +123,7 @@ impl Request {
             Request::Poweroff => "poweroff",
             Request::RestartK3s => "restartK3s",
             Request::WriteRelease(_) => "writeRelease",
+            Request::DisarmRelease => "disarmRelease",
         }
     }
 }

@@ -23,6 +23,15 @@
 //!   only while it wants a turn ([`wants_turn`]). The cluster operator
 //!   reclaims a grant once the machine neither wants a turn nor is using
 //!   one ([`using_turn`]) and has written its status since the grant.
+//! - **What a grant is for.** A grant names its purpose
+//!   ([`TurnPurpose`]): the boot it was issued in, the release the
+//!   machine's reboot would boot, and the staged changes it applies. The
+//!   cluster operator records the purpose in its ledger entry and at the
+//!   end of the grant's message; the machine's operator cordons, drains
+//!   and asks init only while the grant it holds names exactly what it is
+//!   about to apply ([`grant_for`]). A grant for a sysctl change therefore
+//!   never boots a release written after it, and a grant from an earlier
+//!   boot never reboots this one.
 //! - **The heartbeat.** Each machine's operator renews the Lease
 //!   [`HEARTBEAT_NAMESPACE`]/`<machine>` every [`HEARTBEAT_RENEW_SECS`],
 //!   owned by its Machine and labelled [`HEARTBEAT_LABEL`]; the cluster
@@ -32,6 +41,7 @@
 //! A restart-class change (the k3s configuration alone) takes a turn the
 //! same way a reboot does, because it drains the node first.
 
+use crate::Version;
 use crate::condition::{Condition, ConditionStatus, find};
 
 /// The roll-up: True when every convergence condition holds.
@@ -111,6 +121,10 @@ pub mod reason {
     pub const FACTS_UNREADABLE: &str = "FactsUnreadable";
     /// init has not published this boot's record yet.
     pub const BOOTING: &str = "Booting";
+    /// The target release's rollout is halted (the Cluster's
+    /// `status.rolloutHalt`): it is not written into the inactive slot,
+    /// and a copy written before the halt is disarmed.
+    pub const ROLLOUT_HALTED: &str = "RolloutHalted";
 }
 
 /// The namespace of the heartbeat Leases (and of the operators).
@@ -166,6 +180,129 @@ pub fn holds_grant(conditions: &[Condition]) -> bool {
     find(conditions, REBOOT_APPROVED).is_some_and(Condition::is_true)
 }
 
+/// What a grant lets a machine apply: the first 12 hex digits of the boot
+/// id it was issued in, the release its reboot boots (the staged one,
+/// when it differs from the running one), and the first 12 hex digits of
+/// each staged change's hash (`status.pending`), sorted, without repeats.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnPurpose {
+    /// The boot the grant was issued in.
+    pub boot: String,
+    /// The release the turn boots, if any.
+    pub release: Option<Version>,
+    /// The staged changes the turn applies.
+    pub changes: Vec<String>,
+}
+
+/// Where a grant's message starts naming its purpose.
+const PURPOSE_MARK: &str = "; applies: ";
+
+impl TurnPurpose {
+    /// A purpose from its parts; the change hashes are shortened, sorted
+    /// and deduplicated, so both operators compare the same form.
+    pub fn new<'a>(
+        boot: &str,
+        release: Option<Version>,
+        changes: impl IntoIterator<Item = &'a str>,
+    ) -> TurnPurpose {
+        let short = |h: &str| h.get(..12).unwrap_or(h).to_owned();
+        let mut changes: Vec<String> = changes.into_iter().map(short).collect();
+        changes.sort_unstable();
+        changes.dedup();
+        TurnPurpose {
+            boot: short(boot),
+            release,
+            changes,
+        }
+    }
+
+    /// The purpose as the grant's message ends with it: `boot=<12 hex>
+    /// release=<version or -> changes=<12 hex>,... (or -)`.
+    pub fn describe(&self) -> String {
+        let or_dash = |s: String| if s.is_empty() { "-".to_owned() } else { s };
+        format!(
+            "boot={} release={} changes={}",
+            or_dash(self.boot.clone()),
+            or_dash(
+                self.release
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            ),
+            or_dash(self.changes.join(","))
+        )
+    }
+
+    /// Reads [`TurnPurpose::describe`]'s form back; `None` for anything
+    /// else (a grant written by an older cluster operator names no
+    /// purpose, and allows nothing).
+    pub fn parse(text: &str) -> Option<TurnPurpose> {
+        let mut parts = text.split(' ');
+        let mut field = |key: &str| {
+            let v = parts.next()?.strip_prefix(key)?.strip_prefix('=')?;
+            Some((v != "-").then(|| v.to_owned()))
+        };
+        let boot = field("boot")??;
+        let release = match field("release")? {
+            Some(v) => Some(Version::parse(&v).ok()?),
+            None => None,
+        };
+        let changes = field("changes")?
+            .map(|c| c.split(',').map(str::to_owned).collect())
+            .unwrap_or_default();
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(TurnPurpose {
+            boot,
+            release,
+            changes,
+        })
+    }
+
+    /// Whether this purpose lets a machine apply nothing beyond `wanted`:
+    /// the same boot, the same release (or none), the same changes.
+    pub fn allows(&self, wanted: &TurnPurpose) -> bool {
+        self == wanted
+    }
+}
+
+/// The message of a grant: why it was given, then its purpose.
+pub fn grant_message(why: &str, purpose: &TurnPurpose) -> String {
+    format!("{why}{PURPOSE_MARK}{}", purpose.describe())
+}
+
+/// What the grant a machine holds is for: `None` when it holds none, or
+/// holds one that names no readable purpose.
+pub fn grant_purpose(conditions: &[Condition]) -> Option<TurnPurpose> {
+    let grant = find(conditions, REBOOT_APPROVED).filter(|c| c.is_true())?;
+    let (_, tail) = grant.message.rsplit_once(PURPOSE_MARK)?;
+    TurnPurpose::parse(tail)
+}
+
+/// The grant a machine holds, judged against what it is about to apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrantFor {
+    /// No grant.
+    None,
+    /// A grant for exactly what the machine is about to apply.
+    This,
+    /// A grant for something else (another boot, another release, other
+    /// changes), or one naming no purpose: it allows nothing.
+    Other(Option<TurnPurpose>),
+}
+
+/// Judges the grant in `conditions` against `wanted`.
+pub fn grant_for(conditions: &[Condition], wanted: &TurnPurpose) -> GrantFor {
+    if !holds_grant(conditions) {
+        return GrantFor::None;
+    }
+    match grant_purpose(conditions) {
+        Some(p) if p.allows(wanted) => GrantFor::This,
+        other => GrantFor::Other(other),
+    }
+}
+
 /// Whether a condition type is one the machine's own operator writes.
 pub fn machine_owned(type_: &str) -> bool {
     type_ == READY || CONVERGENCE.contains(&type_)
@@ -215,6 +352,68 @@ mod tests {
             assert!(using_turn(&mid), "{r}");
             assert!(holds_grant(&mid), "{r}");
             assert!(!wants_turn(&mid), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_grant_allows_exactly_the_purpose_it_names() {
+        let v = |s: &str| Version::parse(s).unwrap();
+        let sysctl = TurnPurpose::new(
+            "0123456789abcdef",
+            None,
+            ["bbbbbbbbbbbbffff", "aaaaaaaaaaaa"],
+        );
+        assert_eq!(sysctl.boot, "0123456789ab");
+        assert_eq!(sysctl.changes, ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]);
+        let with_release = TurnPurpose {
+            release: Some(v("2026.12.01-001")),
+            ..sysctl.clone()
+        };
+        let grant = |p: &TurnPurpose| {
+            vec![Condition::new(
+                REBOOT_APPROVED,
+                ConditionStatus::True,
+                GRANT_REASON,
+                grant_message("granted (maxUnavailable 1)", p),
+            )]
+        };
+        for p in [
+            &sysctl,
+            &with_release,
+            &TurnPurpose::new("0123456789ab", None, []),
+        ] {
+            assert_eq!(TurnPurpose::parse(&p.describe()).as_ref(), Some(p), "{p:?}");
+            assert_eq!(grant_for(&grant(p), p), GrantFor::This, "{p:?}");
+        }
+        // A grant for a sysctl change never boots a release written since.
+        assert_eq!(
+            grant_for(&grant(&sysctl), &with_release),
+            GrantFor::Other(Some(sysctl.clone()))
+        );
+        // Another boot, another change, no grant, a grant naming nothing.
+        let next_boot = TurnPurpose {
+            boot: "ffffffffffff".into(),
+            ..sysctl.clone()
+        };
+        assert!(matches!(
+            grant_for(&grant(&sysctl), &next_boot),
+            GrantFor::Other(_)
+        ));
+        let more = TurnPurpose::new("0123456789ab", None, ["aaaaaaaaaaaa", "cccccccccccc"]);
+        assert!(matches!(
+            grant_for(&grant(&sysctl), &more),
+            GrantFor::Other(_)
+        ));
+        assert_eq!(grant_for(&[], &sysctl), GrantFor::None);
+        let old = [c(REBOOT_APPROVED, ConditionStatus::True, GRANT_REASON)];
+        assert_eq!(grant_for(&old, &sysctl), GrantFor::Other(None));
+        for bad in [
+            "",
+            "boot=x",
+            "boot=x release=- changes=- extra",
+            "release=- boot=x changes=-",
+        ] {
+            assert_eq!(TurnPurpose::parse(bad), None, "{bad}");
         }
     }
 

@@ -256,6 +256,7 @@ pub fn cluster_status_schema() -> Value {
                 "since": time(),
                 "release": version(),
                 "boot": string(),
+                "changes": string_array(),
             }), &["machine", "since"])},
             "rolloutHalt": object(json!({
                 "release": version(),

@@ -106,6 +106,7 @@ fn full_cluster() -> Cluster {
         since: Time::from_unix(1_780_000_000),
         release: Some(v("2026.08.01-001")),
         boot: "0123456789ab".into(),
+        changes: vec!["aaaaaaaaaaaa".into()],
     }];
     c.status.rollout_halt = Some(RolloutHalt {
         release: v("2026.08.01-001"),

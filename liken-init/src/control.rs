@@ -93,7 +93,7 @@ fn serve_one(mut stream: UnixStream, events: &Sender<Event>) -> Result<(), Frame
         }
         Err(e) => return Err(e),
     };
-    if matches!(request, Request::WriteRelease(_)) {
+    if matches!(request, Request::WriteRelease(_) | Request::DisarmRelease) {
         let events = events.clone();
         let answered = std::thread::Builder::new()
             .name("control-write".into())

@@ -71,6 +71,8 @@ pub const GRUBENV_PATH: &str = "grub/grubenv";
 
 /// The milestone name of a release write on the console.
 pub const MILESTONE: &str = "write-release";
+/// The milestone of a disarm.
+pub const DISARM_MILESTONE: &str = "disarm-release";
 
 /// Why a release was not written. Each message says what to do.
 #[derive(Debug)]
@@ -166,9 +168,7 @@ pub enum WriteError {
 impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WriteError::Busy => {
-                f.write_str("another release is being written; wait for its answer, then ask again")
-            }
+            WriteError::Busy => f.write_str(liken_api::control::WRITE_BUSY),
             WriteError::OnTrial { booted } => write!(
                 f,
                 "slot {booted} booted on trial and is not blessed yet: writing slot {} now would \
@@ -777,6 +777,21 @@ pub fn write_release(
     })
 }
 
+/// Takes the inactive slot out of both bootloaders' reach again: the
+/// control socket's `disarmRelease`. Phase 1 of a write alone (its loader
+/// entries and kernel removed, grubenv pointed away from it), so the
+/// next boot, even one after a power cut, is the booted slot's release.
+/// The slot's bytes stay; a later write replaces them. Answers the slot
+/// disarmed.
+pub fn disarm(m: &Machine<'_>) -> Result<Slot, WriteError> {
+    let target = decide_target_slot(m.booted)?;
+    let booted = m.booted.ok_or(WriteError::NoSlot)?;
+    let esp = (m.esp)()?;
+    esp_before(&esp, target, booted, m.cmdline)?;
+    esp.unmount()?;
+    Ok(target)
+}
+
 // ---------------------------------------------------------------------
 // The real machine, on a worker thread.
 
@@ -833,11 +848,19 @@ fn open_partition(sys: &Path, disk: Option<&str>, slot: Slot) -> Result<SlotTarg
     })
 }
 
-/// Starts the write on its own thread; the answer goes to `reply` when
-/// it is done, and `ticket` is released then. The milestone line says
-/// how it went.
+/// What a worker thread carries out.
+pub enum Job {
+    /// Verify and write a release.
+    Write(WriteRelease),
+    /// Disarm the inactive slot.
+    Disarm,
+}
+
+/// Starts the write (or the disarm) on its own thread; the answer goes to
+/// `reply` when it is done, and `ticket` is released then. The milestone
+/// line says how it went.
 pub fn spawn(
-    request: WriteRelease,
+    job: Job,
     booted: Option<Slot>,
     paths: WorkerPaths,
     ticket: WriteTicket,
@@ -870,6 +893,33 @@ pub fn spawn(
                 cmdline: &cmdline,
                 esp: &esp,
                 progress: &progress,
+            };
+            let request = match job {
+                Job::Write(request) => request,
+                Job::Disarm => {
+                    let response = match disarm(&machine) {
+                        Ok(slot) => {
+                            console::milestone(
+                                DISARM_MILESTONE,
+                                &Outcome::ok_with(format!(
+                                    "slot {slot} is no boot target; the next boot is slot {}",
+                                    slot.other()
+                                )),
+                            );
+                            Response::Accepted
+                        }
+                        Err(e) => {
+                            let message = e.to_string();
+                            console::milestone(
+                                DISARM_MILESTONE,
+                                &Outcome::Failed(message.clone()),
+                            );
+                            Response::Refused { message }
+                        }
+                    };
+                    let _ = reply.send(response);
+                    return;
+                }
             };
             let response = match write_release(&machine, &request) {
                 Ok(done) => {
@@ -1154,6 +1204,23 @@ mod tests {
             (r, lines.into_inner())
         }
 
+        fn disarm(&self) -> Result<Slot, WriteError> {
+            let fake = FakeMounter::default();
+            let open_slot =
+                |_: Slot| -> Result<SlotTarget, WriteError> { panic!("a disarm opens no slot") };
+            let esp = || Ok(Esp::at_directory(&fake, &self.esp));
+            let m = Machine {
+                releases: &self.releases,
+                booted: Some(Slot::A),
+                open_slot: &open_slot,
+                mounts: "",
+                cmdline: "liken.slot=a console=tty0",
+                esp: &esp,
+                progress: &|_| {},
+            };
+            disarm(&m)
+        }
+
         fn entries(&self) -> Vec<String> {
             let mut v: Vec<String> = std::fs::read_dir(self.esp.join("loader/entries"))
                 .unwrap()
@@ -1240,6 +1307,36 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[0].contains("verified"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_disarmed_slot_is_no_boot_target() {
+        let w = world("disarm", false);
+        std::fs::create_dir_all(w.esp.join("grub")).unwrap();
+        let mut env = BTreeMap::new();
+        env.insert("liken_slot".to_string(), "a".to_string());
+        std::fs::write(
+            w.esp.join(GRUBENV_PATH),
+            bootloader::render_grubenv(&env).unwrap(),
+        )
+        .unwrap();
+        w.run(&w.request()).0.unwrap();
+        assert_eq!(w.entries(), ["liken-a.conf", "liken-b+3.conf"]);
+        let armed =
+            bootloader::parse_grubenv(&std::fs::read(w.esp.join(GRUBENV_PATH)).unwrap()).unwrap();
+        assert_eq!(armed.get(GRUB_PREFERRED_VAR).map(String::as_str), Some("b"));
+
+        assert_eq!(w.disarm().unwrap(), Slot::B);
+        // systemd-boot has no entry for slot B, GRUB no kernel and no
+        // preference for it: the next boot is slot A, whatever causes it.
+        assert_eq!(w.entries(), ["liken-a.conf"]);
+        assert!(!w.esp.join("liken/b/vmlinuz").exists());
+        let env =
+            bootloader::parse_grubenv(&std::fs::read(w.esp.join(GRUBENV_PATH)).unwrap()).unwrap();
+        assert_eq!(env.get(GRUB_PREFERRED_VAR).map(String::as_str), Some("a"));
+        // Disarming again is harmless.
+        assert_eq!(w.disarm().unwrap(), Slot::B);
+        assert_eq!(w.entries(), ["liken-a.conf"]);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use liken_api::control::{InitStatus, RELEASES_DIR, Request, Response, WriteRelease};
+use liken_api::control::{InitStatus, RELEASES_DIR, Request, Response};
 use nix::sys::signal::Signal;
 
 use crate::bless::{self, Assessor};
@@ -166,7 +166,12 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                     console::line(&format!("control: {} requested", action.name()));
                     shutdown(&mut boot, &mut sup, &events, action);
                 }
-                Request::WriteRelease(write) => start_write(&boot, &writes, write, reply),
+                Request::WriteRelease(write) => {
+                    start_write(&boot, &writes, release_writer::Job::Write(write), reply)
+                }
+                Request::DisarmRelease => {
+                    start_write(&boot, &writes, release_writer::Job::Disarm, reply)
+                }
                 Request::RestartK3s => {
                     if sup.service.is_none() {
                         let _ = reply.send(Response::Refused {
@@ -209,10 +214,11 @@ fn restart<S: Spawner>(
     }
 }
 
-/// Starts a release write on its worker thread, which answers `reply`
-/// when done; refuses at once when one is running or there is no slot to
-/// write.
-fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Sender<Response>) {
+/// Starts a release write (or a disarm) on its worker thread, which
+/// answers `reply` when done; refuses at once when one is running or
+/// there is no slot to write. A disarm takes the same gate, so it never
+/// runs beside a write of the same slot.
+fn start_write(boot: &Boot, writes: &WriteGate, job: release_writer::Job, reply: Sender<Response>) {
     let refuse = |message: String| {
         console::milestone(release_writer::MILESTONE, &Outcome::Failed(message.clone()));
         let _ = reply.send(Response::Refused { message });
@@ -221,8 +227,11 @@ fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Send
     if let Err(e) = release_writer::decide_target_slot(booted) {
         return refuse(e.to_string());
     }
-    // The record's assessment is updated when the boot is blessed.
-    if let Some(slot) = booted
+    // The record's assessment is updated when the boot is blessed. A
+    // disarm only takes the other slot out of reach, which is always
+    // safe.
+    if let release_writer::Job::Write(_) = &job
+        && let Some(slot) = booted
         && let Err(e) = release_writer::decide_may_write(
             slot,
             boot.record.as_ref().and_then(|r| r.assessment.as_ref()),
@@ -233,10 +242,15 @@ fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Send
     let Some(ticket) = writes.try_begin() else {
         return refuse(release_writer::WriteError::Busy.to_string());
     };
-    console::line(&format!(
-        "control: write of release {} requested",
-        write.directory
-    ));
+    match &job {
+        release_writer::Job::Write(write) => console::line(&format!(
+            "control: write of release {} requested",
+            write.directory
+        )),
+        release_writer::Job::Disarm => {
+            console::line("control: disarm of the inactive slot requested")
+        }
+    }
     let paths = WorkerPaths {
         sys: boot.paths.sys.clone(),
         boot_disk: boot.paths.boot_disk.clone(),
@@ -244,7 +258,7 @@ fn start_write(boot: &Boot, writes: &WriteGate, write: WriteRelease, reply: Send
         esp_mount: boot.paths.run_liken.join("esp"),
         releases: RELEASES_DIR.into(),
     };
-    if let Err(e) = release_writer::spawn(write, booted, paths, ticket, reply.clone()) {
+    if let Err(e) = release_writer::spawn(job, booted, paths, ticket, reply.clone()) {
         refuse(format!(
             "cannot start the writer thread ({e}); the machine is short of memory, try again later"
         ));

@@ -122,41 +122,80 @@ fn wait_for_ntp(address: SocketAddr, log: &Path) {
 fn init_resolves_through_dnsmasq_and_sets_the_clock_from_chronyd() {
     let dir = scratch("chrony-dnsmasq");
     let (clock_ip, unsynced_ip) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-    let ntp_port = free_udp_port();
-    // Two free ports are not always two ports.
-    let dns_port = std::iter::repeat_with(free_udp_port)
-        .find(|p| *p != ntp_port)
-        .unwrap();
-
+    // The ports are free when picked, but the servers bind them
+    // themselves, so another process may take one first: a server that
+    // lost its port (dnsmasq exits, chronyd logs that it could not bind)
+    // makes the test pick other ports, and the failure names them.
+    let mut tried = Vec::new();
     let dns_log = dir.join("dnsmasq.log");
-    let _dnsmasq = start(
-        "dnsmasq",
-        "dnsmasq-base",
-        &[
-            "--keep-in-foreground".into(),
-            "--conf-file=/dev/null".into(),
-            "--no-resolv".into(),
-            "--no-hosts".into(),
-            "--bind-interfaces".into(),
-            "--listen-address=127.0.0.1".into(),
-            "--listen-address=::1".into(),
-            format!("--port={dns_port}"),
-            format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
-            "--user=root".into(),
-            "--local=/liken.test/".into(),
-            format!("--host-record=clock.liken.test,{clock_ip}"),
-            format!("--host-record=unsynced.liken.test,{unsynced_ip}"),
-            "--host-record=v6only.liken.test,2001:db8::7".into(),
-            "--host-record=clock6.liken.test,::1".into(),
-            "--cname=time.liken.test,clock.liken.test".into(),
-            "--log-queries".into(),
-            format!("--log-facility={}", dns_log.display()),
-        ],
-        &dir.join("dnsmasq.out"),
-    );
-    let _synced = chronyd(&dir, "synced", clock_ip.into(), ntp_port, true);
-    let _synced6 = chronyd(&dir, "synced6", Ipv6Addr::LOCALHOST.into(), ntp_port, true);
-    let _unsynced = chronyd(&dir, "unsynced", unsynced_ip.into(), ntp_port, false);
+    let (ntp_port, dns_port, _servers) = loop {
+        let ntp_port = free_udp_port();
+        // Two free ports are not always two ports.
+        let dns_port = std::iter::repeat_with(free_udp_port)
+            .find(|p| *p != ntp_port)
+            .unwrap();
+        tried.push((ntp_port, dns_port));
+        let dnsmasq = start(
+            "dnsmasq",
+            "dnsmasq-base",
+            &[
+                "--keep-in-foreground".into(),
+                "--conf-file=/dev/null".into(),
+                "--no-resolv".into(),
+                "--no-hosts".into(),
+                "--bind-interfaces".into(),
+                "--listen-address=127.0.0.1".into(),
+                "--listen-address=::1".into(),
+                format!("--port={dns_port}"),
+                format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
+                "--user=root".into(),
+                "--local=/liken.test/".into(),
+                format!("--host-record=clock.liken.test,{clock_ip}"),
+                format!("--host-record=unsynced.liken.test,{unsynced_ip}"),
+                "--host-record=v6only.liken.test,2001:db8::7".into(),
+                "--host-record=clock6.liken.test,::1".into(),
+                "--cname=time.liken.test,clock.liken.test".into(),
+                "--log-queries".into(),
+                format!("--log-facility={}", dns_log.display()),
+            ],
+            &dir.join("dnsmasq.out"),
+        );
+        let mut servers = vec![
+            (dnsmasq, dns_log.clone()),
+            (
+                chronyd(&dir, "synced", clock_ip.into(), ntp_port, true),
+                dir.join("synced.log"),
+            ),
+            (
+                chronyd(&dir, "synced6", Ipv6Addr::LOCALHOST.into(), ntp_port, true),
+                dir.join("synced6.log"),
+            ),
+            (
+                chronyd(&dir, "unsynced", unsynced_ip.into(), ntp_port, false),
+                dir.join("unsynced.log"),
+            ),
+        ];
+        std::thread::sleep(Duration::from_millis(500));
+        let lost = servers.iter_mut().find_map(|(server, log)| {
+            let text = std::fs::read_to_string(&*log).unwrap_or_default()
+                + &std::fs::read_to_string(dir.join("dnsmasq.out")).unwrap_or_default();
+            let exited = matches!(server.0.try_wait(), Ok(Some(_)));
+            (exited || text.contains("Could not bind") || text.contains("Address already in use"))
+                .then(|| log.display().to_string())
+        });
+        match lost {
+            None => break (ntp_port, dns_port, servers),
+            Some(which) if tried.len() < 4 => {
+                eprintln!(
+                    "a server lost its port (ntp {ntp_port}, dns {dns_port}; see {which}); \
+                     trying other ports"
+                );
+            }
+            Some(which) => {
+                panic!("the servers could not bind any of the ports {tried:?}; see {which}")
+            }
+        }
+    };
 
     // dnsmasq: a CNAME followed to its address, a name that does not
     // exist, and a name with an IPv6 address only (asked for A, then

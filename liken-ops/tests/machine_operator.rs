@@ -450,3 +450,161 @@ fn network_configured_compares_the_running_network_and_stages_changes() {
     );
     op.stop();
 }
+
+/// A grant names what it allows (issue 21): a grant for another boot, or
+/// for a sysctl change alone when a release was written since, is never
+/// acted on: no cordon, no request to init. Before grants named their
+/// purpose, any RebootApproved condition made the machine cordon, drain
+/// and reboot.
+#[test]
+fn a_grant_for_something_else_is_never_acted_on() {
+    use liken_api::coordination::TurnPurpose;
+    let m = machine_doc("purpose-1");
+    let c = cluster_doc(&["seed-1"]);
+    let (host, op) = start_machine("purpose-1", &m, &c, &[]);
+    set_swappiness("purpose-1", "10");
+    let asking = wait_machine(
+        "purpose-1",
+        "a reboot to be asked for",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+    );
+    let asked = liken_ops::cluster::rollout::asked_purpose(&asking);
+    // The same changes, but a release the machine does not stage; then
+    // the same changes in another boot.
+    let with_release = TurnPurpose {
+        release: Some(liken_api::Version::parse("2099.01.01-001").unwrap()),
+        ..asked.clone()
+    };
+    let other_boot = TurnPurpose {
+        boot: "ffffffffffff".into(),
+        ..asked.clone()
+    };
+    for wrong in [with_release, other_boot] {
+        grant_naming("purpose-1", &wrong);
+        let held = wait_machine(
+            "purpose-1",
+            "the grant to be judged",
+            &op,
+            Duration::from_secs(30),
+            |m| {
+                condition(m, SYSCTLS_APPLIED)
+                    .is_some_and(|(_, _, msg)| msg.contains(&wrong.describe()))
+            },
+        );
+        assert!(has_reason(&held, SYSCTLS_APPLIED, reason::AWAITING_TURN));
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(
+            host.asked().is_empty(),
+            "init was asked: {:?}",
+            host.asked()
+        );
+        let node = get("/api/v1/nodes/purpose-1").unwrap();
+        assert_ne!(node["spec"]["unschedulable"], true, "cordoned on {wrong:?}");
+    }
+    // A grant for exactly what is staged is taken.
+    grant("purpose-1");
+    wait_machine(
+        "purpose-1",
+        "the reboot to be asked",
+        &op,
+        Duration::from_secs(60),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOTING),
+    );
+    assert_eq!(host.asked(), [Request::Reboot]);
+    op.stop();
+}
+
+/// The handshake never loses an intent (issue 21): on a Manual machine,
+/// a person's approval and a reboot request survive init refusing the
+/// reboot (their annotations are spent before init is asked), the turn
+/// stays in use, init is asked again after a backoff rather than every
+/// pass, and one InitRefused Event covers the run of refusals. Before,
+/// the record of the ask was dropped on a refusal, and with it the
+/// approval and the request: the machine fell back to RebootPending.
+#[test]
+fn an_approval_and_a_request_survive_init_refusing_the_reboot() {
+    use liken_api::annotations;
+    let m = machine_doc("refused-1");
+    let c = cluster_doc(&["seed-1"]);
+    let (host, op) = start_machine("refused-1", &m, &c, &[]);
+    patch(
+        &["machine", "refused-1"],
+        &json!({"spec": {"rebootPolicy": "Manual", "sysctls": {"vm.swappiness": "10"}}}),
+    );
+    let pending = wait_machine(
+        "refused-1",
+        "the change to wait for approval",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOT_PENDING),
+    );
+    let hash = pending.status.pending[0].hash.short().to_owned();
+    let boot = host.record().boot_id().short().to_owned();
+    patch(
+        &["machine", "refused-1"],
+        &json!({"metadata": {"annotations": {
+            annotations::APPROVE_DISRUPTION: hash,
+            annotations::REQUEST_REBOOT: boot,
+        }}}),
+    );
+    wait_machine(
+        "refused-1",
+        "the approval to ask for a turn",
+        &op,
+        Duration::from_secs(30),
+        |m| has_reason(m, SYSCTLS_APPLIED, reason::AWAITING_TURN),
+    );
+    host.state.lock().unwrap().refuse_disrupt = Some("k3s is still stopping".into());
+    grant("refused-1");
+    let refused = wait_machine(
+        "refused-1",
+        "init's refusal to show",
+        &op,
+        Duration::from_secs(30),
+        |m| {
+            condition(m, SYSCTLS_APPLIED).is_some_and(|(_, r, msg)| {
+                r == reason::REBOOTING && msg.contains("k3s is still stopping")
+            })
+        },
+    );
+    assert!(
+        refused
+            .metadata
+            .annotation(annotations::APPROVE_DISRUPTION)
+            .is_none(),
+        "the approval's annotation is spent"
+    );
+    // For a few seconds: the turn stays in use, the approval and the
+    // request stay carried, init is not asked every pass.
+    std::thread::sleep(Duration::from_secs(6));
+    let m = machine("refused-1").unwrap();
+    assert!(
+        liken_api::coordination::using_turn(&m.status.conditions),
+        "{:#?}",
+        m.status.conditions
+    );
+    assert!(!has_reason(&m, SYSCTLS_APPLIED, reason::REBOOT_PENDING));
+    assert!(has_reason(
+        &m,
+        liken_api::coordination::REBOOT_REQUEST_HONORED,
+        reason::REBOOTING
+    ));
+    assert_eq!(host.asked(), [Request::Reboot], "asked once so far");
+    // init accepts now: the next ask, after the backoff, reboots.
+    host.state.lock().unwrap().refuse_disrupt = None;
+    wait_for("init to be asked again", Duration::from_secs(30), || {
+        let asked = host.asked();
+        (asked.len() == 2)
+            .then_some(())
+            .ok_or_else(|| format!("{asked:?}"))
+    });
+    assert_eq!(host.asked(), [Request::Reboot, Request::Reboot]);
+    let refusals = events_about("refused-1")
+        .iter()
+        .filter(|(r, _)| r == "InitRefused")
+        .count();
+    assert_eq!(refusals, 1, "one Event for the refusal");
+    op.stop();
+}

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use liken_api::control::Request;
-use liken_api::coordination::{RELEASE_CURRENT, reason};
+use liken_api::coordination::reason;
 use liken_api::{BootAssessment, Phase};
 use liken_testenv::nginx::Nginx;
 use liken_testenv::scratch::TempDir;
@@ -19,29 +19,6 @@ use support::*;
 const NEW: &str = "2026.12.02-001";
 const TAMPERED: &str = "2026.12.03-001";
 const UNTRUSTED: &str = "2026.12.04-001";
-
-fn target(source: &str, version: &str, catalog: &[(&str, &liken_api::Digest)]) {
-    let catalog: Vec<_> = catalog
-        .iter()
-        .map(|(v, d)| json!({"version": v, "digest": d.to_string()}))
-        .collect();
-    patch(
-        &["cluster", "home"],
-        &json!({"spec": {"version": version, "releases": {"source": source, "catalog": catalog}}}),
-    );
-}
-
-fn release_reason(name: &str, op: &Operator, want: &str, says: &str) -> liken_api::Machine {
-    wait_machine(
-        name,
-        &format!("ReleaseCurrent {want}: {says}"),
-        op,
-        Duration::from_secs(60),
-        |m| {
-            condition(m, RELEASE_CURRENT).is_some_and(|(_, r, msg)| r == want && msg.contains(says))
-        },
-    )
-}
 
 #[test]
 fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {

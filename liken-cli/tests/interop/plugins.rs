@@ -32,12 +32,30 @@ struct Registry {
 }
 
 impl Registry {
+    /// Starts docker-registry on a port the kernel just handed out. The
+    /// port is free when picked but not held (docker-registry binds it
+    /// itself), so another process may take it first: docker-registry
+    /// then exits, and the start is tried again on another port; the
+    /// failure names each port tried.
     fn start(dir: &Path, name: &str, storage: &Path, auth: &str) -> Registry {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let mut tried = Vec::new();
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            tried.push(port);
+            if let Some(r) = Registry::start_on(dir, name, storage, auth, port) {
+                return r;
+            }
+        }
+        panic!("docker-registry could not bind any of the ports {tried:?}; see {name}.log");
+    }
+
+    /// docker-registry on `port`, or `None` when it exited (the port was
+    /// taken).
+    fn start_on(dir: &Path, name: &str, storage: &Path, auth: &str, port: u16) -> Option<Registry> {
         let config = dir.join(format!("{name}.yml"));
         std::fs::write(
             &config,
@@ -49,7 +67,7 @@ impl Registry {
         )
         .unwrap();
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        let child = Command::new("docker-registry")
+        let mut child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
             .stdin(Stdio::null())
@@ -60,14 +78,25 @@ impl Registry {
                 panic!("cannot start docker-registry: {e}; scripts/setup.sh installs it")
             });
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!("docker-registry exited ({status}) on port {port}, taken; another port");
+                return None;
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Listening, and still alive: the listener is ours.
+                std::thread::sleep(Duration::from_millis(100));
+                if matches!(child.try_wait(), Ok(None)) {
+                    return Some(Registry { child, port });
+                }
+                continue;
+            }
             assert!(
                 Instant::now() < deadline,
-                "docker-registry did not listen; see {name}.log"
+                "docker-registry did not listen on port {port}; see {name}.log"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Registry { child, port }
     }
 
     fn host(&self) -> String {

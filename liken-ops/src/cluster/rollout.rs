@@ -32,9 +32,18 @@
 //!   datastore keeps its quorum whatever the budget says.
 //! - **Order.** Leaders, then the machine that has asked longest, then by
 //!   name.
+//! - **A grant names its purpose.** Each turn records what it allows
+//!   ([`TurnPurpose`]): the machine's boot, the release its reboot boots
+//!   and the staged changes it applies, read from the Machine's status
+//!   at the version the grant is conditioned on. The same purpose ends
+//!   the grant's message, and the machine acts only on a grant naming
+//!   exactly what it is about to apply.
 //! - **Reclaims.** A machine that holds a grant and neither asks for a
 //!   turn nor is using one (draining, rebooting, restarting) has finished:
 //!   its grant is removed, and its ledger entry freed on a later sweep.
+//!   A machine that asks for a turn for something other than its grant
+//!   names (a release written, a change staged, a reboot since) gets its
+//!   grant taken back the same way, and asks again.
 //! - **Stalls.** A turn held longer than the stall limit turns
 //!   Progressing False with RolloutStalled; the turn stays counted.
 //! - **A failed release halts.** A machine given a turn for the target
@@ -52,7 +61,7 @@ use std::time::Duration;
 use liken_api::annotations::RESUME_ROLLOUT;
 use liken_api::cluster::{HaltCause, RebootTurn, RolloutHalt};
 use liken_api::condition::find;
-use liken_api::coordination::{self, reason};
+use liken_api::coordination::{self, TurnPurpose, reason};
 use liken_api::{Cluster, Condition, ConditionStatus, Phase, Time, Version};
 
 use super::fleet::{Judged, name_list};
@@ -111,6 +120,8 @@ pub struct Grant {
     pub resource_version: String,
     /// The release the turn boots, if any.
     pub release: Option<Version>,
+    /// What the grant allows (its message ends with it).
+    pub purpose: TurnPurpose,
     /// Whether this re-sends a grant already in the ledger.
     pub confirm: bool,
 }
@@ -133,18 +144,21 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    /// The same decision with no grant: what a sweep carries out when the
-    /// ledger it must write first did not land as sent.
+    /// The same decision with no grant and no reclaim: what a sweep
+    /// carries out when the ledger it must write first did not land as
+    /// sent. A reclaim waits too, because the halt the sweep found (and
+    /// the entry a reclaim lets the next sweep free) is only recorded by
+    /// that write.
     pub fn without_grants(mut self) -> Rollout {
         self.grants.clear();
+        self.reclaims.clear();
         self
     }
 }
 
 /// The short boot id a machine reports (first 12 hex digits).
-fn boot_of(j: &Judged<'_>) -> String {
-    j.machine
-        .status
+fn boot_of(m: &liken_api::Machine) -> String {
+    m.status
         .boot
         .as_ref()
         .and_then(|b| b.boot_id())
@@ -154,10 +168,21 @@ fn boot_of(j: &Judged<'_>) -> String {
 
 /// The release a turn would boot: the staged one, when it differs from
 /// the running one.
-fn turn_release(j: &Judged<'_>) -> Option<Version> {
-    let r = j.machine.status.release.as_ref()?;
+fn turn_release(m: &liken_api::Machine) -> Option<Version> {
+    let r = m.status.release.as_ref()?;
     let staged = r.staged.as_ref()?;
     (r.running.as_ref() != Some(staged)).then(|| staged.clone())
+}
+
+/// What the machine asks a turn for, as its status says: its boot, the
+/// release its reboot would boot, and its staged changes. A grant names
+/// this purpose, and the machine takes its turn only for exactly it.
+pub fn asked_purpose(machine: &liken_api::Machine) -> TurnPurpose {
+    TurnPurpose::new(
+        &boot_of(machine),
+        turn_release(machine),
+        machine.status.pending.iter().map(|p| p.hash.as_str()),
+    )
 }
 
 fn running<'a>(j: &Judged<'a>) -> Option<&'a Version> {
@@ -167,7 +192,7 @@ fn running<'a>(j: &Judged<'a>) -> Option<&'a Version> {
 /// What a machine holding a turn for `release` says about that release.
 fn failure(j: &Judged<'_>, turn: &RebootTurn, release: &Version) -> Option<HaltCause> {
     let booted_since = !turn.boot.is_empty() && {
-        let now = boot_of(j);
+        let now = boot_of(j.machine);
         !now.is_empty() && now != turn.boot
     };
     if booted_since && running(j).is_some_and(|r| r < release) {
@@ -217,11 +242,7 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
 
     // The halt as stored, unless the target moved or a new resume value
     // lifted it.
-    let mut halt = cluster
-        .status
-        .rollout_halt
-        .clone()
-        .filter(|h| Some(&h.release) == target && h.resume == resume);
+    let mut halt = cluster.active_halt().cloned();
 
     // The ledger: keep what may still hold or land, free the rest.
     let mut turns: Vec<RebootTurn> = Vec::new();
@@ -244,21 +265,25 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         };
         let granted = coordination::holds_grant(&j.machine.status.conditions);
         let unchanged = j.machine.metadata.resource_version == e.machine_resource_version;
-        if !granted && !unchanged {
-            freed.push(e.machine.clone());
-            continue;
-        }
+        // The failure is judged before the entry may be freed: a sweep
+        // whose status write failed may already have taken the grant
+        // back, and the entry is the only record of what the turn booted.
         if let (Some(release), Some(t)) = (&e.release, target)
             && release == t
             && let Some(cause) = failure(j, e, release)
         {
             failed.push((e.machine.clone(), cause));
         }
+        if !granted && !unchanged {
+            freed.push(e.machine.clone());
+            continue;
+        }
         if !granted && coordination::wants_turn(&j.machine.status.conditions) {
             confirms.push(Grant {
                 machine: e.machine.clone(),
                 resource_version: e.machine_resource_version.clone(),
                 release: e.release.clone(),
+                purpose: e.purpose(),
                 confirm: true,
             });
         }
@@ -271,12 +296,15 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         if coordination::holds_grant(&j.machine.status.conditions)
             && !turns.iter().any(|t| t.machine == j.name())
         {
+            let purpose = coordination::grant_purpose(&j.machine.status.conditions)
+                .unwrap_or_else(|| asked_purpose(j.machine));
             turns.push(RebootTurn {
                 machine: j.name().to_owned(),
                 machine_resource_version: j.machine.metadata.resource_version.clone(),
                 since: input.now,
-                release: turn_release(j),
-                boot: boot_of(j),
+                release: purpose.release,
+                boot: purpose.boot,
+                changes: purpose.changes,
             });
         }
     }
@@ -304,8 +332,14 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
             continue;
         }
         let finished = !coordination::wants_turn(c) && !coordination::using_turn(c);
+        // Asking again while holding a grant: the grant is for something
+        // else (the machine wrote a release or staged a change since, or
+        // rebooted), so it is taken back and the new ask waits its turn.
+        let repurposed = coordination::wants_turn(c)
+            && !coordination::using_turn(c)
+            && coordination::grant_purpose(c).as_ref() != Some(&asked_purpose(j.machine));
         let failed_here = failed.iter().any(|(m, _)| m == j.name()) && halted(target);
-        if finished || failed_here {
+        if finished || repurposed || failed_here {
             reclaims.push(j.name().to_owned());
         }
     }
@@ -362,7 +396,7 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
     let mut waiting = Vec::new();
     for j in candidates {
         let name = j.name();
-        let release = turn_release(j);
+        let release = turn_release(j.machine);
         let leader = cluster.is_leader(name);
         let counted = down.contains(name);
         // A machine already counted costs nothing more, but a grant still
@@ -381,17 +415,20 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
             waiting.push(name);
             continue;
         }
+        let purpose = asked_purpose(j.machine);
         turns.push(RebootTurn {
             machine: name.to_owned(),
             machine_resource_version: j.machine.metadata.resource_version.clone(),
             since: input.now,
             release: release.clone(),
-            boot: boot_of(j),
+            boot: purpose.boot.clone(),
+            changes: purpose.changes.clone(),
         });
         grants.push(Grant {
             machine: name.to_owned(),
             resource_version: j.machine.metadata.resource_version.clone(),
             release,
+            purpose,
             confirm: false,
         });
         down.insert(name.to_owned());

@@ -10,7 +10,9 @@
 //!    key and refusal the status below carries.
 //! 1. **The Cluster's status**, carrying the turn ledger, with the
 //!    resourceVersion the sweep read (a conflict means another copy wrote
-//!    since, and this sweep's grants must not go out). Each condition that
+//!    since, and this sweep's grants and reclaims must not go out: a
+//!    reclaim lets the next sweep free a ledger entry, which must not
+//!    happen before the halt this sweep found is stored). Each condition that
 //!    transitioned posts its Event after the write lands. If the stored
 //!    answer lacks the ledger or halt that was sent (a CRD from an older
 //!    release pruned them), no grant goes out and Progressing says why.
@@ -143,7 +145,8 @@ impl Sweeper {
 
     /// One sweep of the whole fleet.
     pub fn sweep(&mut self) -> Result<(), SweepError> {
-        if !self.watches.synced() {
+        let gate = self.watches.gate();
+        if gate == super::watches::SweepGate::Wait {
             return Ok(());
         }
         self.report_unreadable();
@@ -175,7 +178,10 @@ impl Sweeper {
             .map(|(m, h)| Judged::new(m.as_ref(), *h))
             .collect();
         let fleet = decide_fleet_sweep(&judged);
-        let template = self.template();
+        let template = match gate {
+            super::watches::SweepGate::NoGrants(why) => Template::Unreadable(why),
+            _ => self.template(),
+        };
         let mut rollout = decide_rollout(&RolloutInput {
             cluster: &cluster,
             machines: &judged,
@@ -480,9 +486,13 @@ impl Sweeper {
                     REBOOT_APPROVED,
                     ConditionStatus::True,
                     GRANT_REASON,
-                    format!(
-                        "the cluster operator granted this machine a reboot turn{release} \
-                         (spec.disruptionBudget.maxUnavailable {budget})"
+                    coordination::grant_message(
+                        &format!(
+                            "the cluster operator granted this machine a reboot turn{release} \
+                             (spec.disruptionBudget.maxUnavailable {budget}); it allows only \
+                             what it names"
+                        ),
+                        &g.purpose,
                     ),
                 )
                 .with_generation(m.metadata.generation),

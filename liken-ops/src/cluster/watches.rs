@@ -111,6 +111,47 @@ fn renew_time(l: &Lease) -> &str {
     l.spec.renew_time.as_deref().unwrap_or_default()
 }
 
+/// Which stores hold their first LIST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Synced {
+    /// Machines.
+    pub machines: bool,
+    /// Clusters.
+    pub clusters: bool,
+    /// Heartbeat Leases.
+    pub leases: bool,
+    /// The machine operator's DaemonSet.
+    pub daemon_set: bool,
+}
+
+/// What a sweep may do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SweepGate {
+    /// Nothing: the fleet itself (its Machines, its Cluster, its
+    /// heartbeats) is not listed yet, so no verdict can be judged.
+    Wait,
+    /// Everything but grants: the DaemonSet that leaders-first judges by
+    /// is not listed yet, so no turn goes out (the reason names it), while
+    /// status, reclaims and Lost verdicts go on.
+    NoGrants(String),
+    /// Everything.
+    All,
+}
+
+/// One unsynced informer stops only what depends on it: the DaemonSet
+/// watch holds grants back, not the fleet's status or its Lost verdicts.
+pub fn decide_sweep_gate(s: Synced) -> SweepGate {
+    if !(s.machines && s.clusters && s.leases) {
+        return SweepGate::Wait;
+    }
+    if !s.daemon_set {
+        return SweepGate::NoGrants(format!(
+            "the watch of DaemonSet {HEARTBEAT_NAMESPACE}/{MACHINE_OPERATOR} has not listed yet"
+        ));
+    }
+    SweepGate::All
+}
+
 impl Watches {
     /// Starts the four watches, each waking `wake` as described above.
     pub fn start(
@@ -185,11 +226,61 @@ impl Watches {
             && self.daemon_set.store().is_synced()
     }
 
+    /// What the sweep may do with the stores as they stand
+    /// ([`decide_sweep_gate`]).
+    pub fn gate(&self) -> SweepGate {
+        decide_sweep_gate(Synced {
+            machines: self.machines.store().is_synced(),
+            clusters: self.clusters.store().is_synced(),
+            leases: self.leases.store().is_synced(),
+            daemon_set: self.daemon_set.store().is_synced(),
+        })
+    }
+
     /// Stops every watch thread.
     pub fn stop(self) {
         self.machines.stop();
         self.clusters.stop();
         self.leases.stop();
         self.daemon_set.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_unsynced_watch_stops_only_what_depends_on_it() {
+        let all = Synced {
+            machines: true,
+            clusters: true,
+            leases: true,
+            daemon_set: true,
+        };
+        assert_eq!(decide_sweep_gate(all), SweepGate::All);
+        let no_ds = Synced {
+            daemon_set: false,
+            ..all
+        };
+        assert!(
+            matches!(decide_sweep_gate(no_ds), SweepGate::NoGrants(why) if why.contains(MACHINE_OPERATOR))
+        );
+        for unsynced in [
+            Synced {
+                machines: false,
+                ..all
+            },
+            Synced {
+                clusters: false,
+                ..all
+            },
+            Synced {
+                leases: false,
+                ..all
+            },
+        ] {
+            assert_eq!(decide_sweep_gate(unsynced), SweepGate::Wait, "{unsynced:?}");
+        }
     }
 }

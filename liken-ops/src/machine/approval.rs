@@ -398,6 +398,7 @@ mod tests {
             at: liken_api::Time::EPOCH,
             requested: false,
             k3s_pid: None,
+            refused: None,
         };
         let all = vec![reboot.clone(), restart.clone(), other_restart.clone()];
         let cases = [

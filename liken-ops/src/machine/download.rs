@@ -79,6 +79,40 @@ pub struct Downloads {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What a failed write into the inactive slot means for the next try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// init is writing (or disarming) already: ask again after a backoff.
+    /// Never Blocked; nothing is wrong with the release.
+    Busy,
+    /// init did not answer, or the exchange broke: ask again after a
+    /// backoff.
+    Transient,
+    /// init refused the release itself (it does not verify, the slot is
+    /// missing): Blocked until the target changes.
+    Refused,
+}
+
+/// Classifies init's answer to a release write.
+pub fn decide_write_failure(e: &InitError) -> WriteFailure {
+    match e {
+        InitError::Refused(why) if why == liken_api::control::WRITE_BUSY => WriteFailure::Busy,
+        InitError::Refused(_) => WriteFailure::Refused,
+        InitError::Unreachable(_) | InitError::Malformed(_) => WriteFailure::Transient,
+    }
+}
+
+/// The first wait after init was busy or did not answer a write; it
+/// doubles to [`RETRY_MAX`].
+pub const WRITE_RETRY_FIRST: Duration = Duration::from_secs(5);
+
+/// The wait after `failures` busy or transient write answers in a row.
+pub fn write_retry_after(failures: u32) -> Duration {
+    WRITE_RETRY_FIRST
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(8))
+        .min(RETRY_MAX)
+}
+
 /// Whether a fetch failure is fixed by time (the network) or by an edit.
 pub fn decide_blocked(e: &FetchError) -> bool {
     match e {
@@ -186,6 +220,13 @@ impl Downloads {
                 release_sha256,
             } => {
                 let Some(boot) = boot else { return };
+                // A write init was busy with (or did not answer) waits
+                // out its backoff, rather than asking on every pass.
+                if let Ok(s) = self.shared.lock()
+                    && s.retry_at.is_some_and(|t| Instant::now() < t)
+                {
+                    return;
+                }
                 Job::Write {
                     version: version.clone(),
                     release_sha256: release_sha256.clone(),
@@ -481,20 +522,50 @@ fn write(
             }
             // The slot holds it now; the files only took room.
             let _ = fs::remove_dir_all(&dir);
+            if let Ok(mut s) = shared.lock() {
+                s.retry_at = None;
+                s.failures = 0;
+            }
             Worker::Idle
         }
-        Err(InitError::Refused(why)) => Worker::Failed {
-            version: version.clone(),
-            message: format!(
-                "init refused to write {version} into the inactive slot: {why}; the running slot \
-                 is untouched"
-            ),
-            blocked: true,
-        },
-        Err(e) => Worker::Failed {
-            version: version.clone(),
-            message: format!("asking init to write {version}: {e}"),
-            blocked: false,
+        Err(e) => match decide_write_failure(&e) {
+            WriteFailure::Refused => Worker::Failed {
+                version: version.clone(),
+                message: format!(
+                    "init refused to write {version} into the inactive slot: {}; the running \
+                     slot is untouched",
+                    match &e {
+                        InitError::Refused(why) => why.as_str(),
+                        _ => "",
+                    }
+                ),
+                blocked: true,
+            },
+            // Busy or no answer: the release is still verified; ask
+            // again after a backoff.
+            failure => {
+                let wait = if let Ok(mut s) = shared.lock() {
+                    s.failures = s.failures.saturating_add(1);
+                    let wait = write_retry_after(s.failures);
+                    s.retry_at = Some(Instant::now() + wait);
+                    wait
+                } else {
+                    WRITE_RETRY_FIRST
+                };
+                log::info(
+                    "init did not write the release now; asking again after a backoff",
+                    &[
+                        ("release", version),
+                        ("busy", &(failure == WriteFailure::Busy)),
+                        ("err", &e),
+                        ("after_secs", &wait.as_secs()),
+                    ],
+                );
+                Worker::Verified {
+                    version: version.clone(),
+                    release_sha256: release_sha256.clone(),
+                }
+            }
         },
     };
     set(shared, wake, state);
@@ -589,6 +660,28 @@ mod tests {
         });
         assert!(bad.contains("the Cluster's catalog pins"), "{bad}");
         assert!(bad.contains("nothing was written"), "{bad}");
+    }
+
+    #[test]
+    fn init_busy_is_retried_and_never_blocks() {
+        use liken_api::control::WRITE_BUSY;
+        let cases = [
+            (InitError::Refused(WRITE_BUSY.into()), WriteFailure::Busy),
+            (
+                InitError::Unreachable("connection refused".into()),
+                WriteFailure::Transient,
+            ),
+            (InitError::Malformed("eof".into()), WriteFailure::Transient),
+            (
+                InitError::Refused("release.yaml does not match".into()),
+                WriteFailure::Refused,
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(decide_write_failure(&e), want, "{e}");
+        }
+        let waits: Vec<u64> = (1..=9).map(|n| write_retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
     }
 
     #[test]

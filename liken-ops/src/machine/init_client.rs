@@ -117,6 +117,17 @@ impl InitClient {
         }
     }
 
+    /// Asks init to take the inactive slot out of the bootloaders' reach
+    /// (a written release whose rollout halted); answered when done.
+    pub fn disarm_release(&self) -> Result<(), InitError> {
+        let request = Request::DisarmRelease;
+        match self.exchange(&request, Duration::from_secs(WRITE_TIMEOUT_SECS))? {
+            Response::Accepted => Ok(()),
+            Response::Refused { message } => Err(InitError::Refused(message)),
+            other => Err(self.unexpected(&request, &other)),
+        }
+    }
+
     /// Asks init to write a verified release into the inactive slot;
     /// answered when done.
     pub fn write_release(&self, write: WriteRelease) -> Result<ReleaseWritten, InitError> {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, select};
 use liken_api::control::Request;
-use liken_api::coordination::{K3S_CONFIGURED, reason};
+use liken_api::coordination::{self, GrantFor, K3S_CONFIGURED, reason};
 use liken_api::machine::DisruptionKind;
 use liken_api::ondisk::Document;
 use liken_api::{Cluster, Machine, Time, annotations};
@@ -41,7 +41,9 @@ use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
 use crate::machine::release::Worker;
 use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
 use crate::machine::status::{compose, decide_released, transition_events};
-use crate::machine::turn::{Asked, TurnStep, cordon_patch, uncordon_patch};
+use crate::machine::turn::{
+    Asked, Refused, TurnStep, cordon_patch, decide_same_ask, uncordon_patch,
+};
 use crate::runtime::log;
 use crate::runtime::signals::{self, Stop};
 use crate::runtime::start;
@@ -68,6 +70,8 @@ pub mod event_reason {
     pub const REBOOTING: &str = "Rebooting";
     /// init was asked to restart k3s.
     pub const RESTARTING: &str = "RestartingK3s";
+    /// A release written before its rollout halted was disarmed.
+    pub const DISARMED: &str = "ReleaseDisarmed";
     /// init refused (or did not answer) a disruption.
     pub const INIT_REFUSED: &str = "InitRefused";
     /// The node was uncordoned after the turn.
@@ -519,6 +523,17 @@ impl Operator {
             if let (Some(d), Some(c)) = (&self.downloads, &cluster) {
                 d.ask(&pass.intent, c, pass.boot_id.as_ref());
             }
+            if pass.disarm
+                && let Some(w) = &facts.written
+            {
+                self.disarm_release(&machine, w);
+            }
+        }
+        // Every disruptive step (cordon, drain, init's request) first
+        // reads the Machine fresh: the grant must still be there and name
+        // exactly what this turn applies.
+        if !pass.blind && pass.disrupts() {
+            self.check_grant(&mut pass);
         }
         let disrupt = if pass.blind {
             None
@@ -527,11 +542,13 @@ impl Operator {
         };
 
         self.metrics.observe(&pass);
-        let written = self.write_status(&machine, &pass, now);
+        let written = self.write_status(&machine, &mut pass, now);
         if let Some(kind) = disrupt {
-            // The status saying Rebooting or Restarting has landed (or
-            // the disruption waits for the next pass).
-            if written {
+            // The status saying Rebooting or Restarting has landed on a
+            // copy holding the grant (or the disruption waits for the
+            // next pass); a write that found the grant gone took the
+            // step back.
+            if written && pass.disrupts() && self.check_grant(&mut pass) {
                 self.disrupt(&machine, &pass, kind, now);
             }
         }
@@ -670,6 +687,11 @@ impl Operator {
                             event_reason::UNCORDONED,
                             &format!("uncordoned {}: the turn is over", n.metadata.name),
                         ),
+                        Err(e) if e.is_conflict() => log::info(
+                            "the Node changed since it was judged (a person's cordon?); \
+                             the next pass judges it again",
+                            &[("node", &n.metadata.name)],
+                        ),
                         Err(e) => log::warn("uncordoning failed", &[("err", &e)]),
                     }
                 }
@@ -700,12 +722,22 @@ impl Operator {
                 None
             }
             TurnStep::Drain { since } => self.drain(machine, pass, since, now),
-            TurnStep::Asked { kind, again } => {
+            TurnStep::Asked {
+                kind,
+                again,
+                refused,
+            } => {
                 if again {
-                    log::warn(
-                        "init accepted a disruption a while ago and the machine is still up; asking again",
-                        &[("kind", &kind.as_str())],
-                    );
+                    match refused {
+                        Some(why) => log::info(
+                            "init refused the disruption; asking again after the backoff",
+                            &[("kind", &kind.as_str()), ("refused", &why)],
+                        ),
+                        None => log::warn(
+                            "init accepted a disruption a while ago and the machine is still up; asking again",
+                            &[("kind", &kind.as_str())],
+                        ),
+                    }
                     Some(kind)
                 } else {
                     None
@@ -815,13 +847,22 @@ impl Operator {
         if !spent.is_empty() {
             self.remove_annotations(machine, &spent);
         }
-        let asked = Asked {
+        // Asking again after a refusal counts on from the record.
+        let before = pass
+            .asked
+            .as_ref()
+            .filter(|a| decide_same_ask(a, kind, &boot, &pass.machine_hash));
+        let refusals = before
+            .and_then(|a| a.refused.as_ref())
+            .map_or(0, |r| r.times);
+        let mut asked = Asked {
             boot,
             kind,
             hash: (kind == DisruptionKind::Restart).then(|| pass.machine_hash.clone()),
             at: now,
             requested,
             k3s_pid: pass.k3s_pid,
+            refused: None,
         };
         if let Err(e) = host::record_asked(&self.cfg.paths, &asked) {
             log::warn(
@@ -841,28 +882,115 @@ impl Operator {
                 "drained; asking init to restart k3s",
             ),
         };
-        self.event(machine, EventType::Normal, reason_, note);
+        if before.is_none() {
+            self.event(machine, EventType::Normal, reason_, note);
+        }
         match self.init.disrupt(request) {
             Ok(()) => log::info("init accepted", &[("kind", &kind.as_str())]),
             Err(e) => {
-                let _ = host::forget_asked(&self.cfg.paths);
-                let advice = match e {
-                    InitError::Refused(_) => "the next pass asks again",
-                    _ => "init may be down; the next pass asks again",
+                // The record stays, refused: it carries the spent approval
+                // and reboot request, and spaces the next ask out. One
+                // Event for a run of refusals; the condition keeps the
+                // latest answer.
+                asked.refused = Some(Refused {
+                    times: refusals.saturating_add(1),
+                    message: e.to_string(),
+                });
+                if let Err(err) = host::record_asked(&self.cfg.paths, &asked) {
+                    log::warn("recording init's refusal failed", &[("err", &err)]);
+                }
+                let wait = asked.again_after();
+                log::info(
+                    "init refused the disruption; asking again after a backoff",
+                    &[("kind", &kind.as_str()), ("err", &e), ("after_secs", &wait)],
+                );
+                if refusals == 0 {
+                    let advice = match e {
+                        InitError::Refused(_) => "asking again after a backoff",
+                        _ => "init may be down; asking again after a backoff",
+                    };
+                    self.event(
+                        machine,
+                        EventType::Warning,
+                        event_reason::INIT_REFUSED,
+                        &format!("{e}; {advice} (first in {wait} s)"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Asks init to disarm the release this boot wrote (its rollout
+    /// halted), then records the slot as holding nothing to boot, so the
+    /// status stops listing it as staged. A refusal is tried again on the
+    /// next pass; until init answers, no reboot is asked for.
+    fn disarm_release(&self, machine: &Machine, written: &crate::machine::facts::Written) {
+        match self.init.disarm_release() {
+            Ok(()) => {
+                let disarmed = crate::machine::facts::Written {
+                    version: None,
+                    ..written.clone()
                 };
+                if let Err(e) = host::record_written(&self.cfg.paths, &disarmed) {
+                    log::warn("recording the disarm failed", &[("err", &e)]);
+                }
+                let version = written.version.as_ref().map_or("", |v| v.as_str());
+                log::info("disarmed a halted release", &[("release", &version)]);
                 self.event(
                     machine,
                     EventType::Warning,
-                    event_reason::INIT_REFUSED,
-                    &format!("{e}; {advice}"),
+                    event_reason::DISARMED,
+                    &format!(
+                        "the rollout of {version} halted after it was written into the inactive \
+                         slot; init took it out of the bootloaders' reach, so the next boot is \
+                         the running release"
+                    ),
                 );
+            }
+            Err(e) => log::warn(
+                "asking init to disarm a halted release failed; the next pass asks again",
+                &[("err", &e)],
+            ),
+        }
+    }
+
+    /// Reads the Machine fresh and answers whether it holds a grant for
+    /// exactly what this pass applies; when it does not, the pass takes
+    /// its step back ([`Pass::grant_gone`]). A failed read allows nothing.
+    fn check_grant(&mut self, pass: &mut Pass) -> bool {
+        match self
+            .client
+            .get::<Machine>(&Api::all(MACHINES), &self.machine)
+        {
+            Ok(fresh) => {
+                let grant = coordination::grant_for(&fresh.status.conditions, &pass.purpose);
+                if self.written.as_ref().is_none_or(|w| rv(&fresh) > rv(w)) {
+                    self.written = Some(fresh);
+                }
+                if grant == GrantFor::This {
+                    return true;
+                }
+                log::info(
+                    "the grant is gone or names something else; taking no disruptive step",
+                    &[("purpose", &pass.purpose.describe())],
+                );
+                pass.grant_gone(grant);
+                false
+            }
+            Err(e) => {
+                log::warn(
+                    "reading the Machine to check its grant failed; taking no disruptive step",
+                    &[("err", &e)],
+                );
+                pass.grant_gone(GrantFor::None);
+                false
             }
         }
     }
 
     /// Writes the status when it changed; answers whether the status now
     /// stored is this pass's.
-    fn write_status(&mut self, machine: &Machine, pass: &Pass, now: Time) -> bool {
+    fn write_status(&mut self, machine: &Machine, pass: &mut Pass, now: Time) -> bool {
         let generation = machine.metadata.generation;
         let status = compose(&machine.status, pass, generation, now);
         if status == machine.status {
@@ -893,6 +1021,23 @@ impl Operator {
                     // person's annotation): compose again on their copy.
                     match self.client.get::<Machine>(&api, &self.machine) {
                         Ok(fresh) => {
+                            // The grant this pass acted on may be gone
+                            // from their copy: check again before saying
+                            // (and doing) anything that uses it.
+                            if pass.disrupts() {
+                                let grant = coordination::grant_for(
+                                    &fresh.status.conditions,
+                                    &pass.purpose,
+                                );
+                                if grant != GrantFor::This {
+                                    log::info(
+                                        "the grant changed under a status write; taking the \
+                                         turn's step back",
+                                        &[("purpose", &pass.purpose.describe())],
+                                    );
+                                    pass.grant_gone(grant);
+                                }
+                            }
                             let status =
                                 compose(&fresh.status, pass, fresh.metadata.generation, now);
                             if status == fresh.status {

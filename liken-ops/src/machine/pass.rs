@@ -28,8 +28,8 @@
 use std::collections::BTreeMap;
 
 use liken_api::coordination::{
-    self, K3S_CONFIGURED, KERNEL_ARGS_APPLIED, MODULES_LOADED, NETWORK_CONFIGURED,
-    REBOOT_REQUEST_HONORED, RELEASE_CURRENT, SYSCTLS_APPLIED, reason,
+    self, GrantFor, K3S_CONFIGURED, KERNEL_ARGS_APPLIED, MODULES_LOADED, NETWORK_CONFIGURED,
+    REBOOT_REQUEST_HONORED, RELEASE_CURRENT, SYSCTLS_APPLIED, TurnPurpose, reason,
 };
 use liken_api::hash::sha256;
 use liken_api::machine::{DisruptionKind, PendingDisruption, ReleaseStatus};
@@ -116,18 +116,30 @@ pub struct Pass {
     pub request: RebootRequest,
     /// The disruption asked of the cluster.
     pub wanted: Option<DisruptionKind>,
+    /// What a turn taken now would apply: this boot, the release a reboot
+    /// would boot, the staged changes. A grant allows the turn only when
+    /// it names exactly this.
+    pub purpose: TurnPurpose,
+    /// The grant held, judged against `purpose`.
+    pub grant: GrantFor,
     /// The turn's next step.
     pub turn: TurnStep,
     /// Labels and taints to patch onto the Node now.
     pub node_patch: Option<NodeDrift>,
     /// What the download worker should do.
     pub intent: Intent,
+    /// Ask init to disarm the release this boot wrote (its rollout
+    /// halted).
+    pub disarm: bool,
     /// The running boot's id, when known.
     pub boot_id: Option<Sha256Hex>,
     /// The desired Machine's canonical hash (what a restart applies).
     pub machine_hash: Sha256Hex,
     /// k3s's pid as init reports it, recorded with a restart request.
     pub k3s_pid: Option<u32>,
+    /// What init was asked this boot, when anything was (a re-ask after
+    /// a refusal counts on from it).
+    pub asked: Option<Asked>,
     /// Whether the facts were unreadable or the boot is unfinished: the
     /// loop then carries out nothing but the status.
     pub blind: bool,
@@ -145,6 +157,51 @@ impl Pass {
                 c.message = format!("{}; {message}", c.message);
             }
         }
+        self.rederive();
+    }
+
+    /// Whether this pass takes a disruptive step (cordon, drain, or asks
+    /// init): one that needs a live grant for [`Pass::purpose`].
+    pub fn disrupts(&self) -> bool {
+        matches!(
+            self.turn,
+            TurnStep::Cordon | TurnStep::Drain { .. } | TurnStep::Asked { .. }
+        )
+    }
+
+    /// The grant this pass acted on turned out gone or for something else
+    /// (a fresh read, or the copy a conflict returned, says so): the pass
+    /// takes no disruptive step and asks again, and the conditions say
+    /// why.
+    pub fn grant_gone(&mut self, grant: GrantFor) {
+        let note = match &grant {
+            GrantFor::Other(Some(p)) => format!(
+                "the turn the cluster granted is for {}, not for what is staged now; \
+                 waiting for a turn granted for this",
+                p.describe()
+            ),
+            GrantFor::Other(None) => "the grant held names no purpose, so it allows nothing; \
+                 waiting for a turn granted for what is staged"
+                .to_owned(),
+            _ => "the cluster took the turn back before this step; waiting for a turn".to_owned(),
+        };
+        self.grant = grant;
+        self.turn = TurnStep::Await;
+        for c in &mut self.conditions {
+            if c.status != ConditionStatus::True
+                && matches!(
+                    c.reason.as_str(),
+                    reason::DRAINING
+                        | reason::DRAIN_BLOCKED
+                        | reason::REBOOTING
+                        | reason::RESTARTING
+                )
+            {
+                c.reason = reason::AWAITING_TURN.to_owned();
+                c.message = note.clone();
+            }
+        }
+        self.waiting = self.pending.clone();
         self.rederive();
     }
 
@@ -193,12 +250,16 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         approval: Approval::None,
         request: RebootRequest::None,
         wanted: None,
+        purpose: TurnPurpose::default(),
+        grant: GrantFor::None,
         turn: TurnStep::Idle,
         node_patch: None,
         intent: Intent::None,
+        disarm: false,
         boot_id: record.map(BootRecord::boot_id),
         machine_hash: sha256(b""),
         k3s_pid: None,
+        asked: None,
         blind: true,
     }
 }
@@ -537,8 +598,30 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         (a, _) => a,
     };
     let wanted = decide_wanted(auto, &pending, &approval);
-    let grant = coordination::holds_grant(&machine.status.conditions);
-    let turn = decide_turn(wanted, grant, node, facts.asked.as_ref(), &boot_id, now);
+    // What this boot wrote (or disarmed) is the last word on the other
+    // slot; the stored status speaks for earlier boots.
+    let staged_version = match written {
+        Some(w) => w.version.clone(),
+        None => stored_staged
+            .filter(|v| Some(*v) != record.version.as_ref())
+            .cloned(),
+    };
+    let purpose = TurnPurpose::new(
+        boot_id.as_str(),
+        staged_version
+            .clone()
+            .filter(|v| Some(v) != record.version.as_ref()),
+        pending.iter().map(|p| p.hash.as_str()),
+    );
+    let grant = coordination::grant_for(&machine.status.conditions, &purpose);
+    let turn = decide_turn(
+        wanted,
+        grant == GrantFor::This,
+        node,
+        facts.asked.as_ref(),
+        (&boot_id, &desired_hash),
+        now,
+    );
     // status.pending lists what still waits: an entry the turn is
     // carrying out leaves it, so `liken approve-reboot` run again names
     // the next one.
@@ -573,15 +656,29 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
     for type_ in coordination::CONVERGENCE {
         let c = if type_ == RELEASE_CURRENT {
             match release.reason {
-                reason::AWAITING_TURN => {
-                    pending_condition(type_, &pending, &approval, auto, wanted, &turn, machine)
-                }
+                reason::AWAITING_TURN => pending_condition(
+                    type_,
+                    &pending,
+                    &approval,
+                    auto,
+                    wanted,
+                    (&turn, &grant),
+                    machine,
+                ),
                 r => condition(type_, release.status, r, release.message.clone()),
             }
         } else if let Some(why) = blocked.get(type_) {
             condition(type_, ConditionStatus::False, reason::BLOCKED, why.clone())
         } else if pending.iter().any(|p| p.condition == type_) {
-            pending_condition(type_, &pending, &approval, auto, wanted, &turn, machine)
+            pending_condition(
+                type_,
+                &pending,
+                &approval,
+                auto,
+                wanted,
+                (&turn, &grant),
+                machine,
+            )
         } else if let Some(list) = observed.get(type_).filter(|l| !l.is_empty()) {
             condition(
                 type_,
@@ -602,11 +699,6 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
     let phase = decide_phase(&conditions);
     conditions.push(decide_ready(&conditions, phase));
 
-    let staged_version = written.and_then(|w| w.version.clone()).or_else(|| {
-        stored_staged
-            .filter(|v| Some(*v) != record.version.as_ref())
-            .cloned()
-    });
     Pass {
         conditions,
         phase,
@@ -629,12 +721,16 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         approval,
         request,
         wanted,
+        purpose,
+        grant,
         turn,
         node_patch,
         intent: release.intent,
+        disarm: release.disarm,
         boot_id: Some(boot_id),
         machine_hash: desired_hash,
         k3s_pid: init.k3s.pid,
+        asked: under_way.cloned(),
         blind: false,
     }
 }
@@ -674,7 +770,7 @@ fn pending_condition(
     approval: &Approval,
     auto: bool,
     wanted: Option<DisruptionKind>,
-    turn: &TurnStep,
+    (turn, grant): (&TurnStep, &GrantFor),
     machine: &Machine,
 ) -> Condition {
     let mine: Vec<&PendingDisruption> = pending.iter().filter(|p| p.condition == type_).collect();
@@ -712,6 +808,26 @@ fn pending_condition(
             "the cluster granted a turn; cordoning and draining the node".to_owned(),
         ),
         TurnStep::Asked {
+            kind,
+            refused: Some(why),
+            ..
+        } => (
+            if *kind == DisruptionKind::Reboot {
+                reason::REBOOTING
+            } else {
+                reason::RESTARTING
+            },
+            format!(
+                "init refused to {} ({why}); the turn is kept and init is asked again after a \
+                 backoff",
+                if *kind == DisruptionKind::Reboot {
+                    "reboot"
+                } else {
+                    "restart k3s"
+                }
+            ),
+        ),
+        TurnStep::Asked {
             kind: DisruptionKind::Reboot,
             ..
         } => (reason::REBOOTING, "init was asked to reboot".to_owned()),
@@ -724,7 +840,18 @@ fn pending_condition(
         ),
         TurnStep::Idle | TurnStep::Await | TurnStep::Uncordon => (
             reason::AWAITING_TURN,
-            "waiting for the cluster to grant a reboot turn".to_owned(),
+            match grant {
+                GrantFor::Other(Some(p)) => format!(
+                    "the turn the cluster granted was for {}, not for what is staged now; \
+                     waiting for it to be taken back and a turn granted for this",
+                    p.describe()
+                ),
+                GrantFor::Other(None) => "the grant held names no purpose (an older cluster \
+                     operator wrote it), so it allows nothing; waiting for a turn granted for \
+                     what is staged"
+                    .to_owned(),
+                _ => "waiting for the cluster to grant a reboot turn".to_owned(),
+            },
         ),
     };
     condition(
@@ -828,6 +955,18 @@ mod tests {
         })
     }
 
+    /// Grants `m` a turn for what a pass over `f` asks, as the cluster
+    /// operator does.
+    fn grant(m: &mut Machine, f: &Facts) {
+        let asked = pass(m, f, Some(&node())).purpose;
+        m.status.conditions.push(Condition::new(
+            coordination::REBOOT_APPROVED,
+            ConditionStatus::True,
+            coordination::GRANT_REASON,
+            coordination::grant_message("granted", &asked),
+        ));
+    }
+
     fn reason_of<'a>(p: &'a Pass, type_: &str) -> &'a str {
         &p.conditions
             .iter()
@@ -862,6 +1001,7 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: None,
+            refused: None,
         };
         let mut f = facts(&running());
         f.init = Err(silent.clone());
@@ -987,15 +1127,69 @@ mod tests {
     }
 
     #[test]
-    fn a_granted_turn_drains_then_reboots() {
+    fn a_grant_allows_only_what_it_names() {
+        // Granted for a sysctl change in this boot.
         let mut m = api(swappiness);
-        m.status.conditions.push(Condition::new(
+        let f = facts(&running());
+        grant(&mut m, &f);
+        assert_eq!(pass(&m, &f, Some(&node())).turn, TurnStep::Cordon);
+
+        // A release written since: the grant does not let it boot.
+        let mut written = f.clone();
+        written.written = Some(crate::machine::facts::Written {
+            boot: record().boot_id(),
+            version: Some(liken_api::Version::parse("2026.12.01-001").unwrap()),
+            release_sha256: sha256(b"release.yaml"),
+        });
+        let p = pass(&m, &written, Some(&node()));
+        assert_eq!(p.turn, TurnStep::Await);
+        assert!(matches!(p.grant, GrantFor::Other(Some(_))), "{:?}", p.grant);
+        assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::AWAITING_TURN);
+        assert!(!coordination::using_turn(&p.conditions));
+
+        // Another change staged since.
+        let other = api(|s| {
+            swappiness(s);
+            s.sysctls.insert("vm.overcommit_memory".into(), "1".into());
+        });
+        let mut other_m = other.clone();
+        other_m.status = m.status.clone();
+        assert_eq!(pass(&other_m, &f, Some(&node())).turn, TurnStep::Await);
+
+        // A grant from before this boot.
+        let mut next_boot = f.clone();
+        if let Ok(Some(r)) = next_boot.record.as_mut() {
+            r.time = Time::from_unix(1_780_000_060);
+        }
+        assert_eq!(pass(&m, &next_boot, Some(&node())).turn, TurnStep::Await);
+
+        // A grant naming no purpose allows nothing.
+        let mut old = api(swappiness);
+        old.status.conditions.push(Condition::new(
             coordination::REBOOT_APPROVED,
             ConditionStatus::True,
             coordination::GRANT_REASON,
-            "",
+            "granted",
         ));
+        let p = pass(&old, &f, Some(&node()));
+        assert_eq!(p.turn, TurnStep::Await);
+        assert_eq!(p.grant, GrantFor::Other(None));
+
+        // Taking the step back mid-drain: nothing says the turn is in use.
+        let mut p = pass(&m, &f, Some(&node()));
+        assert!(p.disrupts());
+        p.grant_gone(GrantFor::None);
+        assert!(!p.disrupts());
+        assert!(!coordination::using_turn(&p.conditions));
+        assert!(coordination::wants_turn(&p.conditions));
+        assert_eq!(p.waiting, p.pending);
+    }
+
+    #[test]
+    fn a_granted_turn_drains_then_reboots() {
+        let mut m = api(swappiness);
         let f = facts(&running());
+        grant(&mut m, &f);
         let p = pass(&m, &f, Some(&node()));
         assert_eq!(p.turn, TurnStep::Cordon);
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::DRAINING);
@@ -1022,6 +1216,7 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: None,
+            refused: None,
         });
         let p = pass(&m, &asked, Some(&node()));
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOTING);
@@ -1031,8 +1226,12 @@ mod tests {
         // On Manual the approval was spent before init was asked; what
         // init was asked carries it until the machine goes down, so the
         // machine neither uncordons nor gives the turn back early.
+        // (The policy is part of the staged document, so the grant names
+        // the document with it.)
         let mut manual = m.clone();
         manual.spec.reboot_policy = Some(RebootPolicy::Manual);
+        manual.status.conditions.clear();
+        grant(&mut manual, &asked);
         let p = pass(&manual, &asked, Some(&node()));
         assert_eq!(reason_of(&p, SYSCTLS_APPLIED), reason::REBOOTING);
         assert_eq!(p.wanted, Some(DisruptionKind::Reboot));
@@ -1127,12 +1326,6 @@ mod tests {
         // the request outstanding until the machine goes down, and the
         // entry is no longer listed as waiting.
         let mut m = api(|_| {});
-        m.status.conditions.push(Condition::new(
-            coordination::REBOOT_APPROVED,
-            ConditionStatus::True,
-            coordination::GRANT_REASON,
-            "",
-        ));
         let mut f = facts(&running());
         f.asked = Some(Asked {
             boot: record().boot_id(),
@@ -1141,9 +1334,12 @@ mod tests {
             at: NOW,
             requested: true,
             k3s_pid: None,
+            refused: None,
         });
         for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
             m.spec.reboot_policy = Some(policy);
+            m.status.conditions.clear();
+            grant(&mut m, &f);
             let p = pass(&m, &f, Some(&node()));
             assert_eq!(p.request, RebootRequest::Outstanding, "{policy:?}");
             assert_eq!(
@@ -1175,12 +1371,7 @@ mod tests {
         // Asked, and k3s not back yet: the turn is in use, the entry no
         // longer waits, and nothing is patched on yet.
         let mut granted = m.clone();
-        granted.status.conditions.push(Condition::new(
-            coordination::REBOOT_APPROVED,
-            ConditionStatus::True,
-            coordination::GRANT_REASON,
-            "",
-        ));
+        grant(&mut granted, &f);
         let mut asked = f.clone();
         asked.init.as_mut().unwrap().k3s = ServiceStatus {
             state: ServiceState::Running,
@@ -1194,9 +1385,12 @@ mod tests {
             at: NOW,
             requested: false,
             k3s_pid: Some(42),
+            refused: None,
         });
         for policy in [RebootPolicy::Auto, RebootPolicy::Manual] {
             granted.spec.reboot_policy = Some(policy);
+            granted.status.conditions.clear();
+            grant(&mut granted, &f);
             if let Some(a) = asked.asked.as_mut() {
                 a.hash = Some(granted.canonical_hash());
             }

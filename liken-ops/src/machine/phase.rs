@@ -83,6 +83,11 @@ pub const TABLE: &[Row] = &[
         why: "a change is staged and waits for the cluster to grant a turn",
     },
     Row {
+        reason: reason::ROLLOUT_HALTED,
+        phase: Phase::UpdatePending,
+        why: "the target release failed elsewhere and its rollout is halted; nothing is written",
+    },
+    Row {
         reason: reason::DOWNLOADING,
         phase: Phase::Downloading,
         why: "the target release downloads (or waits to be written) while workloads run",

@@ -97,6 +97,10 @@ pub struct ReleaseVerdict {
     pub pending: Option<PendingDisruption>,
     /// What the worker should do.
     pub intent: Intent,
+    /// Whether to ask init to disarm the release this boot wrote: its
+    /// rollout halted, so no boot, not even one after a power cut, may
+    /// start it.
+    pub disarm: bool,
 }
 
 fn verdict(status: ConditionStatus, reason: &'static str, message: String) -> ReleaseVerdict {
@@ -106,6 +110,7 @@ fn verdict(status: ConditionStatus, reason: &'static str, message: String) -> Re
         message,
         pending: None,
         intent: Intent::None,
+        disarm: false,
     }
 }
 
@@ -202,6 +207,29 @@ pub fn decide_release(
              fell back to slot {slot}, which runs {running}; set spec.version to another release \
              (a newer one, or {running} to stay)"
         ));
+    }
+    // A halted release is neither written nor left armed: a machine that
+    // wrote it before the halt takes it out of the bootloaders' reach.
+    if cluster.active_halt().is_some() {
+        let armed = written.is_some_and(|w| w.version.as_ref() == Some(target));
+        let what = if armed {
+            format!(
+                "{target} was written into slot {other} before the halt; asking init to disarm it, so the next boot is {running} again"
+            )
+        } else {
+            format!("{target} is not written into slot {other} while the halt lasts")
+        };
+        return ReleaseVerdict {
+            disarm: armed,
+            ..verdict(
+                ConditionStatus::False,
+                reason::ROLLOUT_HALTED,
+                format!(
+                    "the rollout of {target} is halted (it failed on another machine; see the \
+                     Cluster's Progressing condition); {what}"
+                ),
+            )
+        };
     }
     if let Some(w) = written.filter(|w| w.version.as_ref() == Some(target)) {
         return ReleaseVerdict {
@@ -606,6 +634,46 @@ mod tests {
             decide_release(None, &booted, None, None, &Worker::Idle).status
                 == ConditionStatus::True
         );
+    }
+
+    #[test]
+    fn a_halted_release_is_not_written_and_is_disarmed_where_it_was() {
+        let mut halted = cluster(Some(NEW), &[OLD, NEW], "https://releases.example/stable");
+        halted.status.rollout_halt = Some(liken_api::cluster::RolloutHalt {
+            release: v(NEW),
+            machine: "other".into(),
+            cause: liken_api::cluster::HaltCause::FellBack,
+            since: Time::EPOCH,
+            resume: String::new(),
+        });
+        let booted = record(Some(OLD), Some(Slot::A), None);
+        let new_sha = sha256(NEW.as_bytes());
+        let written = Written {
+            boot: sha256(b"boot"),
+            version: Some(v(NEW)),
+            release_sha256: new_sha.clone(),
+        };
+        let verified = Worker::Verified {
+            version: v(NEW),
+            release_sha256: new_sha.clone(),
+        };
+        // Verified and ready to write: not written while halted.
+        let got = decide_release(Some(&halted), &booted, None, None, &verified);
+        assert_eq!(got.reason, reason::ROLLOUT_HALTED);
+        assert_eq!(got.intent, Intent::None);
+        assert!(!got.disarm && got.pending.is_none());
+        // Written before the halt: disarmed, and no reboot asked for it.
+        let got = decide_release(Some(&halted), &booted, None, Some(&written), &verified);
+        assert!(got.disarm, "{got:?}");
+        assert!(got.pending.is_none());
+        assert!(got.message.contains("disarm"), "{}", got.message);
+        // A new resume value lifts the halt: written again.
+        halted
+            .metadata
+            .annotations
+            .insert(liken_api::annotations::RESUME_ROLLOUT.into(), "1".into());
+        let got = decide_release(Some(&halted), &booted, None, None, &verified);
+        assert!(matches!(got.intent, Intent::Write { .. }), "{got:?}");
     }
 
     #[test]

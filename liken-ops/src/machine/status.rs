@@ -127,12 +127,16 @@ mod tests {
             approval: crate::machine::approval::Approval::None,
             request: crate::machine::approval::RebootRequest::None,
             wanted: None,
+            purpose: liken_api::coordination::TurnPurpose::default(),
+            grant: liken_api::coordination::GrantFor::None,
             turn: crate::machine::turn::TurnStep::Idle,
             node_patch: None,
             intent: crate::machine::release::Intent::None,
+            disarm: false,
             boot_id: None,
             machine_hash: liken_api::hash::sha256(b""),
             k3s_pid: None,
+            asked: None,
             blind,
         }
     }

@@ -31,6 +31,19 @@ pub const DRAINING_SINCE_ANNOTATION: &str = "liken.sh/draining-since";
 /// How long after asking init to reboot, with the machine still up, the
 /// operator asks again.
 pub const ASK_AGAIN_SECS: i64 = 300;
+/// The first wait after init refused a disruption; it doubles with each
+/// refusal in a row, up to [`ASK_AGAIN_SECS`].
+pub const REFUSED_FIRST_SECS: i64 = 10;
+
+/// init's refusals of a disruption, in a row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refused {
+    /// How many times in a row.
+    pub times: u32,
+    /// What init said the last time.
+    pub message: String,
+}
 
 /// What was asked of init this boot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +67,12 @@ pub struct Asked {
     /// done once init reports k3s running under another pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k3s_pid: Option<u32>,
+    /// init refused it (or did not answer). The record is kept all the
+    /// same: it carries the approval and the reboot request whose
+    /// annotations were spent, so a refusal loses neither, and the ask is
+    /// repeated after a backoff ([`Asked::again_after`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refused>,
 }
 
 impl Asked {
@@ -68,6 +87,19 @@ impl Asked {
         self.kind == DisruptionKind::Restart
             && &self.boot == boot
             && self.hash.as_ref() == Some(hash)
+    }
+
+    /// Seconds after [`Asked::at`] to ask init again: [`ASK_AGAIN_SECS`]
+    /// once init accepted (the machine should be down by then), else
+    /// [`REFUSED_FIRST_SECS`] doubling with each refusal in a row.
+    pub fn again_after(&self) -> i64 {
+        match &self.refused {
+            None => ASK_AGAIN_SECS,
+            Some(r) => {
+                let doublings = r.times.saturating_sub(1).min(8);
+                (REFUSED_FIRST_SECS << doublings).min(ASK_AGAIN_SECS)
+            }
+        }
     }
 
     /// Whether the restart this record asked for is over: init reports
@@ -94,12 +126,14 @@ pub enum TurnStep {
         since: Time,
     },
     /// init was already asked for this this boot; wait for it, or ask
-    /// again once [`ASK_AGAIN_SECS`] have passed.
+    /// again once [`Asked::again_after`] has passed.
     Asked {
         /// What was asked.
         kind: DisruptionKind,
         /// Whether to ask again now.
         again: bool,
+        /// What init said when it last refused, if it did.
+        refused: Option<String>,
     },
 }
 
@@ -113,14 +147,30 @@ fn drain_marks(node: &Node) -> (bool, Option<Time>) {
     (ours, since)
 }
 
+/// Whether `asked` is the request for this very disruption: a reboot in
+/// this boot, or a restart in this boot that applies `change` (the
+/// desired Machine's hash). A second k3s restart in one boot, for another
+/// change, is not the first one again: it gets its own drain.
+pub fn decide_same_ask(
+    asked: &Asked,
+    kind: DisruptionKind,
+    boot: &Sha256Hex,
+    change: &Sha256Hex,
+) -> bool {
+    &asked.boot == boot
+        && asked.kind == kind
+        && (kind == DisruptionKind::Reboot || asked.hash.as_ref() == Some(change))
+}
+
 /// Decides this pass's step from what is wanted, the grant, the Node and
-/// what init was asked this boot.
+/// what init was asked this boot; `change` is the desired Machine's hash
+/// (what a restart applies).
 pub fn decide_turn(
     wanted: Option<DisruptionKind>,
     grant: bool,
     node: Option<&Node>,
     asked: Option<&Asked>,
-    boot: &Sha256Hex,
+    (boot, change): (&Sha256Hex, &Sha256Hex),
     now: Time,
 ) -> TurnStep {
     let (ours, since) = node.map_or((false, None), drain_marks);
@@ -139,10 +189,11 @@ pub fn decide_turn(
             TurnStep::Await
         };
     }
-    if let Some(a) = asked.filter(|a| &a.boot == boot && a.kind == kind) {
+    if let Some(a) = asked.filter(|a| decide_same_ask(a, kind, boot, change)) {
         return TurnStep::Asked {
             kind,
-            again: now.seconds_since(a.at) >= ASK_AGAIN_SECS,
+            again: now.seconds_since(a.at) >= a.again_after(),
+            refused: a.refused.as_ref().map(|r| r.message.clone()),
         };
     }
     match (node, since) {
@@ -156,7 +207,10 @@ pub fn decide_turn(
 
 /// The merge patch that cordons the Node: unschedulable, the drain's
 /// start, and the mark that the cordon is the operator's (only when the
-/// Node was schedulable; a person's cordon stays theirs).
+/// Node was schedulable; a person's cordon stays theirs). It is
+/// conditioned on the resourceVersion judged, so a cordon a person set
+/// since is never marked as the operator's (a 409 instead, and the next
+/// pass judges the new copy).
 pub fn cordon_patch(node: &Node, now: Time) -> Value {
     let mut annotations = serde_json::Map::new();
     annotations.insert(
@@ -166,17 +220,29 @@ pub fn cordon_patch(node: &Node, now: Time) -> Value {
     if !node.spec.unschedulable {
         annotations.insert(CORDONED_ANNOTATION.into(), Value::String("true".into()));
     }
-    json!({"metadata": {"annotations": annotations}, "spec": {"unschedulable": true}})
+    json!({
+        "metadata": {
+            "annotations": annotations,
+            "resourceVersion": node.metadata.resource_version,
+        },
+        "spec": {"unschedulable": true},
+    })
 }
 
 /// The merge patch that lifts the operator's cordon (only its own) and
-/// removes the drain's bookkeeping.
+/// removes the drain's bookkeeping, conditioned on the resourceVersion
+/// judged: a person who cordoned the Node since (their cordon on top of
+/// the operator's) keeps it, because the patch meets a 409 and the next
+/// pass judges their copy.
 pub fn uncordon_patch(node: &Node) -> Value {
     let (ours, _) = drain_marks(node);
-    let mut patch = json!({"metadata": {"annotations": {
-        CORDONED_ANNOTATION: null,
-        DRAINING_SINCE_ANNOTATION: null,
-    }}});
+    let mut patch = json!({"metadata": {
+        "annotations": {
+            CORDONED_ANNOTATION: null,
+            DRAINING_SINCE_ANNOTATION: null,
+        },
+        "resourceVersion": node.metadata.resource_version,
+    }});
     if ours {
         patch["spec"] = json!({"unschedulable": false});
     }
@@ -201,6 +267,7 @@ mod tests {
     fn the_turn_walks_from_asking_to_init() {
         use DisruptionKind::{Reboot, Restart};
         let boot = sha256(b"boot");
+        let change = sha256(b"doc");
         let now = Time::from_unix(10_000);
         let since = "2026-12-02T10:00:00Z";
         let plain = node(false, &[]);
@@ -219,6 +286,7 @@ mod tests {
             at: Time::from_unix(9_900),
             requested: false,
             k3s_pid: None,
+            refused: None,
         };
         let old_boot = Asked {
             boot: sha256(b"earlier"),
@@ -268,6 +336,7 @@ mod tests {
                 TurnStep::Asked {
                     kind: Reboot,
                     again: false,
+                    refused: None,
                 },
             ),
             // A record from an earlier boot, or for another kind, asks
@@ -289,11 +358,44 @@ mod tests {
         ];
         for (wanted, grant, node, asked, want) in cases {
             assert_eq!(
-                decide_turn(wanted, grant, node, asked, &boot, now),
+                decide_turn(wanted, grant, node, asked, (&boot, &change), now),
                 want,
                 "{wanted:?} grant={grant} {node:?} {asked:?}"
             );
         }
+        // A second k3s restart in one boot, for another change, drains
+        // again; the restart asked for this change waits for init.
+        let restarted = Asked {
+            kind: Restart,
+            hash: Some(sha256(b"first doc")),
+            ..asked.clone()
+        };
+        assert_eq!(
+            decide_turn(
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                Some(&restarted),
+                (&boot, &change),
+                now
+            ),
+            TurnStep::Drain { since: since_t }
+        );
+        let this_one = Asked {
+            hash: Some(change.clone()),
+            ..restarted.clone()
+        };
+        assert!(matches!(
+            decide_turn(
+                Some(Restart),
+                true,
+                Some(&cordoned),
+                Some(&this_one),
+                (&boot, &change),
+                now
+            ),
+            TurnStep::Asked { again: false, .. }
+        ));
         let late = Time::from_unix(9_900 + ASK_AGAIN_SECS);
         assert_eq!(
             decide_turn(
@@ -301,14 +403,57 @@ mod tests {
                 true,
                 Some(&cordoned),
                 Some(&asked),
-                &boot,
+                (&boot, &change),
                 late
             ),
             TurnStep::Asked {
                 kind: Reboot,
-                again: true
+                again: true,
+                refused: None,
             }
         );
+    }
+
+    #[test]
+    fn a_refused_disruption_is_asked_again_after_a_backoff() {
+        let boot = sha256(b"boot");
+        let change = sha256(b"doc");
+        let node = node(true, &[(CORDONED_ANNOTATION, "true")]);
+        let refused = |times| Asked {
+            boot: boot.clone(),
+            kind: DisruptionKind::Reboot,
+            hash: None,
+            at: Time::from_unix(1_000),
+            requested: true,
+            k3s_pid: None,
+            refused: Some(Refused {
+                times,
+                message: "k3s is still stopping".into(),
+            }),
+        };
+        let at = |times: u32, after: i64| {
+            decide_turn(
+                Some(DisruptionKind::Reboot),
+                true,
+                Some(&node),
+                Some(&refused(times)),
+                (&boot, &change),
+                Time::from_unix(1_000 + after),
+            )
+        };
+        // 10 s after the first refusal, doubling, never past 300 s; the
+        // record (and the request it carries) stays meanwhile.
+        for (times, wait) in [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (40, 300)] {
+            assert!(
+                matches!(at(times, wait - 1), TurnStep::Asked { again: false, .. }),
+                "{times}"
+            );
+            let TurnStep::Asked { again, refused, .. } = at(times, wait) else {
+                panic!("{times}")
+            };
+            assert!(again, "{times}");
+            assert_eq!(refused.as_deref(), Some("k3s is still stopping"));
+        }
     }
 
     #[test]
@@ -337,6 +482,14 @@ mod tests {
         );
         let p = uncordon_patch(&ours);
         assert_eq!(p["spec"]["unschedulable"], false);
+        // Both patches are conditioned on the copy judged.
+        let mut judged = ours.clone();
+        judged.metadata.resource_version = "41".into();
+        assert_eq!(uncordon_patch(&judged)["metadata"]["resourceVersion"], "41");
+        assert_eq!(
+            cordon_patch(&judged, now)["metadata"]["resourceVersion"],
+            "41"
+        );
         assert!(p["metadata"]["annotations"][CORDONED_ANNOTATION].is_null());
         let persons = node(true, &[(DRAINING_SINCE_ANNOTATION, "x")]);
         assert!(uncordon_patch(&persons).get("spec").is_none());
@@ -352,6 +505,7 @@ mod tests {
             at: Time::EPOCH,
             requested: false,
             k3s_pid: Some(42),
+            refused: None,
         };
         assert!(a.restart_for(&boot, &sha256(b"doc")));
         assert!(!a.restart_for(&boot, &sha256(b"doc2")));

@@ -159,6 +159,9 @@ pub struct DoubleState {
     /// What a release write answers: `None` verifies with init's code and
     /// writes; `Some(message)` refuses.
     pub refuse_write: Option<String>,
+    /// What a reboot or restart request answers: `None` accepts;
+    /// `Some(message)` refuses.
+    pub refuse_disrupt: Option<String>,
     /// The release written into the other slot.
     pub written: Option<Version>,
     /// k3s's pid as the double reports it; a restart gives it another.
@@ -207,6 +210,7 @@ impl Host {
                 status: StatusMode::Normal,
                 releases: root.path().join("var/lib/liken/releases"),
                 refuse_write: None,
+                refuse_disrupt: None,
                 written: None,
                 k3s_pid: 42,
             })),
@@ -337,6 +341,16 @@ impl Host {
                             },
                         },
                     },
+                    (Request::DisarmRelease, _) => {
+                        // The written slot is no boot target any more.
+                        st.written = None;
+                        Response::Accepted
+                    }
+                    (Request::Reboot | Request::RestartK3s, _) if st.refuse_disrupt.is_some() => {
+                        Response::Refused {
+                            message: st.refuse_disrupt.clone().unwrap_or_default(),
+                        }
+                    }
                     (Request::RestartK3s, _) => {
                         // init stops k3s and starts it again: a new pid.
                         st.k3s_pid += 1;
@@ -526,15 +540,21 @@ impl Drop for Operator {
 /// Grants `name` a reboot turn the way the cluster operator does: the
 /// RebootApproved condition added to its status (retrying on conflict).
 pub fn grant(name: &str) {
-    set_grant(name, true);
+    set_grant(name, true, None);
+}
+
+/// Grants `name` a turn that names `purpose` rather than what it asks for
+/// (a grant issued before a release was written, or in another boot).
+pub fn grant_naming(name: &str, purpose: &liken_api::coordination::TurnPurpose) {
+    set_grant(name, true, Some(purpose));
 }
 
 /// Takes the turn back: the condition removed.
 pub fn reclaim(name: &str) {
-    set_grant(name, false);
+    set_grant(name, false, None);
 }
 
-fn set_grant(name: &str, on: bool) {
+fn set_grant(name: &str, on: bool, naming: Option<&liken_api::coordination::TurnPurpose>) {
     let path = format!("/apis/liken.sh/v1alpha1/machines/{name}/status");
     for _ in 0..20 {
         let mut v = get(&format!("/apis/liken.sh/v1alpha1/machines/{name}")).unwrap();
@@ -547,11 +567,18 @@ fn set_grant(name: &str, on: bool) {
             .filter(|c| c["type"] != liken_api::coordination::REBOOT_APPROVED)
             .collect();
         if on {
+            // The grant names what the Machine asks for, as the cluster
+            // operator's does.
+            let m: liken_api::Machine = serde_json::from_value(v.clone()).unwrap();
+            let purpose = naming
+                .cloned()
+                .unwrap_or_else(|| liken_ops::cluster::rollout::asked_purpose(&m));
             kept.push(json!({
                 "type": liken_api::coordination::REBOOT_APPROVED,
                 "status": "True",
                 "reason": liken_api::coordination::GRANT_REASON,
-                "message": "granted by the test, as the cluster operator grants",
+                "message": liken_api::coordination::grant_message(
+                    "granted by the test, as the cluster operator grants", &purpose),
                 "lastTransitionTime": Time::from_system(std::time::SystemTime::now()).to_string(),
             }));
         }
@@ -767,4 +794,30 @@ pub fn holds_turn_until_down(name: &str, type_: &str) {
         true,
         "{name} was uncordoned before it went down"
     );
+}
+
+/// Sets the Cluster's target release, its channel and its catalog.
+pub fn target(source: &str, version: &str, catalog: &[(&str, &liken_api::Digest)]) {
+    let catalog: Vec<_> = catalog
+        .iter()
+        .map(|(v, d)| json!({"version": v, "digest": d.to_string()}))
+        .collect();
+    patch(
+        &["cluster", "home"],
+        &json!({"spec": {"version": version, "releases": {"source": source, "catalog": catalog}}}),
+    );
+}
+
+/// Waits for ReleaseCurrent to carry `want` and words of `says`.
+pub fn release_reason(name: &str, op: &Operator, want: &str, says: &str) -> liken_api::Machine {
+    wait_machine(
+        name,
+        &format!("ReleaseCurrent {want}: {says}"),
+        op,
+        Duration::from_secs(60),
+        |m| {
+            condition(m, liken_api::coordination::RELEASE_CURRENT)
+                .is_some_and(|(_, r, msg)| r == want && msg.contains(says))
+        },
+    )
 }

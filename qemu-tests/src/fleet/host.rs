@@ -26,7 +26,7 @@
 //! runs as its own binary under its ServiceAccount's token and the RBAC
 //! the release ships.
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,11 +139,30 @@ pub struct Host {
     logs: PathBuf,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port on loopback: {e}"))
+/// The port `liken serve` bound, read from the line it prints once its
+/// socket is bound (`serving <dir> on http://<address>:<port>/`). It is
+/// started on port 0, so the kernel picks a port no other process holds:
+/// picking a free port first and handing it over would race.
+fn served_port(log: &Path) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let port = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("serving "))
+            .filter_map(|l| l.rsplit_once(" on http://"))
+            .filter_map(|(_, url)| url.trim_end_matches('/').rsplit_once(':'))
+            .find_map(|(_, port)| port.parse().ok());
+        if let Some(port) = port {
+            return port;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "liken serve did not say where it listens within 30 s; see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn read(identity: &Path, rel: &str) -> String {
@@ -312,18 +331,19 @@ impl Host {
             cp.startup_time().as_secs_f64()
         ));
 
-        let serve_port = free_port();
         let mut cmd = Command::new(liken);
         cmd.arg("serve")
             .arg(channel)
-            .arg(format!("{}:{serve_port}", reach.listen()));
-        let log = std::fs::File::create(logs.join("liken-serve.log"))
-            .unwrap_or_else(|e| panic!("liken-serve.log: {e}"));
+            .arg(format!("{}:0", reach.listen()));
+        let serve_log = logs.join("liken-serve.log");
+        let log =
+            std::fs::File::create(&serve_log).unwrap_or_else(|e| panic!("liken-serve.log: {e}"));
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap_or_else(|e| panic!("{e}")))
             .stderr(log);
         let serve = liken_testenv::spawn::spawn("liken serve", cmd)
             .unwrap_or_else(|e| panic!("starting liken serve: {e}"));
+        let serve_port = served_port(&serve_log);
         wait_for_port(reach.listen(), serve_port, "liken serve");
         let channel_url = format!("http://{}:{serve_port}", reach.from_guest());
 
@@ -468,7 +488,9 @@ impl Host {
         let mut cmd = Command::new(binary);
         cmd.arg("--kubeconfig")
             .arg(&kubeconfig)
-            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            // Port 0: the kernel picks one nobody holds (the operator logs
+            // where it serves).
+            .arg("--metrics-address=127.0.0.1:0")
             .arg("--identity=host")
             .args(flags)
             .stdin(Stdio::null())

@@ -39,6 +39,8 @@ struct M {
     boot: i64,
     blocked: bool,
     asked_at: i64,
+    /// The grant names this purpose instead of what the machine asks.
+    grant_names: Option<TurnPurpose>,
 }
 
 fn m(name: &'static str) -> M {
@@ -55,6 +57,7 @@ fn m(name: &'static str) -> M {
         boot: 1000,
         blocked: false,
         asked_at: 500,
+        grant_names: None,
     }
 }
 
@@ -100,11 +103,21 @@ impl M {
         } else if self.using {
             cond(SYSCTLS_APPLIED, ConditionStatus::False, reason::REBOOTING);
         }
-        if self.granted {
-            cond(REBOOT_APPROVED, ConditionStatus::True, GRANT_REASON);
-        }
         if self.blocked {
             cond(RELEASE_CURRENT, ConditionStatus::False, reason::BLOCKED);
+        }
+        if self.granted {
+            let staged = self.staged.filter(|s| Some(*s) != self.running);
+            let asked = TurnPurpose::new(&boot_short(self.boot), staged.map(v), []);
+            let purpose = self.grant_names.clone().unwrap_or(asked);
+            let mut k = Condition::new(
+                REBOOT_APPROVED,
+                ConditionStatus::True,
+                GRANT_REASON,
+                coordination::grant_message("granted", &purpose),
+            );
+            k.last_transition_time = Time::from_unix(self.asked_at);
+            c.push(k);
         }
         machine
     }
@@ -128,6 +141,7 @@ fn turn(machine: &str, rv: &str, release: Option<&str>, boot: i64, since: i64) -
         since: Time::from_unix(since),
         release: release.map(v),
         boot: boot_short(boot),
+        changes: vec![],
     }
 }
 
@@ -401,12 +415,14 @@ fn the_ledger_keeps_what_may_still_land() {
                 machine: "moved".into(),
                 resource_version: "11".into(),
                 release: None,
+                purpose: TurnPurpose::new(&boot_short(1000), None, []),
                 confirm: false,
             },
             Grant {
                 machine: "unchanged".into(),
                 resource_version: "10".into(),
                 release: None,
+                purpose: TurnPurpose::new(&boot_short(1000), None, []),
                 confirm: true,
             },
         ]
@@ -434,6 +450,82 @@ fn finished_turns_are_reclaimed_and_stray_grants_counted() {
     // stray grant is adopted, so the budget of 3 is full.
     assert_eq!(ledger(&r), ["done", "busy", "stray"]);
     assert!(r.grants.is_empty());
+}
+
+#[test]
+fn a_grant_for_something_else_is_taken_back() {
+    // Each machine asks for a turn while holding a grant; only a grant
+    // naming exactly what it asks for stays.
+    let sysctl = TurnPurpose::new(&boot_short(1000), None, []);
+    let cases: Vec<(&str, Option<TurnPurpose>, Option<&'static str>, bool)> = vec![
+        ("same purpose", None, None, false),
+        // Granted for a sysctl change; a release was written since.
+        (
+            "release written since",
+            Some(sysctl.clone()),
+            Some(NEW),
+            true,
+        ),
+        (
+            "granted in an earlier boot",
+            Some(TurnPurpose::new(&boot_short(999), None, [])),
+            None,
+            true,
+        ),
+        (
+            "other changes",
+            Some(TurnPurpose::new(&boot_short(1000), None, ["aaaaaaaaaaaa"])),
+            None,
+            true,
+        ),
+    ];
+    for (why, names, staged, reclaimed) in cases {
+        let mut x = m("x").asking();
+        x.granted = true;
+        x.staged = staged;
+        x.grant_names = names;
+        let mut s = scenario(vec![x]);
+        s.ledger = vec![turn("x", "10", None, 1000, NOW - 60)];
+        let r = s.decide();
+        let want: &[&str] = if reclaimed { &["x"] } else { &[] };
+        assert_eq!(r.reclaims, want, "{why}");
+        // The turn stays counted until its grant is gone.
+        assert_eq!(ledger(&r), ["x"], "{why}");
+        assert!(r.grants.is_empty(), "{why}");
+    }
+    // Mid-turn, a grant is never taken back this way.
+    let mut busy = m("busy");
+    busy.granted = true;
+    busy.using = true;
+    busy.grant_names = Some(TurnPurpose::new(&boot_short(999), None, []));
+    let r = scenario(vec![busy]).decide();
+    assert!(r.reclaims.is_empty());
+}
+
+#[test]
+fn a_new_grant_names_the_boot_release_and_changes_asked_for() {
+    let mut x = m("x").for_release();
+    let built = {
+        let mut b = x.build();
+        b.status.pending = vec![liken_api::machine::PendingDisruption {
+            condition: SYSCTLS_APPLIED.into(),
+            kind: liken_api::machine::DisruptionKind::Reboot,
+            hash: liken_api::hash::sha256(b"doc"),
+            summary: String::new(),
+        }];
+        b
+    };
+    x.granted = false;
+    let s = scenario(vec![x]);
+    let r = decide_on(&s.cluster(), &[(built, true)], &s);
+    let purpose = TurnPurpose::new(
+        &boot_short(1000),
+        Some(v(NEW)),
+        [liken_api::hash::sha256(b"doc").as_str()],
+    );
+    assert_eq!(r.grants.len(), 1);
+    assert_eq!(r.grants[0].purpose, purpose);
+    assert_eq!(r.turns[0].purpose(), purpose);
 }
 
 #[test]
@@ -509,6 +601,32 @@ fn a_release_that_falls_back_halts_its_rollout() {
     s.resume = Some("1");
     s.target = Some("2026.08.02-001");
     assert_eq!(s.decide().halt, None);
+}
+
+#[test]
+fn a_fall_back_halts_even_once_its_grant_is_gone() {
+    // The sweep that saw the fall-back failed to write the Cluster's
+    // status; a reclaim went out anyway, and the machine has written
+    // since. The entry is freed, but the halt is still recorded.
+    let mut a = fell_back();
+    a.granted = false;
+    a.rv = "12";
+    let mut s = scenario(vec![a, m("b").for_release()]);
+    s.budget = 3;
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 600)];
+    let r = s.decide();
+    assert_eq!(r.freed, ["a"]);
+    assert_eq!(r.halt.as_ref().map(|h| h.cause), Some(HaltCause::FellBack));
+    assert!(granted(&r).is_empty(), "{:?}", r.grants);
+    // A sweep whose ledger did not land sends neither grants nor reclaims.
+    let mut held = fell_back();
+    held.granted = true;
+    let mut s = scenario(vec![held]);
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 600)];
+    let r = s.decide();
+    assert_eq!(r.reclaims, ["a"]);
+    let r = r.without_grants();
+    assert!(r.reclaims.is_empty() && r.grants.is_empty());
 }
 
 #[test]
