@@ -118,13 +118,15 @@ so liken machines can join a cluster you already run.",
 /// `liken kubeconfig`.
 pub const KUBECONFIG: Entry = Entry {
     name: "kubeconfig",
-    synopsis: "liken kubeconfig [-server URL] <deployment-dir>",
+    synopsis: "liken kubeconfig [-server URL] [-lifetime 30d] <deployment-dir>",
     about: "\
 Write an admin kubeconfig to <deployment-dir>/identity/kubeconfig: a
-fresh client certificate from the identity's client CA, for kubectl.
-The server address is cluster.yaml's spec.endpoint; -server replaces
-it when that address is not reachable from this workstation.",
-    options: &[Opt::value("server", "URL")],
+fresh client certificate from the identity's client CA, for kubectl,
+valid for 30 days or the -lifetime given (90m, 12h, 30d; at most 365d).
+Kubernetes cannot revoke it, so keep it short. The server address is
+cluster.yaml's spec.endpoint; -server replaces it when that address is
+not reachable from this workstation.",
+    options: &[Opt::value("server", "URL"), Opt::value("lifetime", "30d")],
     hidden: false,
 };
 
@@ -169,9 +171,10 @@ pub const KUBECTL: Entry = Entry {
     name: "kubectl",
     synopsis: "liken kubectl [-server URL] <deployment-dir> [args...]",
     about: "\
-Run kubectl from PATH against the deployment's cluster: write the admin
-kubeconfig (as `liken kubeconfig` does), set KUBECONFIG to it alone, and
-hand the terminal and the exit status to kubectl. liken's flags go
+Run kubectl from PATH against the deployment's cluster: write an admin
+kubeconfig whose certificate expires in an hour to
+<deployment-dir>/identity/passthrough.kubeconfig, set KUBECONFIG to it
+alone, and hand the terminal and the exit status to kubectl. liken's flags go
 before the directory; every word after it is kubectl's.",
     options: &[Opt::value("server", "URL")],
     hidden: false,
@@ -417,6 +420,8 @@ commands read:
   <deployment-dir>/machines/<name>.yaml one Machine document per computer
   <deployment-dir>/identity/            from `liken mint` or `liken adopt`
   <deployment-dir>/identity/kubeconfig  from `liken kubeconfig`
+  <deployment-dir>/identity/passthrough.kubeconfig
+                                        from `liken kubectl|stern|flux`
 
 An identity directory holds the certificate authorities and the tokens
 that make a cluster one cluster. Some of its files are private keys:
