@@ -201,19 +201,22 @@ pub const FLUX: Entry = Entry {
 /// `liken plugins`.
 pub const PLUGINS: Entry = Entry {
     name: "plugins",
-    synopsis: "liken plugins sync [-server URL] <deployment-dir>\n\
+    synopsis: "liken plugins sync [-server URL] [-pin] <deployment-dir>\n\
 liken plugins list [-server URL] <deployment-dir>\n\
 liken plugins remove <domain>",
     about: "\
 The CLIs of the operators the cluster runs. sync finds every workload
-labelled cli.liken.sh/plugin=<domain>, pulls the CLI image beside its
-operator's image (<repository>-cli, same tag) for this OS and
-architecture from its registry, checks every digest, and installs
-kubectl-liken-<domain> into ~/.liken/plugins/bin; it prints the PATH
-line to add when that directory is not on PATH. list shows each
-installed CLI's version beside its operator's and marks drift. remove
-deletes one installed CLI.",
-    options: &[Opt::value("server", "URL")],
+in liken-system labelled cli.liken.sh/plugin=<domain>, takes the CLI
+image beside its operator's image (<repository>-cli, same tag), and
+pulls it for this OS and architecture by digest only: a tag seen for the
+first time is resolved once and pinned in the plugin's record under
+~/.liken/plugins/records, after asking on a terminal; in a script it is
+refused unless -pin is given. Every digest is checked, and the CLI is
+installed as kubectl-liken-<domain> in ~/.liken/plugins/bin; sync
+prints the PATH line to add when that directory is not on PATH. list
+shows each installed CLI's recorded version beside its operator's and
+marks drift, and never runs a plugin. remove deletes one installed CLI.",
+    options: &[Opt::value("server", "URL"), Opt::switch("pin")],
     hidden: false,
 };
 
