@@ -334,7 +334,7 @@ the stick afterwards.",
 /// `liken media`.
 pub const MEDIA: Entry = Entry {
     name: "media",
-    synopsis: "liken media -output <install.cpio> [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] <release-dir> <deployment-dir>",
     about: "\
 Write one netboot initramfs that installs the deployment: the release's
 boot.cpio (after its microcode.cpio, when it has one), the deployment
@@ -342,10 +342,17 @@ layer, and the release itself under /liken/release, for a PXE or iPXE
 server to hand out with the release's vmlinuz and the kernel arguments
 liken.install=1 liken.machine=<name>. Every file of the release is
 checked against its release.yaml first. An existing output is replaced
-only with -force. The image holds every secret of the cluster (CA keys,
-service-account key, both tokens), so that it can install any machine:
-serve it only to the machines being installed.",
-    options: &[Opt::value("output", "install.cpio"), Opt::switch("force")],
+only with -force. -role follower packs only what a follower keeps (the
+manifests, the agent token and the server CA certificate): no private
+key and no server token, so it is the image to hand to followers.
+-role leader, or no -role, packs every secret of the cluster (CA keys,
+service-account key, both tokens), so that it can install a leader (or
+any machine): serve it only to the machines being installed.",
+    options: &[
+        Opt::value("output", "install.cpio"),
+        Opt::value("role", "leader|follower"),
+        Opt::switch("force"),
+    ],
     hidden: false,
 };
 
