@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use sha2::Digest;
 
 use crate::fleet::{self, Fleet};
+use crate::new_pty::Terminal;
 use crate::support::{Scratch, fails, liken, ok, output};
 
 fn sha(bytes: &[u8]) -> String {
@@ -719,4 +720,43 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
     );
     assert_eq!(names(&bin), ["kubectl-liken-audio", "kubectl-liken-media"]);
     delete_workload(f, "display-operator");
+
+    // On a terminal, a new tag is asked about: no pins nothing, yes pins
+    // and installs.
+    push(
+        &layout("ask"),
+        &[amd64("7.0", "x")],
+        &format!("{o}/liken/ask-operator-cli:7.0"),
+    );
+    workload(
+        f,
+        "Deployment",
+        "ask-operator",
+        "ask",
+        &format!("{o}/liken/ask-operator:7.0"),
+    );
+    let question = format!(
+        "kubectl-liken-ask comes from {o}/liken/ask-operator-cli:7.0, a tag its registry may \
+         move; it names sha256:"
+    );
+    let (mut t, mut child, pump) = Terminal::spawn(plugins(&["sync"]));
+    t.expect(&question);
+    t.expect("Pin it to that digest and install it? [y/N] ");
+    t.answer("n");
+    t.expect("ask-operator-cli:7.0 was not pinned, so nothing was installed");
+    assert_eq!(child.wait().unwrap().code(), Some(1), "{}", t.seen);
+    pump.join().unwrap();
+    assert!(!bin.join("kubectl-liken-ask").exists());
+    let (mut t, mut child, pump) = Terminal::spawn(plugins(&["sync"]));
+    t.expect(&question);
+    t.answer("y");
+    t.expect(&format!("pinned {o}/liken/ask-operator-cli:7.0 to sha256:"));
+    t.expect("installed kubectl-liken-ask from ");
+    assert!(child.wait().unwrap().success(), "{}", t.seen);
+    pump.join().unwrap();
+    assert_eq!(
+        ok(Command::new(bin.join("kubectl-liken-ask")).arg("--version")),
+        "7.0\n"
+    );
+    delete_workload(f, "ask-operator");
 }
