@@ -309,7 +309,7 @@ from <url> when it is not there. Rendering again repairs a stale index.",
 /// `liken stick`.
 pub const STICK: Entry = Entry {
     name: "stick",
-    synopsis: "liken stick -output <stick.img> [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
     about: "\
 Write a disk image for a USB stick that installs the deployment: a GPT
 with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
@@ -318,12 +318,15 @@ and initramfs, and the deployment layer. Every file of the release is
 checked against its release.yaml first. Each -console becomes a
 console= argument of the installer and of the installed machine; each
 -kernel-arg is added as given. No root, mounts or loop devices are
-needed. An existing output is replaced only with -force. The image
-holds every secret of the cluster (CA keys, service-account key, both
-tokens), so that it can install any machine: keep it private and wipe
-the stick afterwards.",
+needed. An existing output is replaced only with -force. Without -role
+(or with -role leader) the image holds every secret of the cluster (CA
+keys, service-account key, both tokens), so that it can install any
+machine (a leader): keep it private and wipe the stick afterwards.
+-role follower lists only the followers and packs what a follower
+keeps: no private key and no server token.",
     options: &[
         Opt::value("output", "stick.img"),
+        Opt::value("role", "leader|follower"),
         Opt::repeated("console", "ttyS0,115200"),
         Opt::repeated("kernel-arg", "ARG"),
         Opt::switch("force"),

@@ -20,7 +20,9 @@
 //! token and the server CA certificate, no private key and not the
 //! server token), so the image that a network boot hands to followers,
 //! which anyone on that network can fetch, cannot make a leader or sign
-//! anything; `-role leader` is the whole layer, for leaders only.
+//! anything; `-role leader` is the whole layer, for leaders only. `liken
+//! stick -role` does the same for a stick and lists only that role's
+//! machines on its menu.
 //!
 //! Module map:
 //! - [`release`]: reading and verifying a release directory.
@@ -212,11 +214,16 @@ fn warn_secrets(
 ) -> std::io::Result<()> {
     match role {
         Some(Role::Follower) => {
+            let keep = match medium {
+                Medium::Stick => {
+                    "keep the stick private and wipe it once the followers are installed"
+                }
+                Medium::Netboot => "serve it only to the followers being installed",
+            };
             return writeln!(
                 err,
                 "liken: note: {} holds cluster {cluster}'s agent token, which joins a machine \
-                 as a follower, and no private key or server token; serve it only to the \
-                 followers being installed",
+                 as a follower, and no private key or server token; {keep}",
                 output.display()
             );
         }
@@ -225,10 +232,15 @@ fn warn_secrets(
                 err,
                 "liken: warning: {} will hold the secrets of cluster {cluster} (its CA keys, \
                  service-account key, server token and agent token), so that it can install \
-                 its leaders; whoever reads the image can take the cluster over: serve it only \
-                 to the leaders being installed, on a network you trust, and stop serving it \
-                 afterwards",
-                output.display()
+                 its leaders; whoever reads the image can take the cluster over: {}",
+                output.display(),
+                match medium {
+                    Medium::Stick =>
+                        "keep it private and wipe the stick once the leaders are installed",
+                    Medium::Netboot =>
+                        "serve it only to the leaders being installed, on a network \
+                                        you trust, and stop serving it afterwards",
+                }
             );
         }
         None => {}
@@ -258,13 +270,24 @@ fn label(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Reads `-role`: `None` (media for every machine), leader or follower.
+fn parse_role(parsed: &Parsed) -> Result<Option<Role>, MediaError> {
+    match parsed.value("role") {
+        None => Ok(None),
+        Some("leader") => Ok(Some(Role::Leader)),
+        Some("follower") => Ok(Some(Role::Follower)),
+        Some(other) => Err(MediaError::BadRole(other.to_owned())),
+    }
+}
+
 /// Runs `liken stick`.
 pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let role = parse_role(&parsed)?;
     let consoles = parsed.values("console");
     let extra = parsed.values("kernel-arg");
     let kernel_args = menu::decide_kernel_args(&consoles, &extra).map_err(MediaError::Args)?;
     let style = Style::detect();
-    let c = check(&parsed, style, None)?;
+    let c = check(&parsed, style, role)?;
     let m = menu::InstallMenu {
         version: c.release.release.version.clone(),
         machines: c.machines.clone(),
@@ -277,7 +300,7 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         menu: &m,
     };
     let total = stick::build_tree(&inputs)?.content_bytes();
-    warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster, None)?;
+    warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster, c.role)?;
     let mut out = Output::create(&c.output, c.force)?;
     let mut progress = Progress::new(style, label(&c.output), total, 0);
     let summary = match stick::write(out.file(), &inputs, &mut progress) {
@@ -307,12 +330,7 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
 
 /// Runs `liken media`.
 pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
-    let role = match parsed.value("role") {
-        None => None,
-        Some("leader") => Some(Role::Leader),
-        Some("follower") => Some(Role::Follower),
-        Some(other) => return Err(MediaError::BadRole(other.to_owned()).into()),
-    };
+    let role = parse_role(&parsed)?;
     let style = Style::detect();
     let c = check(&parsed, style, role)?;
     warn_secrets(io.err, Medium::Netboot, &c.output, &c.cluster, c.role)?;
