@@ -361,7 +361,10 @@ mod tests {
 
     #[test]
     fn flags_are_the_commands_own() {
-        assert_eq!(ask(&["kubeconfig", "-"]), (vec!["-server".to_owned()], 4));
+        assert_eq!(
+            ask(&["kubeconfig", "-"]),
+            (vec!["-server".to_owned(), "-lifetime".to_owned()], 4)
+        );
         assert_eq!(ask(&["kubeconfig", "--s"]), (vec!["-server".to_owned()], 4));
         assert_eq!(ask(&["new", "-m"]).0, ["-machine"]);
         assert_eq!(ask(&["mint", "-"]).0, Vec::<String>::new());

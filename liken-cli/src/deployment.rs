@@ -6,6 +6,7 @@
 //! <dir>/machines/<name>.yaml  one Machine per computer; <name> is its metadata.name
 //! <dir>/identity/             from `liken mint` or `liken adopt`
 //! <dir>/identity/kubeconfig   from `liken kubeconfig`
+//! <dir>/identity/passthrough.kubeconfig  from `liken kubectl|stern|flux` (one hour)
 //! ```
 //!
 //! Every manifest is read with the strict decoder, and [`read_manifests`]

@@ -118,13 +118,15 @@ so liken machines can join a cluster you already run.",
 /// `liken kubeconfig`.
 pub const KUBECONFIG: Entry = Entry {
     name: "kubeconfig",
-    synopsis: "liken kubeconfig [-server URL] <deployment-dir>",
+    synopsis: "liken kubeconfig [-server URL] [-lifetime 30d] <deployment-dir>",
     about: "\
 Write an admin kubeconfig to <deployment-dir>/identity/kubeconfig: a
-fresh client certificate from the identity's client CA, for kubectl.
-The server address is cluster.yaml's spec.endpoint; -server replaces
-it when that address is not reachable from this workstation.",
-    options: &[Opt::value("server", "URL")],
+fresh client certificate from the identity's client CA, for kubectl,
+valid for 30 days or the -lifetime given (90m, 12h, 30d; at most 365d).
+Kubernetes cannot revoke it, so keep it short. The server address is
+cluster.yaml's spec.endpoint; -server replaces it when that address is
+not reachable from this workstation.",
+    options: &[Opt::value("server", "URL"), Opt::value("lifetime", "30d")],
     hidden: false,
 };
 
@@ -169,9 +171,10 @@ pub const KUBECTL: Entry = Entry {
     name: "kubectl",
     synopsis: "liken kubectl [-server URL] <deployment-dir> [args...]",
     about: "\
-Run kubectl from PATH against the deployment's cluster: write the admin
-kubeconfig (as `liken kubeconfig` does), set KUBECONFIG to it alone, and
-hand the terminal and the exit status to kubectl. liken's flags go
+Run kubectl from PATH against the deployment's cluster: write an admin
+kubeconfig whose certificate expires in an hour to
+<deployment-dir>/identity/passthrough.kubeconfig, set KUBECONFIG to it
+alone, and hand the terminal and the exit status to kubectl. liken's flags go
 before the directory; every word after it is kubectl's.",
     options: &[Opt::value("server", "URL")],
     hidden: false,
@@ -198,19 +201,22 @@ pub const FLUX: Entry = Entry {
 /// `liken plugins`.
 pub const PLUGINS: Entry = Entry {
     name: "plugins",
-    synopsis: "liken plugins sync [-server URL] <deployment-dir>\n\
+    synopsis: "liken plugins sync [-server URL] [-pin] <deployment-dir>\n\
 liken plugins list [-server URL] <deployment-dir>\n\
 liken plugins remove <domain>",
     about: "\
 The CLIs of the operators the cluster runs. sync finds every workload
-labelled cli.liken.sh/plugin=<domain>, pulls the CLI image beside its
-operator's image (<repository>-cli, same tag) for this OS and
-architecture from its registry, checks every digest, and installs
-kubectl-liken-<domain> into ~/.liken/plugins/bin; it prints the PATH
-line to add when that directory is not on PATH. list shows each
-installed CLI's version beside its operator's and marks drift. remove
-deletes one installed CLI.",
-    options: &[Opt::value("server", "URL")],
+in liken-system labelled cli.liken.sh/plugin=<domain>, takes the CLI
+image beside its operator's image (<repository>-cli, same tag), and
+pulls it for this OS and architecture by digest only: a tag seen for the
+first time is resolved once and pinned in the plugin's record under
+~/.liken/plugins/records, after asking on a terminal; in a script it is
+refused unless -pin is given. Every digest is checked, and the CLI is
+installed as kubectl-liken-<domain> in ~/.liken/plugins/bin; sync
+prints the PATH line to add when that directory is not on PATH. list
+shows each installed CLI's recorded version beside its operator's and
+marks drift, and never runs a plugin. remove deletes one installed CLI.",
+    options: &[Opt::value("server", "URL"), Opt::switch("pin")],
     hidden: false,
 };
 
@@ -303,7 +309,7 @@ from <url> when it is not there. Rendering again repairs a stale index.",
 /// `liken stick`.
 pub const STICK: Entry = Entry {
     name: "stick",
-    synopsis: "liken stick -output <stick.img> [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
     about: "\
 Write a disk image for a USB stick that installs the deployment: a GPT
 with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
@@ -312,12 +318,15 @@ and initramfs, and the deployment layer. Every file of the release is
 checked against its release.yaml first. Each -console becomes a
 console= argument of the installer and of the installed machine; each
 -kernel-arg is added as given. No root, mounts or loop devices are
-needed. An existing output is replaced only with -force. The image
-holds every secret of the cluster (CA keys, service-account key, both
-tokens), so that it can install any machine: keep it private and wipe
-the stick afterwards.",
+needed. An existing output is replaced only with -force. Without -role
+(or with -role leader) the image holds every secret of the cluster (CA
+keys, service-account key, both tokens), so that it can install any
+machine (a leader): keep it private and wipe the stick afterwards.
+-role follower lists only the followers and packs what a follower
+keeps: no private key and no server token.",
     options: &[
         Opt::value("output", "stick.img"),
+        Opt::value("role", "leader|follower"),
         Opt::repeated("console", "ttyS0,115200"),
         Opt::repeated("kernel-arg", "ARG"),
         Opt::switch("force"),
@@ -328,7 +337,7 @@ the stick afterwards.",
 /// `liken media`.
 pub const MEDIA: Entry = Entry {
     name: "media",
-    synopsis: "liken media -output <install.cpio> [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] <release-dir> <deployment-dir>",
     about: "\
 Write one netboot initramfs that installs the deployment: the release's
 boot.cpio (after its microcode.cpio, when it has one), the deployment
@@ -336,10 +345,17 @@ layer, and the release itself under /liken/release, for a PXE or iPXE
 server to hand out with the release's vmlinuz and the kernel arguments
 liken.install=1 liken.machine=<name>. Every file of the release is
 checked against its release.yaml first. An existing output is replaced
-only with -force. The image holds every secret of the cluster (CA keys,
-service-account key, both tokens), so that it can install any machine:
-serve it only to the machines being installed.",
-    options: &[Opt::value("output", "install.cpio"), Opt::switch("force")],
+only with -force. -role follower packs only what a follower keeps (the
+manifests, the agent token and the server CA certificate): no private
+key and no server token, so it is the image to hand to followers.
+-role leader, or no -role, packs every secret of the cluster (CA keys,
+service-account key, both tokens), so that it can install a leader (or
+any machine): serve it only to the machines being installed.",
+    options: &[
+        Opt::value("output", "install.cpio"),
+        Opt::value("role", "leader|follower"),
+        Opt::switch("force"),
+    ],
     hidden: false,
 };
 
@@ -417,6 +433,8 @@ commands read:
   <deployment-dir>/machines/<name>.yaml one Machine document per computer
   <deployment-dir>/identity/            from `liken mint` or `liken adopt`
   <deployment-dir>/identity/kubeconfig  from `liken kubeconfig`
+  <deployment-dir>/identity/passthrough.kubeconfig
+                                        from `liken kubectl|stern|flux`
 
 An identity directory holds the certificate authorities and the tokens
 that make a cluster one cluster. Some of its files are private keys:

@@ -3,17 +3,20 @@
 //! passthrough ([`passthrough`]).
 //!
 //! They share one positional argument, the deployment directory, and one
-//! way of reaching the cluster from it: the admin kubeconfig that
-//! `liken kubeconfig` writes to `<dir>/identity/kubeconfig`, minted again
-//! on every run from the identity beside it, so a credential never expires
-//! under a person and the file always names the endpoint this run was
-//! given. The endpoint is cluster.yaml's `spec.endpoint`, the address the
-//! machines join through; `-server` replaces it when the workstation
-//! reaches the API server some other way (a forwarded port, a VPN).
-//!
-//! The kubeconfig lives at a fixed path rather than a temporary one
-//! because the passthrough replaces this process with the tool (exec), so
-//! nothing would be left to delete a temporary file afterwards.
+//! way of reaching the cluster from it: an admin credential minted on
+//! every run from the identity beside it, valid for an hour
+//! ([`kubeconfig::SESSION_LIFETIME`]), so it never expires under a person
+//! and a copy left behind is worth little: Kubernetes cannot revoke a
+//! client certificate. approve-reboot and plugins keep it in memory. The
+//! passthrough needs a file for the tool it runs, so it writes
+//! `<dir>/identity/passthrough.kubeconfig` ([`PASSTHROUGH_FILE`]), 0600,
+//! at a fixed path because the passthrough replaces this process with the
+//! tool (exec) and nothing would be left to delete a temporary file. It
+//! never touches `identity/kubeconfig`, the longer-lived file a person
+//! asked `liken kubeconfig` for. The endpoint is cluster.yaml's
+//! `spec.endpoint`, the address the machines join through; `-server`
+//! replaces it when the workstation reaches the API server some other way
+//! (a forwarded port, a VPN).
 //!
 //! Every API call goes through liken-kube.
 
@@ -128,16 +131,40 @@ impl From<liken_kube::Error> for ClusterError {
     }
 }
 
-/// Writes the deployment's admin kubeconfig and returns its path.
+/// The passthrough's kubeconfig, below the deployment.
+pub const PASSTHROUGH_FILE: &str = "passthrough.kubeconfig";
+
+/// Writes the passthrough's one-hour admin kubeconfig and returns its
+/// path.
 pub fn credential(dir: &Path, server: Option<&str>) -> Result<PathBuf, ClusterError> {
-    Ok(kubeconfig::write_kubeconfig(dir, server)?)
+    let path = dir
+        .join(crate::deployment::IDENTITY_DIR)
+        .join(PASSTHROUGH_FILE);
+    kubeconfig::write_kubeconfig_to(
+        &path,
+        dir,
+        server,
+        kubeconfig::SESSION_LIFETIME,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    Ok(path)
 }
 
-/// A client for the deployment's cluster, through the kubeconfig
-/// [`credential`] writes.
+/// A client for the deployment's cluster, on a one-hour admin
+/// credential held in memory.
 pub fn connect(dir: &Path, server: Option<&str>) -> Result<Client, ClusterError> {
-    let path = credential(dir, server)?;
-    Ok(client(&Config::from_kubeconfig(&path, None)?)?)
+    let text = kubeconfig::kubeconfig_text(
+        dir,
+        server,
+        kubeconfig::SESSION_LIFETIME,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    let named = dir
+        .join(crate::deployment::IDENTITY_DIR)
+        .join("(in memory)");
+    Ok(client(&Config::from_kubeconfig_text(
+        &text, &named, dir, None,
+    )?)?)
 }
 
 /// A client that names itself `liken` (User-Agent and fieldManager),
@@ -161,7 +188,13 @@ pub fn machine_names(dir: &Path, server: Option<&str>, timeout: Duration) -> Opt
     let config = match server {
         None if written.is_file() => Config::from_kubeconfig(&written, None).ok()?,
         _ => {
-            let text = kubeconfig::kubeconfig_text(dir, server).ok()?;
+            let text = kubeconfig::kubeconfig_text(
+                dir,
+                server,
+                kubeconfig::SESSION_LIFETIME,
+                time::OffsetDateTime::now_utc(),
+            )
+            .ok()?;
             Config::from_kubeconfig_text(&text, &written, dir, None).ok()?
         }
     };

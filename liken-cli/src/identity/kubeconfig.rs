@@ -3,9 +3,18 @@
 //!
 //! The credential is a fresh P-256 client certificate signed by the
 //! identity's client CA, with organisation `system:masters` (the group
-//! Kubernetes binds to cluster-admin) and common name `liken-admin`, valid
-//! for one year like k3s's own admin certificate. The kubeconfig embeds it
-//! with the server CA, so the file stands alone.
+//! Kubernetes binds to cluster-admin) and common name `liken-admin`. The
+//! kubeconfig embeds it with the server CA, so the file stands alone.
+//!
+//! Lifetimes: Kubernetes cannot revoke a client certificate (the
+//! apiserver checks no CRL), so an admin certificate that leaks is
+//! cluster-admin until it expires. `liken kubeconfig` writes one for a
+//! person to keep, valid for [`KUBECONFIG_LIFETIME`] (30 days) unless
+//! `-lifetime` chooses another (at most [`MAX_LIFETIME`]), and says when
+//! it expires. The commands that only need the cluster for one run (the
+//! passthrough, approve-reboot, plugins: see `crate::cluster`) mint one
+//! valid for [`SESSION_LIFETIME`] (an hour), which is enough for a `kubectl
+//! logs -f` session and nearly worthless to whoever copies it later.
 //!
 //! The endpoint is `spec.endpoint` from the deployment's cluster.yaml, the
 //! address machines join through. A workstation often reaches the API
@@ -31,8 +40,14 @@ use crate::{Io, args::Parsed};
 pub const ADMIN_USER: &str = "liken-admin";
 /// The admin certificate's organisation (its group).
 pub const ADMIN_GROUP: &str = "system:masters";
-/// How long an admin certificate is valid.
-pub const ADMIN_LIFETIME: Duration = Duration::days(365);
+/// How long the admin certificate `liken kubeconfig` writes is valid
+/// unless `-lifetime` says otherwise.
+pub const KUBECONFIG_LIFETIME: Duration = Duration::days(30);
+/// The longest `-lifetime` accepted: the one year k3s gives its own
+/// admin certificate.
+pub const MAX_LIFETIME: Duration = Duration::days(365);
+/// How long the certificates minted for one command's run are valid.
+pub const SESSION_LIFETIME: Duration = Duration::hours(1);
 /// The name used for a deployment whose cluster.yaml is absent.
 pub const FALLBACK_NAME: &str = "liken";
 
@@ -57,6 +72,8 @@ pub enum KubeconfigError {
     },
     /// The identity could not be read or used.
     Identity(IdentityError),
+    /// -lifetime is not a duration liken takes.
+    BadLifetime(String),
 }
 
 impl std::fmt::Display for KubeconfigError {
@@ -82,6 +99,12 @@ impl std::fmt::Display for KubeconfigError {
                 identity.display()
             ),
             KubeconfigError::Identity(e) => write!(f, "{e}"),
+            KubeconfigError::BadLifetime(s) => write!(
+                f,
+                "-lifetime {s:?} is not a lifetime between 1 minute and {} days: give a \
+                 number with m, h or d (90m, 12h, 30d)",
+                MAX_LIFETIME.whole_days()
+            ),
         }
     }
 }
@@ -94,13 +117,72 @@ impl From<IdentityError> for KubeconfigError {
     }
 }
 
-/// Runs `liken kubeconfig [-server URL] <deployment-dir>`.
+/// Runs `liken kubeconfig [-server URL] [-lifetime 30d] <deployment-dir>`.
 pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     let [dir] = parsed.paths()?;
-    let path = write_kubeconfig(&dir, parsed.value("server"))?;
+    let lifetime = match parsed.value("lifetime") {
+        Some(text) => parse_lifetime(text)?,
+        None => KUBECONFIG_LIFETIME,
+    };
+    let now = OffsetDateTime::now_utc();
+    let path = write_kubeconfig(&dir, parsed.value("server"), lifetime, now)?;
     writeln!(io.out, "wrote {} (admin credential, 0600)", path.display())?;
+    writeln!(
+        io.out,
+        "its certificate expires {} (in {}); Kubernetes cannot revoke it before then, so \
+         keep the file private, and run this again for a fresh one (-lifetime chooses \
+         another span)",
+        expiry_text(now + lifetime),
+        lifetime_text(lifetime)
+    )?;
     writeln!(io.out, "use it with: export KUBECONFIG={}", path.display())?;
     Ok(())
+}
+
+/// Reads `-lifetime`: a whole number of minutes, hours or days (`90m`,
+/// `12h`, `30d`), from one minute to [`MAX_LIFETIME`].
+pub fn parse_lifetime(text: &str) -> Result<Duration, KubeconfigError> {
+    let bad = || KubeconfigError::BadLifetime(text.to_owned());
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let number = &text[..text.len() - unit.len_utf8()];
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: i64 = number.parse().map_err(|_| bad())?;
+    let d = match unit {
+        'm' => Duration::minutes(n.min(MAX_LIFETIME.whole_minutes() + 1)),
+        'h' => Duration::hours(n.min(MAX_LIFETIME.whole_hours() + 1)),
+        'd' => Duration::days(n.min(MAX_LIFETIME.whole_days() + 1)),
+        _ => return Err(bad()),
+    };
+    if d < Duration::minutes(1) || d > MAX_LIFETIME {
+        return Err(bad());
+    }
+    Ok(d)
+}
+
+/// `30 days`, `12 hours`, `90 minutes`: the largest whole unit.
+pub fn lifetime_text(d: Duration) -> String {
+    let plural = |n: i64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    if d.whole_days() > 0 && d == Duration::days(d.whole_days()) {
+        plural(d.whole_days(), "day")
+    } else if d.whole_hours() > 0 && d == Duration::hours(d.whole_hours()) {
+        plural(d.whole_hours(), "hour")
+    } else {
+        plural(d.whole_minutes(), "minute")
+    }
+}
+
+/// `2026-12-04 17:45 UTC`.
+fn expiry_text(t: OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute()
+    )
 }
 
 /// The cluster's name and the endpoint the kubeconfig points at.
@@ -122,18 +204,45 @@ pub fn decide_endpoint(
     }
 }
 
-/// Writes `<dir>/identity/kubeconfig`; returns its path.
-pub fn write_kubeconfig(dir: &Path, server: Option<&str>) -> Result<PathBuf, KubeconfigError> {
-    let text = kubeconfig_text(dir, server)?;
-    let path = dir.join(IDENTITY_DIR).join("kubeconfig");
-    crate::files::replace(&path, text.as_bytes(), crate::files::PRIVATE).map_err(io_at(&path))?;
+/// The kubeconfig `liken kubeconfig` writes, below the deployment.
+pub const KUBECONFIG_FILE: &str = "kubeconfig";
+
+/// Writes `<dir>/identity/kubeconfig` with a certificate valid for
+/// `lifetime` from `now`; returns its path.
+pub fn write_kubeconfig(
+    dir: &Path,
+    server: Option<&str>,
+    lifetime: Duration,
+    now: OffsetDateTime,
+) -> Result<PathBuf, KubeconfigError> {
+    let path = dir.join(IDENTITY_DIR).join(KUBECONFIG_FILE);
+    write_kubeconfig_to(&path, dir, server, lifetime, now)?;
     Ok(path)
 }
 
-/// The kubeconfig [`write_kubeconfig`] writes, with a fresh admin
-/// credential, without writing it (shell completion reaches the cluster
-/// with it and leaves no file behind).
-pub fn kubeconfig_text(dir: &Path, server: Option<&str>) -> Result<String, KubeconfigError> {
+/// Writes a kubeconfig for the deployment at `dir` to `path`, 0600,
+/// atomically.
+pub fn write_kubeconfig_to(
+    path: &Path,
+    dir: &Path,
+    server: Option<&str>,
+    lifetime: Duration,
+    now: OffsetDateTime,
+) -> Result<(), KubeconfigError> {
+    let text = kubeconfig_text(dir, server, lifetime, now)?;
+    crate::files::replace(path, text.as_bytes(), crate::files::PRIVATE).map_err(io_at(path))?;
+    Ok(())
+}
+
+/// A kubeconfig with a fresh admin credential valid for `lifetime`,
+/// without writing it (shell completion and the cluster commands reach
+/// the cluster with it and leave no file behind).
+pub fn kubeconfig_text(
+    dir: &Path,
+    server: Option<&str>,
+    lifetime: Duration,
+    now: OffsetDateTime,
+) -> Result<String, KubeconfigError> {
     let cluster = deployment::read_cluster(dir).map_err(KubeconfigError::Deployment)?;
     let (name, endpoint) = decide_endpoint(dir, cluster.as_ref().map(|m| &m.doc), server)?;
     let identity = dir.join(IDENTITY_DIR);
@@ -153,16 +262,23 @@ pub fn kubeconfig_text(dir: &Path, server: Option<&str>) -> Result<String, Kubec
     let server_ca = read(SERVER_CA_CERT)?;
     let client_ca = read(CLIENT_CA_CERT)?;
     let client_key = read(CLIENT_CA_KEY)?;
-    let (cert, key) = admin_credential(&client_ca, &client_key, OffsetDateTime::now_utc())
-        .map_err(|e| match e {
-            IdentityError::BadFiles(mut p) => {
-                for (path, _) in &mut p {
-                    *path = identity.join(&*path);
-                }
-                IdentityError::BadFiles(p)
+    let (cert, key) = client_credential(
+        &client_ca,
+        &client_key,
+        ADMIN_USER,
+        &[ADMIN_GROUP],
+        lifetime,
+        now,
+    )
+    .map_err(|e| match e {
+        IdentityError::BadFiles(mut p) => {
+            for (path, _) in &mut p {
+                *path = identity.join(&*path);
             }
-            other => other,
-        })?;
+            IdentityError::BadFiles(p)
+        }
+        other => other,
+    })?;
     Ok(render(
         &name,
         &endpoint,
@@ -172,7 +288,8 @@ pub fn kubeconfig_text(dir: &Path, server: Option<&str>) -> Result<String, Kubec
     ))
 }
 
-/// A new admin client certificate under the client CA: (cert PEM, key PEM).
+/// A new admin client certificate under the client CA, valid for
+/// [`KUBECONFIG_LIFETIME`]: (cert PEM, key PEM).
 pub fn admin_credential(
     ca_cert_pem: &[u8],
     ca_key_pem: &[u8],
@@ -183,7 +300,7 @@ pub fn admin_credential(
         ca_key_pem,
         ADMIN_USER,
         &[ADMIN_GROUP],
-        ADMIN_LIFETIME,
+        KUBECONFIG_LIFETIME,
         now,
     )
 }
@@ -369,14 +486,21 @@ mod tests {
     fn the_endpoint_comes_from_cluster_yaml_unless_server_is_given() {
         let tmp = TestDir::new("kubeconfig");
         let d = deployment(tmp.path(), true);
-        let path = write_kubeconfig(&d, None).unwrap();
+        let path =
+            write_kubeconfig(&d, None, KUBECONFIG_LIFETIME, OffsetDateTime::now_utc()).unwrap();
         assert_eq!(path, d.join("identity/kubeconfig"));
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("server: https://10.0.0.10:6443"), "{text}");
         assert!(text.contains("current-context: home"), "{text}");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        write_kubeconfig(&d, Some("https://127.0.0.1:16443")).unwrap();
+        write_kubeconfig(
+            &d,
+            Some("https://127.0.0.1:16443"),
+            KUBECONFIG_LIFETIME,
+            OffsetDateTime::now_utc(),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("server: https://127.0.0.1:16443"), "{text}");
     }
@@ -385,12 +509,25 @@ mod tests {
     fn without_cluster_yaml_server_is_required() {
         let tmp = TestDir::new("kubeconfig-nocluster");
         let d = deployment(tmp.path(), false);
-        let msg = write_kubeconfig(&d, None).unwrap_err().to_string();
-        assert!(msg.contains("pass -server"), "{msg}");
-        write_kubeconfig(&d, Some("https://127.0.0.1:6443")).unwrap();
-        let msg = write_kubeconfig(&d, Some("http://x"))
+        let msg = write_kubeconfig(&d, None, KUBECONFIG_LIFETIME, OffsetDateTime::now_utc())
             .unwrap_err()
             .to_string();
+        assert!(msg.contains("pass -server"), "{msg}");
+        write_kubeconfig(
+            &d,
+            Some("https://127.0.0.1:6443"),
+            KUBECONFIG_LIFETIME,
+            OffsetDateTime::now_utc(),
+        )
+        .unwrap();
+        let msg = write_kubeconfig(
+            &d,
+            Some("http://x"),
+            KUBECONFIG_LIFETIME,
+            OffsetDateTime::now_utc(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("not an https URL"), "{msg}");
     }
 
@@ -421,8 +558,35 @@ mod tests {
              spec:\n  endpoint: https://10.0.0.10:6443\n  leaders: [node-1]\n",
         )
         .unwrap();
-        let msg = write_kubeconfig(d, None).unwrap_err().to_string();
+        let msg = write_kubeconfig(d, None, KUBECONFIG_LIFETIME, OffsetDateTime::now_utc())
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("server/tls/server-ca.crt is missing"), "{msg}");
         assert!(msg.contains("liken mint"), "{msg}");
+    }
+
+    #[test]
+    fn lifetimes_are_minutes_hours_or_days_up_to_a_year() {
+        assert_eq!(parse_lifetime("90m").unwrap(), Duration::minutes(90));
+        assert_eq!(parse_lifetime("12h").unwrap(), Duration::hours(12));
+        assert_eq!(parse_lifetime("30d").unwrap(), Duration::days(30));
+        assert_eq!(parse_lifetime("365d").unwrap(), MAX_LIFETIME);
+        for bad in [
+            "",
+            "d",
+            "0m",
+            "366d",
+            "9999999999999999999d",
+            "1w",
+            "-1d",
+            "1.5h",
+            "30",
+        ] {
+            let e = parse_lifetime(bad).unwrap_err().to_string();
+            assert!(e.contains("90m, 12h, 30d"), "{bad}: {e}");
+        }
+        assert_eq!(lifetime_text(KUBECONFIG_LIFETIME), "30 days");
+        assert_eq!(lifetime_text(SESSION_LIFETIME), "1 hour");
+        assert_eq!(lifetime_text(Duration::minutes(90)), "90 minutes");
     }
 }

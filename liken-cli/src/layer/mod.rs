@@ -17,7 +17,11 @@
 //! install media carry so that they can install any machine. What each
 //! machine keeps of it after installing depends on its role (leaders: the
 //! identity and both tokens; followers: the agent token and the server
-//! CA certificate only), which the installer decides.
+//! CA certificate only), which the installer decides. A follower's
+//! medium needs no more than a follower keeps, so [`build_for`] packs
+//! that per-role layer for `liken media -role follower` by the same rule
+//! ([`follower_keeps`], the rule of liken-init's `role_layer::keep`,
+//! which a test holds them to).
 //!
 //! Nothing is packed until everything is checked: every manifest strictly,
 //! the Cluster against the Machines (see [`crate::deployment`]), and the
@@ -135,12 +139,36 @@ pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     Ok(())
 }
 
+/// The identity files a follower keeps (paths in the identity).
+pub const FOLLOWER_IDENTITY: [&str; 2] = [identity::AGENT_TOKEN, identity::SERVER_CA_CERT];
+
+/// Whether a follower keeps `rel`, a path in the identity (a file, or a
+/// directory on the way to one it keeps).
+pub fn follower_keeps(rel: &str) -> bool {
+    FOLLOWER_IDENTITY
+        .iter()
+        .any(|f| *f == rel || f.strip_prefix(rel).is_some_and(|r| r.starts_with('/')))
+}
+
 /// Checks everything and returns the archive's bytes and the manifests
 /// it holds.
 pub fn build(
     manifests_dir: &Path,
     identity_dir: &Path,
 ) -> Result<(Vec<u8>, Manifests), LayerError> {
+    build_for(manifests_dir, identity_dir, None)
+}
+
+/// [`build`] for one role: a follower's layer holds the manifests and
+/// only the identity files a follower keeps; a leader's (or `None`, every
+/// machine's) holds the whole identity. The whole identity is checked
+/// either way.
+pub fn build_for(
+    manifests_dir: &Path,
+    identity_dir: &Path,
+    role: Option<liken_api::Role>,
+) -> Result<(Vec<u8>, Manifests), LayerError> {
+    let keep = |rel: &str| role != Some(liken_api::Role::Follower) || follower_keeps(rel);
     let manifests = deployment::read_manifests(manifests_dir).map_err(LayerError::Deployment)?;
     let identity_files = read_identity(identity_dir)?;
 
@@ -156,6 +184,7 @@ pub fn build(
         .chain(
             identity::DIRS
                 .iter()
+                .filter(|d| keep(d))
                 .map(|d| format!("{ROOT}/identity/{d}")),
         );
     add("etc".into(), 0o755, Body::Dir)?;
@@ -175,6 +204,9 @@ pub fn build(
         )?;
     }
     for (file, bytes) in identity_files {
+        if !keep(&file.rel) {
+            continue;
+        }
         let perm = if file.private { 0o600 } else { 0o644 };
         add(
             format!("{ROOT}/identity/{}", file.rel),
@@ -283,5 +315,45 @@ mod tests {
             msg.contains("server/tls/etcd/peer-ca.crt is missing"),
             "{msg}"
         );
+    }
+
+    /// The follower's layer holds what liken-init keeps on a follower
+    /// (`role_layer::keep`, the installer's rule), and no more.
+    #[test]
+    fn a_followers_layer_is_what_init_keeps_on_a_follower() {
+        let rels = identity::DIRS
+            .iter()
+            .map(|d| (*d).to_owned())
+            .chain(identity::files().into_iter().map(|f| f.rel));
+        for rel in rels {
+            assert_eq!(
+                follower_keeps(&rel),
+                liken_init::role_layer::keep(
+                    liken_api::Role::Follower,
+                    &format!("{}/{rel}", liken_init::role_layer::IDENTITY_DIR)
+                ),
+                "{rel}"
+            );
+        }
+        let tmp = TestDir::new("layer-follower");
+        let d = tmp.path();
+        deployment(d);
+        let (all, _) = build(d, &d.join("identity")).unwrap();
+        let (leader, _) = build_for(d, &d.join("identity"), Some(liken_api::Role::Leader)).unwrap();
+        assert_eq!(all, leader);
+        let (follower, _) =
+            build_for(d, &d.join("identity"), Some(liken_api::Role::Follower)).unwrap();
+        let has = |a: &[u8], s: &str| a.windows(s.len()).any(|w| w == s.as_bytes());
+        for absent in [
+            "PRIVATE KEY",
+            "::server:",
+            "etc/liken/identity/server/tls/etcd",
+        ] {
+            assert!(has(&all, absent), "{absent}");
+            assert!(!has(&follower, absent), "{absent}");
+        }
+        for present in ["::node:", "server-ca.crt", "etc/liken/machines/node-1.yaml"] {
+            assert!(has(&follower, present), "{present}");
+        }
     }
 }

@@ -9,12 +9,20 @@
 //! arguments are checked ([`menu`]). Only then is the output created,
 //! under a temporary name beside its final one ([`output`]).
 //!
-//! Install media carry the whole deployment layer, and so every secret
-//! of the cluster (CA keys, the service-account key, the server and
-//! agent tokens): one medium must be able to install any machine, leader
-//! or follower. Each command says so once, on standard error, before it
-//! writes anything ([`warn_secrets`]); what an installed machine keeps
-//! of it depends on its role, which the installer decides.
+//! A stick, and netboot media made without `-role`, carry the whole
+//! deployment layer, and so every secret of the cluster (CA keys, the
+//! service-account key, the server and agent tokens): one medium must be
+//! able to install any machine, leader or follower. Each command says so
+//! once, on standard error, before it writes anything ([`warn_secrets`]);
+//! what an installed machine keeps of it depends on its role, which the
+//! installer decides. `liken media -role follower` packs only what a
+//! follower keeps ([`crate::layer::build_for`]: the manifests, the agent
+//! token and the server CA certificate, no private key and not the
+//! server token), so the image that a network boot hands to followers,
+//! which anyone on that network can fetch, cannot make a leader or sign
+//! anything; `-role leader` is the whole layer, for leaders only. `liken
+//! stick -role` does the same for a stick and lists only that role's
+//! machines on its menu.
 //!
 //! Module map:
 //! - [`release`]: reading and verifying a release directory.
@@ -38,6 +46,7 @@ use crate::deployment::IDENTITY_DIR;
 use crate::layer::{self, LayerError};
 use crate::releases::progress::{Progress, Style};
 use crate::releases::size::human;
+use liken_api::Role;
 use output::Output;
 use release::{ReleaseError, VerifiedRelease};
 
@@ -52,6 +61,10 @@ pub enum MediaError {
     Args(menu::ArgError),
     /// The output exists and `-force` was not given.
     Exists(PathBuf),
+    /// `-role` is neither leader nor follower.
+    BadRole(String),
+    /// The deployment has no machine of the role asked for.
+    NoMachine(Role),
     /// The output exists and is not a regular file.
     NotAFile(PathBuf),
     /// The image could not be laid out.
@@ -77,6 +90,16 @@ impl fmt::Display for MediaError {
                 f,
                 "{} exists; pass -force to replace it, or choose another -output",
                 p.display()
+            ),
+            MediaError::BadRole(r) => write!(
+                f,
+                "-role {r:?} is not a role: give leader or follower (or leave -role out for \
+                 media that install every machine)"
+            ),
+            MediaError::NoMachine(r) => write!(
+                f,
+                "the deployment has no {r} machine, so there is nothing for these media to \
+                 install"
             ),
             MediaError::NotAFile(p) => write!(
                 f,
@@ -127,6 +150,8 @@ impl From<menu::ArgError> for MediaError {
 
 /// What both commands read, checked.
 struct Checked {
+    /// The role the medium is for; `None`: every machine.
+    role: Option<Role>,
     release: VerifiedRelease,
     layer: Vec<u8>,
     cluster: String,
@@ -135,7 +160,7 @@ struct Checked {
     force: bool,
 }
 
-fn check(parsed: &Parsed, style: Style) -> Result<Checked, crate::Error> {
+fn check(parsed: &Parsed, style: Style, role: Option<Role>) -> Result<Checked, crate::Error> {
     let [release_dir, deployment] = parsed.paths()?;
     let output = PathBuf::from(parsed.value("output").ok_or_else(|| parsed.usage())?);
     let force = parsed.switch("force");
@@ -145,17 +170,23 @@ fn check(parsed: &Parsed, style: Style) -> Result<Checked, crate::Error> {
     }
     let release =
         release::verify(&release_dir, &release::REQUIRED, style).map_err(MediaError::Release)?;
-    let (layer, manifests) =
-        layer::build(&deployment, &deployment.join(IDENTITY_DIR)).map_err(MediaError::Layer)?;
+    let (layer, manifests) = layer::build_for(&deployment, &deployment.join(IDENTITY_DIR), role)
+        .map_err(MediaError::Layer)?;
+    let cluster = &manifests.cluster.doc;
     let machines: Vec<String> = manifests
         .machines
         .iter()
         .map(|m| m.doc.metadata.name.clone())
+        .filter(|name| role.is_none_or(|r| (r == Role::Leader) == cluster.is_leader(name)))
         .collect();
+    if machines.is_empty() {
+        return Err(MediaError::NoMachine(role.unwrap_or(Role::Follower)).into());
+    }
     for m in &machines {
         menu::check_machine(m).map_err(MediaError::Args)?;
     }
     Ok(Checked {
+        role,
         release,
         layer,
         cluster: manifests.cluster.doc.metadata.name.clone(),
@@ -179,7 +210,41 @@ fn warn_secrets(
     medium: Medium,
     output: &Path,
     cluster: &str,
+    role: Option<Role>,
 ) -> std::io::Result<()> {
+    match role {
+        Some(Role::Follower) => {
+            let keep = match medium {
+                Medium::Stick => {
+                    "keep the stick private and wipe it once the followers are installed"
+                }
+                Medium::Netboot => "serve it only to the followers being installed",
+            };
+            return writeln!(
+                err,
+                "liken: note: {} holds cluster {cluster}'s agent token, which joins a machine \
+                 as a follower, and no private key or server token; {keep}",
+                output.display()
+            );
+        }
+        Some(Role::Leader) => {
+            return writeln!(
+                err,
+                "liken: warning: {} will hold the secrets of cluster {cluster} (its CA keys, \
+                 service-account key, server token and agent token), so that it can install \
+                 its leaders; whoever reads the image can take the cluster over: {}",
+                output.display(),
+                match medium {
+                    Medium::Stick =>
+                        "keep it private and wipe the stick once the leaders are installed",
+                    Medium::Netboot =>
+                        "serve it only to the leaders being installed, on a network \
+                                        you trust, and stop serving it afterwards",
+                }
+            );
+        }
+        None => {}
+    }
     let keep = match medium {
         Medium::Stick => {
             "whoever reads the image or the stick can take the cluster over: keep both as \
@@ -205,13 +270,24 @@ fn label(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Reads `-role`: `None` (media for every machine), leader or follower.
+fn parse_role(parsed: &Parsed) -> Result<Option<Role>, MediaError> {
+    match parsed.value("role") {
+        None => Ok(None),
+        Some("leader") => Ok(Some(Role::Leader)),
+        Some("follower") => Ok(Some(Role::Follower)),
+        Some(other) => Err(MediaError::BadRole(other.to_owned())),
+    }
+}
+
 /// Runs `liken stick`.
 pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let role = parse_role(&parsed)?;
     let consoles = parsed.values("console");
     let extra = parsed.values("kernel-arg");
     let kernel_args = menu::decide_kernel_args(&consoles, &extra).map_err(MediaError::Args)?;
     let style = Style::detect();
-    let c = check(&parsed, style)?;
+    let c = check(&parsed, style, role)?;
     let m = menu::InstallMenu {
         version: c.release.release.version.clone(),
         machines: c.machines.clone(),
@@ -224,7 +300,7 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         menu: &m,
     };
     let total = stick::build_tree(&inputs)?.content_bytes();
-    warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster)?;
+    warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster, c.role)?;
     let mut out = Output::create(&c.output, c.force)?;
     let mut progress = Progress::new(style, label(&c.output), total, 0);
     let summary = match stick::write(out.file(), &inputs, &mut progress) {
@@ -254,9 +330,10 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
 
 /// Runs `liken media`.
 pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
+    let role = parse_role(&parsed)?;
     let style = Style::detect();
-    let c = check(&parsed, style)?;
-    warn_secrets(io.err, Medium::Netboot, &c.output, &c.cluster)?;
+    let c = check(&parsed, style, role)?;
+    warn_secrets(io.err, Medium::Netboot, &c.output, &c.cluster, c.role)?;
     let mut out = Output::create(&c.output, c.force)?;
     let total = initramfs::content_bytes(&c.release, &c.layer);
     let mut progress = Progress::new(style, label(&c.output), total, 0);
@@ -276,9 +353,14 @@ pub fn media_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         .artifact(liken_api::release::ARTIFACT_KERNEL)
         .map(|a| c.release.path_of(a))
         .map_err(MediaError::Release)?;
+    let whose = match c.role {
+        Some(Role::Follower) => "the followers' layer (no private key) for",
+        Some(Role::Leader) => "the leaders' layer for",
+        None => "the layer for",
+    };
     writeln!(
         io.out,
-        "wrote {} ({}): release {} with the layer for {}",
+        "wrote {} ({}): release {} with {whose} {}",
         c.output.display(),
         human(size),
         c.release.release.version,

@@ -4,21 +4,23 @@
 //! Each operator that ships a workstation CLI publishes it as an image
 //! beside its own (`<repository>-cli`, the same tag), whose entrypoint is
 //! the program `kubectl-liken-<domain>`. `sync` reads which operators the
-//! cluster runs ([`workloads`]), pulls each CLI for this workstation's OS
-//! and architecture through the OCI distribution API ([`registry`],
-//! [`pull`]) and installs it into `~/.liken/plugins/bin`, where both the
-//! plugin walk and (once that directory is on PATH) kubectl find it.
-//! `list` puts each installed CLI's `--version` beside its operator's
-//! image tag and marks drift; `remove` deletes one.
+//! cluster runs in liken-system ([`workloads`]), pulls each CLI for this
+//! workstation's OS and architecture through the OCI distribution API
+//! ([`registry`], [`pull`]), by digest only: a tag is resolved once and
+//! pinned in the plugin's record ([`record`]) after a question on the
+//! terminal, or with `-pin` in a script, and refused otherwise. It
+//! installs the CLI into `~/.liken/plugins/bin`, where both the plugin
+//! walk and (once that directory is on PATH) kubectl find it. `list`
+//! puts each installed CLI's recorded version beside its operator's image
+//! tag and marks drift, without running any plugin; `remove` deletes
+//! one.
 //!
 //! One failing plugin does not stop the others from syncing; the command
 //! still fails at the end, naming each one that did not install.
 
 use std::fmt;
-use std::io::Read;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::cluster::{self, ClusterError};
 use crate::{Io, args, plugin, usage};
@@ -26,6 +28,7 @@ use crate::{Io, args, plugin, usage};
 pub mod extract;
 pub mod oci;
 pub mod pull;
+pub mod record;
 pub mod reference;
 pub mod registry;
 pub mod workloads;
@@ -45,6 +48,13 @@ pub enum PluginsError {
     NotInstalled {
         /// The file that is not there.
         path: PathBuf,
+    },
+    /// A plugin's record could not be read or written.
+    Record {
+        /// The record file.
+        path: PathBuf,
+        /// Why.
+        why: String,
     },
     /// A local file operation failed.
     Io {
@@ -85,6 +95,7 @@ impl fmt::Display for PluginsError {
                 "{} is not installed; `liken plugins list` shows what is",
                 path.display()
             ),
+            PluginsError::Record { path, why } => write!(f, "{}: {why}", path.display()),
             PluginsError::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }
@@ -127,14 +138,25 @@ pub fn command(words: Vec<std::ffi::OsString>, io: &mut Io) -> Result<(), crate:
     };
     let server = parsed.value("server");
     match (sub, rest) {
-        ("sync", [dir]) => sync(Path::new(dir), server, io),
-        ("list", [dir]) => list(Path::new(dir), server, io),
-        ("remove", [domain]) if server.is_none() => remove(&domain.to_string_lossy(), io),
+        ("sync", [dir]) => sync(Path::new(dir), server, parsed.switch("pin"), io),
+        ("list", [dir]) if !parsed.switch("pin") => list(Path::new(dir), server, io),
+        ("remove", [domain]) if server.is_none() && !parsed.switch("pin") => {
+            remove(&domain.to_string_lossy(), io)
+        }
         _ => Err(parsed.usage()),
     }
 }
 
-fn sync(dir: &Path, server: Option<&str>, io: &mut Io) -> Result<(), crate::Error> {
+/// Why a CLI reference has no pin to pull by, in a script.
+fn refused_pin(image: &reference::Reference, digest: &liken_api::Digest) -> String {
+    format!(
+        "{image} is a tag, which its registry may move, and this workstation has not pinned \
+         it (it names {digest} now); nothing was installed. Run `liken plugins sync` on a \
+         terminal to be asked, or add -pin to trust that digest from now on"
+    )
+}
+
+fn sync(dir: &Path, server: Option<&str>, pin: bool, io: &mut Io) -> Result<(), crate::Error> {
     let client = cluster::connect(dir, server).map_err(PluginsError::from)?;
     let operators = workloads::list(&client).map_err(|e| PluginsError::Cluster(e.into()))?;
     let bin = bin_dir()?;
@@ -142,7 +164,8 @@ fn sync(dir: &Path, server: Option<&str>, io: &mut Io) -> Result<(), crate::Erro
         writeln!(
             io.out,
             "the cluster runs no operator with a CLI (no Deployment, DaemonSet or StatefulSet \
-             is labelled {})",
+             in {} is labelled {})",
+            workloads::PLUGIN_NAMESPACE,
             liken_api::annotations::PLUGIN_LABEL
         )?;
         return Ok(());
@@ -151,9 +174,11 @@ fn sync(dir: &Path, server: Option<&str>, io: &mut Io) -> Result<(), crate::Erro
         path: bin.clone(),
         source,
     })?;
+    let terminal = std::io::stdin().is_terminal();
     let platform = oci::this_platform();
     let mut session = registry::Registry::new();
     let mut failed = Vec::new();
+    let record_err = |(path, why)| PluginsError::Record { path, why };
     for op in &operators {
         if !is_domain(&op.domain) {
             failed.push((
@@ -172,9 +197,73 @@ fn sync(dir: &Path, server: Option<&str>, io: &mut Io) -> Result<(), crate::Erro
                 continue;
             }
         };
+        let mut rec = record::read(&bin, &op.domain).map_err(record_err)?;
+        let key = image.to_string();
+        let decision = record::decide_pin(&rec, &key, terminal, pin);
+        let digest = if let record::PinDecision::Pinned(d) = &decision {
+            match liken_api::Digest::parse(d) {
+                Ok(d) => d,
+                Err(e) => {
+                    let path = record::path(&bin, &op.domain);
+                    failed.push((
+                        op.domain.clone(),
+                        format!("{}: the pin of {key}: {e}", path.display()),
+                    ));
+                    continue;
+                }
+            }
+        } else {
+            let resolved = match pull::resolve(&mut session, &image) {
+                Ok(d) => d,
+                Err(e) => {
+                    failed.push((op.domain.clone(), e.to_string()));
+                    continue;
+                }
+            };
+            let trusted = match decision {
+                record::PinDecision::Pin => true,
+                record::PinDecision::Ask => {
+                    write!(
+                        io.out,
+                        "{} comes from {key}, a tag its registry may move; it names {resolved} \
+                         now. Pin it to that digest and install it? [y/N] ",
+                        cli_name(&op.domain)
+                    )?;
+                    io.out.flush()?;
+                    let mut answer = String::new();
+                    io.stdin.read_line(&mut answer)?;
+                    matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES")
+                }
+                _ => false,
+            };
+            if !trusted {
+                let why = if decision == record::PinDecision::Ask {
+                    format!("{key} was not pinned, so nothing was installed")
+                } else {
+                    refused_pin(&image, &resolved)
+                };
+                failed.push((op.domain.clone(), why));
+                continue;
+            }
+            rec.pins.insert(key.clone(), resolved.to_string());
+            record::write(&bin, &op.domain, &rec).map_err(record_err)?;
+            writeln!(io.out, "pinned {key} to {resolved}")?;
+            resolved
+        };
         let dest = bin.join(cli_name(&op.domain));
-        match pull::install(&mut session, &image, &platform, &dest) {
-            Ok(()) => writeln!(io.out, "installed {} from {image}", cli_name(&op.domain))?,
+        match pull::install(&mut session, &image, &digest, &platform, &dest) {
+            Ok(()) => {
+                rec.installed = Some(record::Installed {
+                    reference: key.clone(),
+                    digest: digest.to_string(),
+                });
+                record::write(&bin, &op.domain, &rec).map_err(record_err)?;
+                writeln!(
+                    io.out,
+                    "installed {} from {image}@{digest}",
+                    cli_name(&op.domain)
+                )?;
+            }
             Err(e) => failed.push((op.domain.clone(), e.to_string())),
         }
     }
@@ -198,8 +287,9 @@ pub fn decide_on_path(path: Option<&std::ffi::OsStr>, dir: &Path) -> bool {
 pub struct Entry {
     /// The domain.
     pub domain: String,
-    /// The installed CLI's answer to `--version`: `None` when not
-    /// installed, `Some(None)` when installed but it gave no version.
+    /// The installed CLI's version as its record names it: `None` when
+    /// not installed, `Some(None)` when installed without a record (by
+    /// hand, or by a liken before records).
     pub cli: Option<Option<String>>,
     /// The operator's image tag, when the cluster runs one.
     pub operator: Option<String>,
@@ -255,7 +345,7 @@ pub fn render_entries(entries: &[Entry]) -> String {
         let mark = if e.drift() {
             "\tdrift"
         } else if e.cli == Some(None) {
-            "\tno --version answer"
+            "\tnot installed by sync"
         } else {
             ""
         };
@@ -301,55 +391,18 @@ pub fn installed(bin: &Path) -> Result<Vec<String>, PluginsError> {
     Ok(domains)
 }
 
-/// How long a CLI may take to answer `--version`.
-const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Asks an installed CLI for its version: the first line it prints to
-/// `--version`, or `None` when it fails, prints nothing, or takes longer
-/// than [`VERSION_TIMEOUT`] (then it is killed).
-pub fn probe_version(path: &Path) -> Option<String> {
-    let mut child = Command::new(path)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut stdout = child.stdout.take()?;
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = (&mut stdout).take(64 << 10).read_to_end(&mut out);
-        out
-    });
-    let deadline = Instant::now() + VERSION_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let out = reader.join().ok()?;
-    if !status?.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out);
-    let first = text.lines().next()?.trim();
-    (!first.is_empty()).then(|| first.to_owned())
-}
-
 fn list(dir: &Path, server: Option<&str>, io: &mut Io) -> Result<(), crate::Error> {
     let client = cluster::connect(dir, server).map_err(PluginsError::from)?;
     let operators = workloads::list(&client).map_err(|e| PluginsError::Cluster(e.into()))?;
     let bin = bin_dir()?;
+    // The record says what sync installed; the CLI itself is never run
+    // (asking a program its version is running it).
     let installed = installed(&bin)?
         .into_iter()
         .map(|d| {
-            let v = probe_version(&bin.join(cli_name(&d)));
+            let v = record::read(&bin, &d)
+                .ok()
+                .and_then(|r| r.installed_version().map(str::to_owned));
             (d, v)
         })
         .collect();
@@ -369,13 +422,21 @@ fn remove(domain: &str, io: &mut Io) -> Result<(), crate::Error> {
     if !is_domain(domain) {
         return Err(PluginsError::BadDomain(domain.to_owned()).into());
     }
-    let path = bin_dir()?.join(cli_name(domain));
+    let bin = bin_dir()?;
+    let path = bin.join(cli_name(domain));
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(PluginsError::NotInstalled { path }.into());
         }
         Err(source) => return Err(PluginsError::Io { path, source }.into()),
+    }
+    // The pins stay: trust given once is not asked for again.
+    if let Ok(mut rec) = record::read(&bin, domain)
+        && rec.installed.take().is_some()
+    {
+        record::write(&bin, domain, &rec)
+            .map_err(|(path, why)| PluginsError::Record { path, why })?;
     }
     writeln!(io.out, "removed {}", cli_name(domain))?;
     Ok(())
@@ -406,7 +467,7 @@ mod tests {
             "audio\t1.0\t1.0\n\
              display\t-\t2.0\n\
              media\t1.0\t1.1\tdrift\n\
-             old\t?\t-\tno --version answer\n\
+             old\t?\t-\tnot installed by sync\n\
              no local CLI for: display; run: liken plugins sync\n"
         );
     }
@@ -432,21 +493,22 @@ mod tests {
     }
 
     #[test]
-    fn installed_clis_answer_their_version_or_are_stopped() {
+    fn installed_clis_are_found_without_running_them() {
         let tmp = crate::testdir::TestDir::new("plugins-installed");
+        let ran = tmp.path().join("ran");
         let write = |name: &str, body: &str| {
             let p = tmp.path().join(name);
             std::fs::write(&p, body).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
             p
         };
-        let good = write("kubectl-liken-audio", "#!/bin/sh\necho 1.2.3\necho more\n");
+        let body = format!("#!/bin/sh\ntouch {}\n", ran.display());
+        write("kubectl-liken-audio", &body);
         write(".kubectl-liken-audio.tmp-1", "");
         write("unrelated", "");
-        let failing = write("kubectl-liken-media", "#!/bin/sh\nexit 3\n");
+        write("kubectl-liken-media", &body);
         assert_eq!(installed(tmp.path()).unwrap(), ["audio", "media"]);
-        assert_eq!(probe_version(&good).as_deref(), Some("1.2.3"));
-        assert_eq!(probe_version(&failing), None);
         assert!(installed(&tmp.path().join("absent")).unwrap().is_empty());
+        assert!(!ran.exists());
     }
 }

@@ -2,7 +2,8 @@
 //! program its entrypoint names, installed under its final name only
 //! once every byte it came from was verified.
 //!
-//! The order: the tag's manifest (an index picks this platform's manifest,
+//! The order: the pinned manifest, read by its digest ([`resolve`] turns
+//! a tag into one, once, for the record) (an index picks this platform's manifest,
 //! which is then read by its digest), the config blob (platform and
 //! entrypoint), then each layer bottom first into a temporary file beside
 //! the destination, verified, then scanned ([`super::extract`]). The
@@ -15,6 +16,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use liken_api::Digest;
+use sha2::{Digest as _, Sha256};
 
 use super::extract::{self, ExtractError, LayerVerdict};
 use super::oci::{self, DocumentKind, ImageConfig, Index, Manifest, Platform};
@@ -156,16 +160,32 @@ fn json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, P
     })
 }
 
+/// Resolves `image`'s tag once to the digest of the manifest or index
+/// it names now (checked against the registry's Docker-Content-Digest
+/// when it sends one).
+pub fn resolve(registry: &mut Registry, image: &Reference) -> Result<Digest, PullError> {
+    let doc = registry.manifest(image, &image.tag, None)?;
+    Digest::parse(&format!("sha256:{:x}", Sha256::digest(&doc.bytes))).map_err(|e| {
+        PullError::Json {
+            what: format!("the digest of {image}"),
+            error: e.to_string(),
+        }
+    })
+}
+
 /// Installs the program `image` runs on `platform` as `dest`, replacing
-/// whatever `dest` was only when everything verified.
+/// whatever `dest` was only when everything verified. The image is read
+/// by `digest` alone, never by its tag: the top manifest or index must
+/// hash to it, and everything below it is named by digest too.
 pub fn install(
     registry: &mut Registry,
     image: &Reference,
+    digest: &Digest,
     platform: &Platform,
     dest: &Path,
 ) -> Result<(), PullError> {
-    let name = image.to_string();
-    let top = registry.manifest(image, &image.tag, None)?;
+    let name = format!("{image}@{digest}");
+    let top = registry.manifest(image, &digest.to_string(), Some(digest))?;
     let manifest_bytes = match top.kind {
         DocumentKind::Manifest => top.bytes,
         DocumentKind::Index => {

@@ -5,8 +5,16 @@
 //! ([`liken_api::annotations::PLUGIN_LABEL`]). The three kinds keep the
 //! pod template at the same path, so one reading serves all of them: the
 //! label's value and the first container's image, whose tag is the
-//! version the CLI must match. LISTs go across all namespaces with the
-//! label selector, so the server sends only labelled workloads.
+//! version the CLI must match.
+//!
+//! Only workloads in [`PLUGIN_NAMESPACE`] (liken-system) are read: a
+//! plugin is a program the person runs on their workstation with their
+//! credentials, so naming one must take the power to write liken-system,
+//! not merely to create a Deployment in some tenant's namespace. The
+//! Cluster has no field listing other namespaces to trust, so there are
+//! none. LISTs are namespaced with the label selector, so the server
+//! sends only labelled workloads of that namespace, and a workload read
+//! from anywhere else is dropped again ([`operator_of`]).
 //!
 //! Two workloads may carry the same domain (an operator and a helper it
 //! runs); [`decide_operators`] keeps the one whose image names
@@ -43,9 +51,16 @@ pub struct Operator {
     pub workload: String,
 }
 
-/// Reads one workload; `None` when it names no domain or no image.
+/// The one namespace whose workloads may name a plugin.
+pub const PLUGIN_NAMESPACE: &str = "liken-system";
+
+/// Reads one workload; `None` when it names no domain or no image, or
+/// is outside [`PLUGIN_NAMESPACE`].
 pub fn operator_of(kind: &str, w: &DynamicObject) -> Option<Operator> {
     let v = &w.0;
+    if v.pointer("/metadata/namespace").and_then(|n| n.as_str()) != Some(PLUGIN_NAMESPACE) {
+        return None;
+    }
     let domain = v
         .pointer("/metadata/labels")
         .and_then(|l| l.get(PLUGIN_LABEL))
@@ -84,12 +99,16 @@ pub fn decide_operators(read: Vec<Operator>) -> Vec<Operator> {
     kept
 }
 
-/// Lists the labelled workloads of every kind and decides the operators.
+/// Lists the labelled workloads of every kind in [`PLUGIN_NAMESPACE`]
+/// and decides the operators.
 pub fn list(client: &Client) -> Result<Vec<Operator>, liken_kube::Error> {
     let mut read = Vec::new();
     for kind in KINDS {
         let items = client
-            .list_all::<DynamicObject>(&Api::all(kind), &ListParams::labels(PLUGIN_LABEL))?
+            .list_all::<DynamicObject>(
+                &Api::namespaced(kind, PLUGIN_NAMESPACE),
+                &ListParams::labels(PLUGIN_LABEL),
+            )?
             .items;
         read.extend(items.iter().filter_map(|w| operator_of(kind.kind, w)));
     }
@@ -130,6 +149,9 @@ mod tests {
             ),
             None
         );
+        let mut tenant = workload(Some("audio"), "evil/audio-operator:1");
+        tenant.0["metadata"]["namespace"] = "tenant".into();
+        assert_eq!(operator_of("Deployment", &tenant), None);
     }
 
     #[test]

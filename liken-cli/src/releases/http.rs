@@ -346,6 +346,7 @@ pub fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         413 => "Content Too Large",
         416 => "Range Not Satisfiable",
         431 => "Request Header Fields Too Large",

@@ -19,8 +19,11 @@
 //! without the dot).
 //!
 //! Slow clients: a worker is held by one connection at a time, so no
-//! client may hold one for long without taking data. The request head
-//! must arrive within [`HEAD_DEADLINE`]; a response body must be taken at
+//! client may hold one for long without taking data. A whole request,
+//! head and body, must arrive within one [`Config::request_deadline`]
+//! from its first byte: every read waits only for what is left of it, so
+//! a client trickling a byte at a time is cut off at the deadline (with
+//! 408), however many reads it keeps alive. A response body must be taken at
 //! [`Config::min_rate`] or faster, measured over every [`Config::window`],
 //! and all of it within a deadline of [`Config::grace`] plus its length
 //! at that rate ([`decide_pace`]). A client that falls behind is cut off
@@ -72,6 +75,9 @@ pub struct Config {
     pub window: Duration,
     /// Time a response body gets beyond its length at `min_rate`.
     pub grace: Duration,
+    /// The longest a request, head and body, may take to arrive, from
+    /// its first byte.
+    pub request_deadline: Duration,
 }
 
 impl Default for Config {
@@ -88,6 +94,9 @@ impl Default for Config {
             min_rate: 32 * 1024,
             window: Duration::from_secs(10),
             grace: Duration::from_secs(30),
+            // A request is a few hundred bytes (bodies are discarded and
+            // capped at 1 MiB): any client sends one within seconds.
+            request_deadline: Duration::from_secs(30),
         }
     }
 }
@@ -440,10 +449,53 @@ fn worker(rx: Receiver<TcpStream>, root: &Root, log: &Sender<String>, config: Co
 /// A request body larger than this closes the connection with 413.
 const MAX_DISCARD: u64 = 1 << 20;
 
-/// The longest a request head may take to arrive. The idle timeout
-/// restarts with every read, so without this a client trickling a byte
-/// at a time could hold a worker forever.
-const HEAD_DEADLINE: Duration = Duration::from_secs(30);
+/// What one read bounded by a request's deadline gave.
+enum Got {
+    /// Bytes arrived.
+    Bytes(usize),
+    /// The peer closed.
+    Closed,
+    /// The request's deadline passed first.
+    PastDeadline,
+}
+
+/// Reads into `buf`, waiting at most until `deadline` (when a request
+/// is under way) or the idle timeout (between requests). The socket's
+/// timeout restarts with every read, so each read gets only what is left
+/// of the one deadline: that is what makes it a deadline for the whole
+/// request rather than for each read.
+fn read_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+    idle: Duration,
+) -> io::Result<Got> {
+    loop {
+        let wait = match deadline {
+            None => idle,
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left.min(idle),
+                _ => return Ok(Got::PastDeadline),
+            },
+        };
+        stream.set_read_timeout(Some(wait))?;
+        match stream.read(buf) {
+            Ok(0) => return Ok(Got::Closed),
+            Ok(n) => return Ok(Got::Bytes(n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if deadline.is_some_and(|d| Instant::now() >= d)
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
+                return Ok(Got::PastDeadline);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Serves one connection until it closes, idles out or errs.
 fn connection(
@@ -461,34 +513,37 @@ fn connection(
         .unwrap_or_else(|_| "-".into());
     let mut buf = vec![0u8; http::MAX_HEAD + 1];
     let mut filled = 0;
-    let mut head_started = Instant::now();
+    // Set by the first byte of a request, cleared when it has been read.
+    let mut deadline: Option<Instant> = None;
+    let too_slow = |stream: &mut TcpStream| {
+        let _ = log.try_send(format!(
+            "{peer} cut off: the request did not arrive within {}s\n",
+            config.request_deadline.as_secs()
+        ));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        error_response(stream, 408, false, false)
+    };
     loop {
         match http::parse_request(&buf[..filled]) {
             Ok(Parsed::Partial) => {
                 if filled == buf.len() {
                     return refuse(&mut stream, 431, &peer, log);
                 }
-                if filled > 0 && head_started.elapsed() > HEAD_DEADLINE {
-                    return Ok(());
-                }
-                match stream.read(&mut buf[filled..]) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => {
-                        if filled == 0 {
-                            head_started = Instant::now();
-                        }
+                match read_by(&mut stream, &mut buf[filled..], deadline, config.idle)? {
+                    Got::Closed => return Ok(()),
+                    Got::PastDeadline => return too_slow(&mut stream),
+                    Got::Bytes(n) => {
+                        deadline.get_or_insert_with(|| Instant::now() + config.request_deadline);
                         filled += n;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
                 }
             }
             Ok(Parsed::Complete(req, used)) => {
-                head_started = Instant::now();
                 buf.copy_within(used..filled, 0);
                 filled -= used;
                 // A body nobody reads still has to be consumed, or its
-                // bytes would be taken for the next request.
+                // bytes would be taken for the next request; it arrives
+                // under the same deadline as the head.
                 if req.content_length > MAX_DISCARD {
                     return refuse(&mut stream, 413, &peer, log);
                 }
@@ -497,12 +552,20 @@ fn connection(
                 buf.copy_within(take..filled, 0);
                 filled -= take;
                 left -= take as u64;
-                if left > 0 {
-                    io::copy(&mut (&mut stream).take(left), &mut io::sink())?;
+                let mut sink = [0u8; 16 << 10];
+                while left > 0 {
+                    let want = (left as usize).min(sink.len());
+                    match read_by(&mut stream, &mut sink[..want], deadline, config.idle)? {
+                        Got::Closed => return Ok(()),
+                        Got::PastDeadline => return too_slow(&mut stream),
+                        Got::Bytes(n) => left -= n as u64,
+                    }
                 }
                 if !respond(&mut stream, &req, root, &peer, log, &config)? {
                     return Ok(());
                 }
+                // A pipelined request already begun starts its clock now.
+                deadline = (filled > 0).then(|| Instant::now() + config.request_deadline);
             }
             Err(e) => {
                 return refuse(&mut stream, e.status(), &peer, log);

@@ -48,7 +48,7 @@ fn the_three_names_behave_as_one() {
     );
     let help = ok(Command::new(bin.join("kubectl-liken")).arg("help"));
     assert!(
-        help.contains("liken kubeconfig [-server URL] <deployment-dir>"),
+        help.contains("liken kubeconfig [-server URL] [-lifetime 30d] <deployment-dir>"),
         "{help}"
     );
     // Real kubectl finds kubectl-liken on PATH.
@@ -76,7 +76,7 @@ fn errors_go_to_stderr_as_liken_colon_and_exit_1() {
     let err = fails(liken(["kubeconfig", "-bogus", "dir"]));
     assert_eq!(
         err,
-        "liken: unknown flag -bogus; usage: liken kubeconfig [-server URL] <deployment-dir>\n"
+        "liken: unknown flag -bogus; usage: liken kubeconfig [-server URL] [-lifetime 30d] <deployment-dir>\n"
     );
     let err = fails(liken(["kubeconfig", "-server"]));
     assert!(

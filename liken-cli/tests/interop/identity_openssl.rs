@@ -33,7 +33,7 @@ fn tls(identity: &Path, stem: &str, ext: &str) -> String {
 }
 
 /// The admin certificate out of a kubeconfig, written to a file.
-fn admin_cert(kubeconfig: &Path, into: &Path) -> PathBuf {
+pub(crate) fn admin_cert(kubeconfig: &Path, into: &Path) -> PathBuf {
     let text = std::fs::read_to_string(kubeconfig).unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let data = doc["users"][0]["user"]["client-certificate-data"]
@@ -42,9 +42,31 @@ fn admin_cert(kubeconfig: &Path, into: &Path) -> PathBuf {
     let pem = base64::engine::general_purpose::STANDARD
         .decode(data)
         .unwrap();
-    let path = into.join("admin.crt");
+    let path = into.join(format!(
+        "{}.crt",
+        kubeconfig.file_name().unwrap().to_string_lossy()
+    ));
     std::fs::write(&path, pem).unwrap();
     path
+}
+
+/// Whether OpenSSL finds the certificate at `cert` expiring within
+/// `secs` seconds (`x509 -checkend`, which exits 1 when it does).
+pub(crate) fn expires_within(cert: &Path, secs: u64) -> bool {
+    let out = output(Command::new("openssl").args([
+        "x509",
+        "-noout",
+        "-checkend",
+        &secs.to_string(),
+        "-in",
+        cert.to_str().unwrap(),
+    ]));
+    !out.status.success()
+}
+
+/// OpenSSL's `notAfter=` line for the certificate at `cert`.
+pub(crate) fn end_date(cert: &Path) -> String {
+    openssl(&["x509", "-noout", "-enddate", "-in", cert.to_str().unwrap()])
 }
 
 #[test]
@@ -104,8 +126,45 @@ fn openssl_accepts_every_minted_chain() {
     // The admin credential verifies under the client CA only.
     let said = ok(liken([std::ffi::OsStr::new("kubeconfig"), dep.as_os_str()]));
     assert!(said.contains("identity/kubeconfig"), "{said}");
+    assert!(said.contains("(in 30 days)"), "{said}");
     let kubeconfig = id.join("kubeconfig");
     assert_eq!(mode(&kubeconfig), 0o600);
+    let admin = admin_cert(&kubeconfig, s.path());
+    // 30 days by default, as OpenSSL reads the certificate's notAfter.
+    assert!(end_date(&admin).starts_with("notAfter="));
+    assert!(!expires_within(&admin, 29 * 86400), "{}", end_date(&admin));
+    assert!(
+        expires_within(&admin, 30 * 86400 + 120),
+        "{}",
+        end_date(&admin)
+    );
+    // -lifetime chooses another span, and says so.
+    let said = ok(liken([
+        std::ffi::OsStr::new("kubeconfig"),
+        std::ffi::OsStr::new("-lifetime"),
+        std::ffi::OsStr::new("2h"),
+        dep.as_os_str(),
+    ]));
+    assert!(said.contains("(in 2 hours)"), "{said}");
+    let short = admin_cert(&kubeconfig, s.path());
+    assert!(
+        !expires_within(&short, 2 * 3600 - 120),
+        "{}",
+        end_date(&short)
+    );
+    assert!(
+        expires_within(&short, 2 * 3600 + 120),
+        "{}",
+        end_date(&short)
+    );
+    let err = fails(liken([
+        std::ffi::OsStr::new("kubeconfig"),
+        std::ffi::OsStr::new("-lifetime"),
+        std::ffi::OsStr::new("2y"),
+        dep.as_os_str(),
+    ]));
+    assert!(err.contains("(90m, 12h, 30d)"), "{err}");
+    ok(liken([std::ffi::OsStr::new("kubeconfig"), dep.as_os_str()]));
     let admin = admin_cert(&kubeconfig, s.path());
     let admin = admin.to_str().unwrap();
     let verified = openssl(&["verify", "-CAfile", &tls(&id, "client-ca", "crt"), admin]);

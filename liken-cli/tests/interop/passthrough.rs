@@ -56,13 +56,24 @@ fn kubectl_runs_on_the_deployments_credential_and_its_status_passes_through() {
     let out = output(run(&["probe", "--flag", "x"]));
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let passthrough = f.dep.join("identity/passthrough.kubeconfig");
     assert_eq!(
         stdout,
-        format!(
-            "KUBECONFIG={}\nargs=--flag x\n",
-            f.dep.join("identity/kubeconfig").display()
-        ),
-        "KUBECONFIG names the deployment's kubeconfig alone"
+        format!("KUBECONFIG={}\nargs=--flag x\n", passthrough.display()),
+        "KUBECONFIG names the passthrough's kubeconfig alone"
+    );
+    // The certificate kubectl was given (and the apiserver accepted
+    // above) expires within the hour, as OpenSSL reads it.
+    assert_eq!(crate::support::mode(&passthrough), 0o600);
+    let cert = crate::identity_openssl::admin_cert(&passthrough, s.path());
+    let end = crate::identity_openssl::end_date(&cert);
+    assert!(
+        crate::identity_openssl::expires_within(&cert, 3600),
+        "{end}"
+    );
+    assert!(
+        !crate::identity_openssl::expires_within(&cert, 3600 - 300),
+        "{end}"
     );
     // kubectl's own failure status comes through too.
     let out = output(run(&["get", "machine", "no-such-machine"]));

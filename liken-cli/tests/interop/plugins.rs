@@ -4,7 +4,12 @@
 //! manifest with two layers, drift and its repair, remove, a registry
 //! that demands a bearer token (a second docker-registry with `auth:
 //! token`, verifying tokens signed by a small realm in this test against
-//! its rootcertbundle), and a tampered layer blob.
+//! its rootcertbundle), and a tampered layer blob. And the attacks: a
+//! labelled workload in a tenant's namespace (ignored), a tag in a script
+//! without -pin (refused, nothing installed), a tag moved in the registry
+//! after it was pinned (the pinned digest is still what installs), and
+//! `list` never running a plugin (a marker the CLI would write stays
+//! absent).
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
@@ -19,7 +24,8 @@ use serde_json::{Value, json};
 use sha2::Digest;
 
 use crate::fleet::{self, Fleet};
-use crate::support::{Scratch, liken, ok, output};
+use crate::new_pty::Terminal;
+use crate::support::{Scratch, fails, liken, ok, output};
 
 fn sha(bytes: &[u8]) -> String {
     format!("sha256:{:x}", sha2::Sha256::digest(bytes))
@@ -135,9 +141,12 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     gz.finish().unwrap()
 }
 
+/// A CLI that answers `--version` and echoes its words; every run is
+/// marked in `$LIKEN_TEST_RAN` when that is set.
 fn cli(version: &str) -> String {
     format!(
-        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo {version}; exit 0; fi\necho \"$0 $*\"\n"
+        "#!/bin/sh\n[ -n \"$LIKEN_TEST_RAN\" ] && echo \"$0 $*\" >> \"$LIKEN_TEST_RAN\"\n\
+         if [ \"$1\" = --version ]; then echo {version}; exit 0; fi\necho \"$0 $*\"\n"
     )
 }
 
@@ -339,16 +348,20 @@ impl Realm {
 }
 
 fn workload(f: &Fleet, kind: &str, name: &str, domain: &str, image: &str) {
+    workload_in(f, "liken-system", kind, name, domain, image)
+}
+
+fn workload_in(f: &Fleet, ns: &str, kind: &str, name: &str, domain: &str, image: &str) {
     let body = json!({
         "apiVersion": "apps/v1", "kind": kind,
-        "metadata": {"name": name, "namespace": "plugins",
+        "metadata": {"name": name, "namespace": ns,
                      "labels": {"cli.liken.sh/plugin": domain}},
         "spec": {"selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}},
                               "spec": {"containers": [{"name": "operator", "image": image}]}}}
     });
     let plural = format!("{}s", kind.to_lowercase());
-    let path = format!("/apis/apps/v1/namespaces/plugins/{plural}");
+    let path = format!("/apis/apps/v1/namespaces/{ns}/{plural}");
     let (code, _) =
         f.cp.request("GET", &format!("{path}/{name}"), None)
             .unwrap();
@@ -369,7 +382,7 @@ fn delete_workload(f: &Fleet, name: &str) {
     let (code, answer) =
         f.cp.request(
             "DELETE",
-            &format!("/apis/apps/v1/namespaces/plugins/deployments/{name}"),
+            &format!("/apis/apps/v1/namespaces/liken-system/deployments/{name}"),
             None,
         )
         .unwrap();
@@ -460,7 +473,26 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         &format!("{o}/liken/display-operator-cli:4.0"),
     );
 
-    f.cp.ensure_namespace("plugins").unwrap();
+    f.cp.ensure_namespace("liken-system").unwrap();
+    f.cp.ensure_namespace("tenant").unwrap();
+    // A tenant labels workloads of its own: one with a domain of its
+    // own, one claiming audio with the media image. Neither is read.
+    workload_in(
+        f,
+        "tenant",
+        "Deployment",
+        "evil-operator",
+        "evil",
+        &format!("{o}/liken/media-operator:2.0"),
+    );
+    workload_in(
+        f,
+        "tenant",
+        "Deployment",
+        "audio-operator",
+        "audio",
+        &format!("{o}/liken/media-operator:2.0"),
+    );
     workload(
         f,
         "Deployment",
@@ -479,8 +511,10 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
     let home = s.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let bin = home.join(".liken/plugins/bin");
+    let ran = s.path().join("ran");
     let plugins = |args: &[&str]| {
         let mut c = liken([OsStr::new("plugins"), OsStr::new(args[0])]);
+        c.env("LIKEN_TEST_RAN", &ran);
         if args[0] != "remove" {
             c.args(["-server", f.cp.server()]).arg(&f.dep);
         }
@@ -490,15 +524,51 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         c
     };
 
-    let out = ok(plugins(&["sync"]));
+    // In a script, a tag not yet pinned is refused, and nothing is
+    // installed.
+    let err = fails(plugins(&["sync"]));
+    assert!(
+        err.starts_with("liken: plugins: 2 CLIs were not installed:\n  kubectl-liken-audio: "),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{o}/liken/audio-operator-cli:1.0 is a tag, which its registry may move, and this \
+             workstation has not pinned it (it names sha256:"
+        )) && err.contains("add -pin to trust that digest from now on"),
+        "{err}"
+    );
+    assert!(names(&bin).is_empty(), "{:?}", names(&bin));
+
+    let out = ok(plugins(&["sync", "-pin"]));
+    let digest_of = |out: &str, what: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("pinned {o}/liken/{what} to sha256:")))
+            .unwrap_or_else(|| panic!("{what} pinned in {out}"));
+        line.rsplit(' ').next().unwrap().to_owned()
+    };
+    let audio_pin = digest_of(&out, "audio-operator-cli:1.0");
+    let media_pin = digest_of(&out, "media-operator-cli:2.0");
+    assert!(
+        out.contains(&format!(
+            "installed kubectl-liken-audio from {o}/liken/audio-operator-cli:1.0@{audio_pin}\n"
+        )) && out.contains(&format!(
+            "installed kubectl-liken-media from {o}/liken/media-operator-cli:2.0@{media_pin}\n"
+        )) && out.ends_with(&format!("export PATH=\"{}:$PATH\"\n", bin.display())),
+        "{out}"
+    );
+    // The tenant's workloads were not read: no evil CLI, and audio is
+    // the liken-system operator's.
+    assert_eq!(names(&bin), ["kubectl-liken-audio", "kubectl-liken-media"]);
+    assert!(!out.contains("evil"), "{out}");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(home.join(".liken/plugins/records/audio.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(
-        out,
-        format!(
-            "installed kubectl-liken-audio from {o}/liken/audio-operator-cli:1.0\n\
-             installed kubectl-liken-media from {o}/liken/media-operator-cli:2.0\n\
-             export PATH=\"{}:$PATH\"\n",
-            bin.display()
-        )
+        record["pins"][format!("{o}/liken/audio-operator-cli:1.0")],
+        json!(audio_pin)
     );
     let audio = bin.join("kubectl-liken-audio");
     assert_eq!(
@@ -520,8 +590,31 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         "{walked}"
     );
     assert_eq!(ok(plugins(&["list"])), "audio\t1.0\t1.0\nmedia\t2.0\t2.0\n");
+    assert!(
+        !ran.exists(),
+        "list ran a plugin: {:?}",
+        std::fs::read_to_string(&ran)
+    );
 
-    // The operator moves on: drift, then sync repairs it.
+    // The tag moves in the registry to other bytes: sync still installs
+    // the pinned digest, without asking.
+    push(
+        &layout("audio-moved"),
+        &[amd64("6.6.6", "audio")],
+        &format!("{o}/liken/audio-operator-cli:1.0"),
+    );
+    std::fs::remove_file(&audio).unwrap();
+    let out = ok(plugins(&["sync"]));
+    assert!(
+        out.contains(&format!(
+            "installed kubectl-liken-audio from {o}/liken/audio-operator-cli:1.0@{audio_pin}\n"
+        )) && !out.contains("pinned"),
+        "{out}"
+    );
+    assert_eq!(ok(Command::new(&audio).arg("--version")), "1.0\n");
+
+    // The operator moves on: drift, then sync repairs it once the new
+    // tag is pinned.
     workload(
         f,
         "Deployment",
@@ -533,7 +626,12 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         ok(plugins(&["list"])),
         "audio\t1.0\t1.1\tdrift\nmedia\t2.0\t2.0\n"
     );
-    ok(plugins(&["sync"]));
+    let err = fails(plugins(&["sync"]));
+    assert!(
+        err.contains("audio-operator-cli:1.1 is a tag") && !err.contains("kubectl-liken-media"),
+        "{err}"
+    );
+    ok(plugins(&["sync", "-pin"]));
     assert_eq!(ok(plugins(&["list"])), "audio\t1.1\t1.1\nmedia\t2.0\t2.0\n");
 
     assert_eq!(
@@ -585,10 +683,10 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         "secure",
         &format!("{sh}/liken/secure-operator:3.0"),
     );
-    let out = ok(plugins(&["sync"]));
+    let out = ok(plugins(&["sync", "-pin"]));
     assert!(
         out.contains(&format!(
-            "installed kubectl-liken-secure from {sh}/liken/secure-operator-cli:3.0\n"
+            "installed kubectl-liken-secure from {sh}/liken/secure-operator-cli:3.0@sha256:"
         )),
         "{out}"
     );
@@ -638,7 +736,7 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
         "display",
         &format!("{o}/liken/display-operator:4.0"),
     );
-    let out = output(plugins(&["sync"]));
+    let out = output(plugins(&["sync", "-pin"]));
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -651,4 +749,43 @@ fn plugins_sync_list_drift_remove_token_and_tampering() {
     );
     assert_eq!(names(&bin), ["kubectl-liken-audio", "kubectl-liken-media"]);
     delete_workload(f, "display-operator");
+
+    // On a terminal, a new tag is asked about: no pins nothing, yes pins
+    // and installs.
+    push(
+        &layout("ask"),
+        &[amd64("7.0", "x")],
+        &format!("{o}/liken/ask-operator-cli:7.0"),
+    );
+    workload(
+        f,
+        "Deployment",
+        "ask-operator",
+        "ask",
+        &format!("{o}/liken/ask-operator:7.0"),
+    );
+    let question = format!(
+        "kubectl-liken-ask comes from {o}/liken/ask-operator-cli:7.0, a tag its registry may \
+         move; it names sha256:"
+    );
+    let (mut t, mut child, pump) = Terminal::spawn(plugins(&["sync"]));
+    t.expect(&question);
+    t.expect("Pin it to that digest and install it? [y/N] ");
+    t.answer("n");
+    t.expect("ask-operator-cli:7.0 was not pinned, so nothing was installed");
+    assert_eq!(child.wait().unwrap().code(), Some(1), "{}", t.seen);
+    pump.join().unwrap();
+    assert!(!bin.join("kubectl-liken-ask").exists());
+    let (mut t, mut child, pump) = Terminal::spawn(plugins(&["sync"]));
+    t.expect(&question);
+    t.answer("y");
+    t.expect(&format!("pinned {o}/liken/ask-operator-cli:7.0 to sha256:"));
+    t.expect("installed kubectl-liken-ask from ");
+    assert!(child.wait().unwrap().success(), "{}", t.seen);
+    pump.join().unwrap();
+    assert_eq!(
+        ok(Command::new(bin.join("kubectl-liken-ask")).arg("--version")),
+        "7.0\n"
+    );
+    delete_workload(f, "ask-operator");
 }

@@ -252,3 +252,71 @@ fn a_tampered_release_is_refused_before_any_output_exists() {
     assert!(!success && err.contains("usage: liken stick"), "{err}");
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
 }
+
+/// A follower's stick: its menu lists the followers only, and no file
+/// on its FAT partition, read back with mtools, holds a private key or
+/// the server token (the layer among them); a leader's still does.
+#[test]
+fn a_followers_stick_holds_no_private_key() {
+    let tmp = TempDir::new("media-stick-roles");
+    let rel = release(tmp.path(), false);
+    let dep = deployment(tmp.path());
+    let files_of = |role: &str| -> (String, String, Vec<(String, Vec<u8>)>) {
+        let img = tmp.path().join(format!("{role}.img"));
+        let imgs = img.to_str().unwrap();
+        let (success, out, err) = liken(&[
+            "stick",
+            "-role",
+            role,
+            "-output",
+            imgs,
+            rel.to_str().unwrap(),
+            dep.to_str().unwrap(),
+        ]);
+        assert!(success, "{err}");
+        let mut f = File::open(&img).unwrap();
+        let esp = gpt::read(&mut f)
+            .unwrap()
+            .by_name("LIKEN-STICK")
+            .unwrap()
+            .offset();
+        let at = format!("{imgs}@@{esp}");
+        let mut c = tool("mdir");
+        c.args(["-/", "-b", "-i", &at, "::/"]);
+        let listing = String::from_utf8(ok(c).stdout).unwrap();
+        let files = listing
+            .lines()
+            .filter(|l| !l.ends_with('/'))
+            .map(|l| {
+                let path = l.trim_start_matches("::/").to_owned();
+                let mut c = tool("mtype");
+                c.args(["-i", &at, &format!("::/{path}")]);
+                (path, ok(c).stdout)
+            })
+            .collect();
+        (out, err, files)
+    };
+    let with = |files: &[(String, Vec<u8>)], needle: &str| -> Vec<String> {
+        files
+            .iter()
+            .filter(|(_, b)| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    let (out, err, files) = files_of("follower");
+    assert!(out.contains("install entries for node-2 "), "{out}");
+    assert!(err.contains("no private key or server token"), "{err}");
+    assert!(files.iter().any(|(p, _)| p == "liken/layer.cpio"));
+    assert!(!files.iter().any(|(p, _)| p.contains("install-node-1")));
+    assert!(
+        with(&files, "PRIVATE KEY").is_empty(),
+        "{:?}",
+        with(&files, "PRIVATE KEY")
+    );
+    assert!(with(&files, "::server:").is_empty());
+    assert_eq!(with(&files, "::node:"), ["liken/layer.cpio"]);
+
+    let (out, _, files) = files_of("leader");
+    assert!(out.contains("install entries for node-1 "), "{out}");
+    assert_eq!(with(&files, "PRIVATE KEY"), ["liken/layer.cpio"]);
+}

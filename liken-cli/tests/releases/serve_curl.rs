@@ -331,3 +331,129 @@ fn slow_clients_are_cut_off() {
         );
     }
 }
+
+/// A log that the server, running on its own thread, writes into and
+/// the test reads.
+#[derive(Clone, Default)]
+struct SharedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedLog {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends `first` at once, then `request` a byte a second until the
+/// server closes; returns what the server answered and when it closed,
+/// from the first byte.
+fn trickle(
+    addr: std::net::SocketAddr,
+    first: &[u8],
+    request: &[u8],
+) -> (String, std::time::Duration) {
+    use std::time::{Duration, Instant};
+    let mut c = TcpStream::connect(addr).unwrap();
+    // The read is the pause between bytes, and notices the close.
+    c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let began = Instant::now();
+    c.write_all(first).unwrap();
+    let mut answer = Vec::new();
+    let mut sent = 0;
+    while began.elapsed() < Duration::from_secs(60) {
+        if sent < request.len() && c.write_all(&request[sent..=sent]).is_ok() {
+            sent += 1;
+        }
+        let mut buf = [0u8; 512];
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break,
+        }
+    }
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        began.elapsed(),
+    )
+}
+
+/// One deadline bounds a whole request, head and body, however many
+/// reads it takes: a client sending its head a byte a second, and one
+/// sending a short head and then its body a byte a second, are each
+/// answered 408 and closed at the deadline (3 s here), while a third
+/// client is served at once throughout. Real sockets against the
+/// server the `serve` command runs, with its deadline shortened.
+#[test]
+fn a_request_trickled_a_byte_a_second_is_cut_off_at_its_deadline() {
+    use liken_cli::releases::serve::{Config, Server};
+    use std::time::{Duration, Instant};
+    let (_root, channel, _) = channel();
+    let deadline = Duration::from_secs(3);
+    let config = Config {
+        workers: 3,
+        request_deadline: deadline,
+        ..Config::default()
+    };
+    let server = Server::bind(&channel, "127.0.0.1:0", config).unwrap();
+    let addr = server.local_addr().unwrap();
+    let log = SharedLog::default();
+    let mut server_log = log.clone();
+    std::thread::spawn(move || server.run(&mut server_log));
+
+    let head = std::thread::spawn(move || {
+        trickle(
+            addr,
+            b"",
+            b"GET /channel.yaml HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n",
+        )
+    });
+    // The head whole at once, then the body trickles.
+    let body = std::thread::spawn(move || {
+        trickle(
+            addr,
+            b"GET /channel.yaml HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+            &[b'x'; 100],
+        )
+    });
+    // While both hold a worker, another client is served promptly, again
+    // and again.
+    let began = Instant::now();
+    while began.elapsed() < deadline + Duration::from_secs(1) {
+        let asked = Instant::now();
+        let answer = raw(
+            &addr.to_string(),
+            b"GET /channel.yaml HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            asked.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for (what, t) in [("head", head), ("body", body)] {
+        let (answer, took) = t.join().unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 408 Request Timeout"),
+            "{what}: {answer:?}"
+        );
+        assert!(
+            took >= deadline - Duration::from_millis(200)
+                && took < deadline + Duration::from_secs(3),
+            "the {what} trickle was closed after {took:?}, the deadline is {deadline:?}"
+        );
+    }
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("cut off: the request did not arrive within 3s")
+            .count(),
+        2,
+        "{text}"
+    );
+}
