@@ -84,6 +84,11 @@ setup:
 
 lint:
 	cargo fmt --all -- --check
+	@# Every crate's modules import in one direction, and liken-init's
+	@# ground (sys/) and top keep their places (docs/init.md, Layers);
+	@# the check first proves it rejects circles on its own fixtures.
+	python3 scripts/import-layers.py --self-test
+	python3 scripts/import-layers.py
 	cargo clippy --workspace --all-targets -- -D warnings
 	@# liken-api is linked by init: it must stay free of network and I/O crates.
 	@if cargo tree -p liken-api -e normal --prefix none | grep -E '^(ureq|rustls|nix|rustix|tokio|crossbeam-channel) '; then \
