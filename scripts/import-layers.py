@@ -328,10 +328,17 @@ def parse_file(path, module, is_mod_rs):
                     fil.imports.setdefault(cur, {})[name] = segs
             i = j
             continue
-        if kind == "ident" and v in ("crate", "super", "self") and i + 1 < len(toks) and toks[i + 1][1] == "::":
-            if i > 0 and toks[i - 1][1] in ("$", "::"):
-                i += 1
-                continue
+        if (
+            kind == "ident"
+            and i + 2 < len(toks)
+            and toks[i + 1][1] == "::"
+            and toks[i + 2][0] == "ident"
+            and (i == 0 or toks[i - 1][1] not in ("::", "$", "."))
+        ):
+            # A path written inline: `crate::sys::Sys`, `super::Error`, or
+            # one from a child module or an imported name (`command::run`
+            # in sys/mod.rs), resolved once the whole tree is known. A
+            # `$crate` path is the macro caller's.
             segs = [v]
             j = i + 1
             while j + 1 < len(toks) and toks[j][1] == "::" and toks[j + 1][0] == "ident":
@@ -340,18 +347,6 @@ def parse_file(path, module, is_mod_rs):
             fil.uses.append((cur, segs, line, False))
             i = j
             continue
-        if kind == "ident" and i + 2 < len(toks) and toks[i + 1][1] == "::" and toks[i + 2][0] == "ident":
-            # A path from a child module (`command::run` in sys/mod.rs);
-            # resolved later, once the children are known.
-            if i == 0 or toks[i - 1][1] not in ("::", "$", "."):
-                segs = [v]
-                j = i + 1
-                while j + 1 < len(toks) and toks[j][1] == "::" and toks[j + 1][0] == "ident":
-                    segs.append(toks[j + 1][1])
-                    j += 2
-                fil.uses.append((cur, segs, line, False))
-                i = j
-                continue
         i += 1
     fil.base = base
     return fil
