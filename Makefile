@@ -98,9 +98,10 @@ lint:
 unit:
 	cargo test --workspace
 
-## bench: liken-kube LIST of 5,000 Machines vs client-go (in-process) and
-## vs kubectl (fresh processes) in the same run, and the RSS of a store of
-## 10,000 (starts its own control plane).
+## bench: liken-kube LIST of 5,000 Machines vs the same pages read raw
+## (in-process; client-go beside them for reference) and vs kubectl
+## (fresh processes) in the same run, and the RSS of a store of 10,000
+## (starts its own control plane).
 .PHONY: bench bench-smoke
 bench: setup bench-releases bench-cluster-operator bench-machine-operator
 	cargo bench -p liken-kube --bench list
