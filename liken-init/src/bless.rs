@@ -43,7 +43,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,11 +53,15 @@ use liken_api::bootloader::{
 use liken_api::{BootAssessment, Role, Slot, Time};
 
 use crate::console::Outcome;
+use crate::context::Boot;
 use crate::esp::{Esp, EspError};
-use crate::steps::Boot;
 use crate::supervisor::State;
 use crate::sys::command::{CommandOutput, CommandSpec, Runner};
 use crate::sys::efivars;
+
+// The plan's parts live below the steps (the Boot holds the plan);
+// these are their public paths too.
+pub use crate::assessment::{Health, K3sProbe, Loader, Plan, Trial};
 
 /// How long a counted boot may take to become healthy.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15 * 60);
@@ -71,28 +75,6 @@ pub const RETRY: Duration = Duration::from_secs(30);
 pub const GRUBENV: &str = "grub/grubenv";
 /// The milestone name.
 pub const MILESTONE: &str = "bless";
-
-/// Which bootloader counts this boot's tries.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Loader {
-    /// systemd-boot; the entry id it booted (LoaderEntrySelected).
-    Uefi(String),
-    /// GRUB, with grubenv.
-    Grub,
-}
-
-/// The booted entry's standing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Trial {
-    /// The bootloader.
-    pub loader: Loader,
-    /// The slot whose entry booted.
-    pub slot: Slot,
-    /// It has a try counter: bless it once healthy.
-    pub counted: bool,
-    /// The other slot's entry has spent its tries.
-    pub other_slot_bad: bool,
-}
 
 /// Decides the trial from the slot on the command line, LoaderEntrySelected
 /// (when systemd-boot booted), the entries in loader/entries and the
@@ -153,28 +135,6 @@ pub fn decide_trial(
             .get(&bootloader::grub_tries_var(slot.other()))
             .is_some_and(|v| v == "0"),
     })
-}
-
-/// What makes the boot healthy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Health {
-    /// The supervised service has stayed up this long.
-    Uptime(Duration),
-    /// The node is Ready with a heartbeat from this boot.
-    K3s(K3sProbe),
-    /// Nothing can make it healthy (no documents, no k3s); the reason.
-    Never(String),
-}
-
-/// How k3s's health is asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct K3sProbe {
-    /// The k3s binary (its `kubectl` subcommand).
-    pub k3s: PathBuf,
-    /// A kubeconfig k3s writes for this role.
-    pub kubeconfig: PathBuf,
-    /// This machine's node name (its hostname).
-    pub node: String,
 }
 
 /// The kubeconfig k3s writes on a server (admin) and on an agent
@@ -292,30 +252,6 @@ pub fn decide_k3s_health(
     Ok(format!(
         "node {node} is Ready with a heartbeat at {beat}, after this boot began ({since})"
     ))
-}
-
-/// What the boot assessment decided at boot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
-    /// The entry's standing.
-    pub trial: Trial,
-    /// The health test.
-    pub health: Health,
-    /// How long the boot may take to become healthy.
-    pub deadline: Duration,
-    /// Whether this boot's entry is blessed (by this boot or before).
-    pub blessed: bool,
-}
-
-impl Plan {
-    /// The boot record's part.
-    pub fn record(&self) -> BootAssessment {
-        BootAssessment {
-            counted: self.trial.counted,
-            blessed: self.blessed,
-            other_slot_bad: self.trial.other_slot_bad,
-        }
-    }
 }
 
 /// What the loop should do now.
@@ -781,6 +717,8 @@ pub fn step(boot: &mut Boot) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
     use crate::events::ExitStatus;
     use crate::sys::command::FakeRunner;
     use crate::sys::mount::FakeMounter;

@@ -3,30 +3,14 @@
 //! something sends one of these on the loop's channel, so the loop is
 //! the only place that decides anything.
 
-use std::fmt;
-
 use crossbeam_channel::Sender;
 use liken_api::control::{Request, Response};
 
 use crate::sys::power::PowerAction;
 
-/// How a child ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal (named) killed it.
-    Signal(String),
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Code(c) => write!(f, "exited with status {c}"),
-            ExitStatus::Signal(s) => write!(f, "was killed by {s}"),
-        }
-    }
-}
+// How a child ended is the kernel's fact (sys::children); this is its
+// public path too.
+pub use crate::sys::children::ExitStatus;
 
 /// One thing for the supervisor loop to handle.
 #[derive(Debug)]

@@ -48,14 +48,9 @@ use nix::sys::resource::{RLIM_INFINITY, Resource};
 
 use crate::sys::mount::{MountRequest, Mounter, MsFlags};
 
-/// One process limit: the resource and its value (soft and hard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limit {
-    /// The resource.
-    pub resource: Resource,
-    /// Its soft and hard value ([`RLIM_INFINITY`]: unlimited).
-    pub value: u64,
-}
+// A process limit is the kernel's (sys::process sets it in the child);
+// this is its public path too.
+pub use crate::sys::process::Limit;
 
 /// The limits k3s starts with: install.sh's systemd unit's
 /// `LimitNOFILE=1048576`, `LimitNPROC=infinity`, `LimitCORE=infinity`.
@@ -227,7 +222,7 @@ pub fn decide_nested_unmounts(mountinfo: &str, under: &Path) -> Vec<PathBuf> {
         .lines()
         .enumerate()
         .filter_map(|(i, line)| {
-            let point = PathBuf::from(crate::staged::unescape(line.split(' ').nth(4)?));
+            let point = PathBuf::from(crate::context::unescape(line.split(' ').nth(4)?));
             (point != under && point.starts_with(under)).then(|| {
                 let depth = point.components().count();
                 (depth, i, point)
@@ -249,7 +244,7 @@ pub fn decide_nested_unmounts(mountinfo: &str, under: &Path) -> Vec<PathBuf> {
 pub fn unmount_nested(m: &dyn Mounter, proc: &Path, var: &Path) -> (usize, Vec<String>) {
     let info = match crate::fsutil::read_capped(
         &proc.join("self/mountinfo"),
-        crate::staged::MOUNTINFO_CAP,
+        crate::context::MOUNTINFO_CAP,
     ) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) => return (0, vec![format!("cannot read the mount table: {e}")]),

@@ -168,9 +168,9 @@ pub fn cluster_path(etc_liken: &Path) -> PathBuf {
 }
 
 /// A layer document's text: a regular file (no link, no FIFO) of at most
-/// [`crate::staged::MAX_DOCUMENT`] bytes, as UTF-8.
+/// [`crate::context::MAX_DOCUMENT`] bytes, as UTF-8.
 fn read_document(path: &Path) -> std::io::Result<String> {
-    let bytes = crate::fsutil::read_capped(path, crate::staged::MAX_DOCUMENT)?;
+    let bytes = crate::fsutil::read_capped(path, crate::context::MAX_DOCUMENT)?;
     String::from_utf8(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))
 }

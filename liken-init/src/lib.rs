@@ -11,8 +11,17 @@
 //! /run/liken/init.sock. They talk through one channel of [`events`]
 //! into the loop, which alone decides.
 //!
+//! Layers: [`sys`] is the ground, speaking to the kernel and importing
+//! nothing above it, and [`context`] sits on it with what the steps
+//! share (the [`context::Boot`], its paths and limits). The step modules
+//! import only those two and plain utilities, and the step table
+//! ([`steps`]) and the supervisor loop ([`serve`]) sit on top, so every
+//! import points down (`make lint` checks it: scripts/import-layers.py).
+//!
 //! Module map:
 //! - [`steps`]: the boot sequence as a table of named steps.
+//! - [`context`]: the boot context the steps share; [`assessment`]: the
+//!   plan boot assessment keeps in it.
 //! - [`console`]: milestone lines.
 //! - [`cmdline`], [`layer`]: the kernel command line; the documents and
 //!   the choice of this computer's Machine.
@@ -71,6 +80,7 @@
     )
 )]
 
+pub mod assessment;
 pub mod backoff;
 pub mod bless;
 pub mod boot_record;
@@ -78,6 +88,7 @@ pub mod ca_time;
 pub mod cmdline;
 pub mod coldplug;
 pub mod console;
+pub mod context;
 pub mod control;
 pub mod dns;
 pub mod esp;
@@ -112,10 +123,10 @@ pub mod udp;
 use std::sync::{Arc, Mutex};
 
 use crate::backoff::Backoff;
-use crate::reaper::ChildTable;
-use crate::steps::{Boot, Paths};
+use crate::context::{Boot, Paths};
 use crate::supervisor::{RealSpawner, Supervisor};
 use crate::sys::Sys;
+use crate::sys::children::ChildTable;
 
 /// Boots the machine and supervises it; never returns.
 pub fn run() -> ! {

@@ -14,9 +14,7 @@
 //! pid is recorded, so the reaper never meets a supervised child it does
 //! not know yet, and std's own wait for a failed exec never races it.
 
-use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_channel::Sender;
 use nix::errno::Errno;
@@ -24,45 +22,13 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 
 use crate::console;
-use crate::events::{Event, ExitStatus};
+use crate::events::Event;
+use crate::sys::children::ExitStatus;
 use crate::sys::power::PowerAction;
 
-/// The pids of supervised children; everything else init reaps is an
-/// orphan and is dropped.
-#[derive(Debug, Default)]
-pub struct ChildTable {
-    pids: HashSet<u32>,
-    /// Children someone waits for directly (a command run to its end,
-    /// such as mke2fs): their exit goes to the waiter, not the loop.
-    waiters: HashMap<u32, Sender<ExitStatus>>,
-}
-
-impl ChildTable {
-    /// Records a child.
-    pub fn insert(&mut self, pid: u32) {
-        self.pids.insert(pid);
-    }
-
-    /// Records a child whose exit is sent to `waiter` instead of the
-    /// supervisor loop.
-    pub fn insert_waiter(&mut self, pid: u32, waiter: Sender<ExitStatus>) {
-        self.waiters.insert(pid, waiter);
-    }
-
-    /// Forgets a child; whether it was known.
-    pub fn remove(&mut self, pid: u32) -> bool {
-        self.pids.remove(&pid)
-    }
-}
-
-/// The table, shared between the spawner and the reaper.
-pub type SharedTable = Arc<Mutex<ChildTable>>;
-
-/// Locks the table. A poisoned lock still holds a usable set of pids;
-/// init keeps going with it rather than giving up reaping.
-pub fn lock(table: &SharedTable) -> MutexGuard<'_, ChildTable> {
-    table.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// The table is the ground's (sys::children), shared with sys::command;
+// these are its public paths too.
+pub use crate::sys::children::{ChildTable, SharedTable, lock};
 
 /// What a signal means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +127,7 @@ pub fn reap_all(table: &SharedTable, events: &Sender<Event>) -> usize {
         let Ok(pid) = u32::try_from(pid.as_raw()) else {
             continue;
         };
-        if let Some(waiter) = guard.waiters.remove(&pid) {
+        if let Some(waiter) = guard.take_waiter(pid) {
             let _ = waiter.send(status);
         } else if guard.remove(pid) {
             let _ = events.send(Event::Exited { pid, status });

@@ -36,9 +36,9 @@ use std::time::Duration;
 use liken_api::{Role, Slot};
 
 use crate::console::Outcome;
+use crate::context::Boot;
 use crate::image_modules;
 use crate::modload;
-use crate::steps::Boot;
 use crate::sys::block;
 use crate::sys::command::{CommandSpec, Runner};
 use crate::sys::mount::{MountRequest, Mounter, MsFlags};

@@ -72,8 +72,8 @@ use std::path::{Component, Path, PathBuf};
 use liken_api::{Cluster, Machine, Role};
 
 use crate::console::{self, Outcome};
+use crate::context::{Boot, Paths};
 use crate::fsutil::{sync_dir, temp_beside, write_atomic};
-use crate::steps::{Boot, Paths};
 
 /// The system image's liken data: `manifests/`, `features/`, `images/`.
 pub const SHARE_LIKEN: &str = "/usr/share/liken";

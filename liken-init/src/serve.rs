@@ -24,10 +24,10 @@ use nix::sys::signal::Signal;
 
 use crate::bless::{self, Assessor};
 use crate::console::{self, Outcome};
+use crate::context::Boot;
 use crate::events::Event;
 use crate::mounts;
 use crate::release_writer::{self, WorkerPaths, WriteGate};
-use crate::steps::Boot;
 use crate::supervisor::{Spawner, Supervisor};
 use crate::sys::power::PowerAction;
 

@@ -46,9 +46,9 @@ use liken_api::hash::sha256;
 use liken_api::{Cluster, Machine, Role, Time};
 
 use crate::console::{self, Outcome};
+use crate::context::{Boot, MAX_DOCUMENT, MOUNTINFO_CAP, Paths, unescape};
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::layer::{self, Candidate, SelectError};
-use crate::steps::{Boot, Paths};
 
 // The paths and the checksum format are the contract with the machine
 // operator, kept in liken-api so the two sides cannot drift.
@@ -135,10 +135,6 @@ pub enum Promotion {
     /// Reading or writing failed; what is staged stays staged.
     Failed(String),
 }
-
-/// The most bytes a staged or promoted document (or its digest file)
-/// may have; a Machine or Cluster document is a few kilobytes.
-pub const MAX_DOCUMENT: u64 = 1 << 20;
 
 /// Reads a staged or promoted file, absent being `None`: opened without
 /// following links or blocking, refused unless a regular file of at
@@ -258,20 +254,6 @@ pub fn decide_data_partition(mountinfo: &str, var: &Path) -> Result<(), String> 
         )),
     }
 }
-
-/// A /proc/self/mountinfo field with its escapes decoded: the kernel
-/// escapes space, tab, newline and backslash as octal.
-pub fn unescape(field: &str) -> String {
-    field
-        .replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-}
-
-/// The most of /proc/self/mountinfo init reads (k3s's containers add a
-/// few lines each).
-pub const MOUNTINFO_CAP: u64 = 4 << 20;
 
 /// Whether the data partition is mounted on `paths.var`.
 pub fn data_partition(paths: &Paths) -> Result<(), String> {

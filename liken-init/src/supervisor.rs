@@ -18,8 +18,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::backoff::Backoff;
-use crate::events::ExitStatus;
-use crate::reaper::{SharedTable, lock};
+use crate::sys::children::{ExitStatus, SharedTable, lock};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +28,7 @@ pub struct Service {
     /// Its arguments.
     pub args: Vec<String>,
     /// The process limits it starts with (k3s's: [`crate::k3s_host::LIMITS`]).
-    pub limits: Vec<crate::k3s_host::Limit>,
+    pub limits: Vec<crate::sys::process::Limit>,
 }
 
 /// k3s's word for a role. This is the one place liken's roles become

@@ -14,42 +14,10 @@
 //! with [`ControlPlane::audit_since`].
 
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-use crate::{ControlPlane, Error, write_private};
-
-/// The policy: everything at Metadata, one event per request once it is
-/// complete (the RequestReceived and ResponseStarted stages would count
-/// each request twice or three times).
-const POLICY: &str = "apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived, ResponseStarted]
-rules:
-- level: Metadata
-";
-
-/// Adds the audit flags to kube-apiserver's command line and writes the
-/// policy into the control plane's directory.
-pub(crate) fn configure(cmd: &mut Command, dir: &Path) -> Result<(), Error> {
-    let policy = dir.join("audit-policy.yaml");
-    if !policy.exists() {
-        write_private(&policy, POLICY.as_bytes())?;
-    }
-    cmd.arg(format!("--audit-policy-file={}", policy.display()))
-        .arg(format!("--audit-log-path={}", log_path(dir).display()))
-        .arg("--audit-log-format=json")
-        .arg("--audit-log-mode=blocking")
-        // The log is read whole by tests; rotation would hide events.
-        .arg("--audit-log-maxsize=0");
-    Ok(())
-}
-
-fn log_path(dir: &Path) -> PathBuf {
-    dir.join("audit.log")
-}
+use crate::{ControlPlane, Error, audit_log_path as log_path};
 
 /// A position in the audit log: what was written before it is not read
 /// by [`ControlPlane::audit_since`].

@@ -209,6 +209,42 @@ fn free_port() -> Result<u16, Error> {
     Ok(l.local_addr().map_err(|e| Error(e.to_string()))?.port())
 }
 
+/// The policy: everything at Metadata, one event per request once it is
+/// complete (the RequestReceived and ResponseStarted stages would count
+/// each request twice or three times).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+";
+
+/// Adds the audit flags to kube-apiserver's command line and writes the
+/// policy into the control plane's directory. Here rather than in
+/// [`audit`], which reads the log back through [`ControlPlane`]: so the
+/// two files import in one direction.
+fn configure_audit(cmd: &mut Command, dir: &Path) -> Result<(), Error> {
+    let policy = dir.join("audit-policy.yaml");
+    if !policy.exists() {
+        write_private(&policy, AUDIT_POLICY.as_bytes())?;
+    }
+    cmd.arg(format!("--audit-policy-file={}", policy.display()))
+        .arg(format!(
+            "--audit-log-path={}",
+            audit_log_path(dir).display()
+        ))
+        .arg("--audit-log-format=json")
+        .arg("--audit-log-mode=blocking")
+        // The log is read whole by tests; rotation would hide events.
+        .arg("--audit-log-maxsize=0");
+    Ok(())
+}
+
+/// Where kube-apiserver writes the audit log ([`audit`] reads it).
+pub(crate) fn audit_log_path(dir: &Path) -> PathBuf {
+    dir.join("audit.log")
+}
+
 fn write_private(path: &Path, contents: &[u8]) -> Result<(), Error> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -429,7 +465,7 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
             .arg("--requestheader-extra-headers-prefix=X-Remote-Extra-");
         }
         if options.audit {
-            audit::configure(&mut cmd, &dir)?;
+            configure_audit(&mut cmd, &dir)?;
         }
         let proc = spawn::spawn("kube-apiserver", cmd)
             .map_err(|e| Error(format!("starting kube-apiserver: {e}")))?;

@@ -38,10 +38,10 @@ use crossbeam_channel::Sender;
 use liken_api::Version;
 
 use crate::console::{self, Outcome};
+use crate::context::Boot;
 use crate::events::Event;
 use crate::modload;
 use crate::slot_image::SlotDevice as _;
-use crate::steps::Boot;
 use crate::sys::block;
 use crate::sys::mount::{MountRequest, MsFlags};
 use crate::sys::power::PowerAction;

@@ -21,8 +21,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::events::ExitStatus;
-use crate::reaper::{SharedTable, lock};
+use super::children::{ExitStatus, SharedTable, lock};
 
 /// The most output kept from a command; the rest is read and dropped.
 pub const OUTPUT_LIMIT: usize = 64 * 1024;

@@ -12,6 +12,8 @@
 //! - [`power`] wraps sync(2), reboot(2) and the Ctrl-Alt-Del switch;
 //! - [`block`] finds GPT partitions by label in /sys/class/block;
 //! - [`efivars`] reads EFI variables (the entry systemd-boot booted);
+//! - [`children`] holds the table of init's children that the reaper
+//!   and the spawners share, and how a child ended;
 //! - [`command`] runs a program to its end (mke2fs, `k3s kubectl`)
 //!   without racing the reaper;
 //! - [`netlink`] changes and reads links (bonds and VLANs too),
@@ -22,6 +24,7 @@
 //!   chroots a child, and trims the heap: the crate's only unsafe code.
 
 pub mod block;
+pub mod children;
 pub mod clock;
 pub mod command;
 pub mod efivars;
@@ -55,7 +58,7 @@ pub struct Sys {
 impl Sys {
     /// The running kernel; commands are reaped through the reaper's
     /// `table`.
-    pub fn real(table: crate::reaper::SharedTable) -> Sys {
+    pub fn real(table: children::SharedTable) -> Sys {
         Sys {
             run: std::sync::Arc::new(command::RealRunner { table }),
             mount: Box::new(mount::RealMounter),

@@ -18,6 +18,7 @@ use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use nix::sys::resource::Resource;
 use nix::sys::signal::SigSet;
 
 /// Hands the heap's free pages back to the kernel. glibc keeps freed
@@ -70,10 +71,20 @@ pub fn unblock_signals_in_child(command: &mut Command) -> &mut Command {
     }
 }
 
+/// One process limit: the resource and its value (soft and hard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// The resource.
+    pub resource: Resource,
+    /// Its soft and hard value ([`nix::sys::resource::RLIM_INFINITY`]:
+    /// unlimited).
+    pub value: u64,
+}
+
 /// Makes `command` set `limits` (soft and hard) in the child before
 /// exec. A limit the kernel refuses fails the start, so the service
 /// never runs with less than it was promised.
-pub fn limits_in_child(command: &mut Command, limits: &[crate::k3s_host::Limit]) {
+pub fn limits_in_child(command: &mut Command, limits: &[Limit]) {
     if limits.is_empty() {
         return;
     }

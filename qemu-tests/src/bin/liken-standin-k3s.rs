@@ -107,6 +107,10 @@ use liken_api::control::{
 };
 use liken_api::{BootRecord, Release, decode};
 
+use console::say;
+
+#[path = "../standin/console.rs"]
+mod console;
 #[path = "../standin/memory.rs"]
 mod memory;
 #[path = "../standin/net.rs"]
@@ -119,10 +123,6 @@ mod probe;
 
 /// Where the stand-in remembers releases it had written.
 const MARKER_DIR: &str = "/var/lib/liken-standin";
-
-fn say(text: &str) {
-    println!("liken-standin-k3s: {text}");
-}
 
 /// The value of `<key>=` on the kernel command line.
 fn cmdline_value(key: &str) -> Option<String> {

@@ -43,7 +43,7 @@ use liken_kube::request::SECRETS;
 use liken_kube::{Api, Client, DynamicObject};
 use serde_json::json;
 
-use super::{FLUX_NAMESPACE, FLUX_SECRET};
+use super::names::{FLUX_NAMESPACE, FLUX_SECRET};
 use crate::runtime::log;
 
 /// The Secret's key holding the private half.

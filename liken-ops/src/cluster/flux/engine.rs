@@ -45,7 +45,7 @@ use liken_kube::events::{EventType, ObjectReference, Recorder};
 use liken_kube::request::{DEPLOYMENTS, NAMESPACES, Resource};
 use liken_kube::{Api, Client, DynamicObject, Error};
 
-use super::FLUX_NAMESPACE;
+use super::names::FLUX_NAMESPACE;
 use crate::runtime::log;
 
 /// Flux's engine for source-controller and kustomize-controller, as

@@ -38,13 +38,8 @@ use liken_kube::events::Recorder;
 
 pub mod deploy_key;
 pub mod engine;
+pub mod names;
 pub mod teardown;
-
-/// The engine's namespace, by Flux's convention.
-pub const FLUX_NAMESPACE: &str = "flux-system";
-/// The deploy key Secret's name, by Flux's convention (the sync objects
-/// name it).
-pub const FLUX_SECRET: &str = "flux-system";
 
 /// What one pass of the flux upkeep gives the Cluster's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

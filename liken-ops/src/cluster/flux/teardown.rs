@@ -60,8 +60,8 @@ use liken_kube::request::{DEPLOYMENTS, NAMESPACES, PODS, Resource};
 use liken_kube::{Api, Client, DeleteParams, DynamicObject, Error, ListParams, Propagation};
 use serde_json::json;
 
-use super::FLUX_NAMESPACE;
 use super::engine::{CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, CUSTOM_RESOURCE_DEFINITIONS};
+use super::names::FLUX_NAMESPACE;
 use crate::cluster::status::{FLUX_TEARDOWN, NOT_PLANTED_BY_LIKEN};
 use crate::runtime::log;
 
