@@ -18,6 +18,17 @@
 //! - **Manifests** (leaders): the CRDs and the operators' manifests from
 //!   `/usr/share/liken/manifests`, and each declared feature's from
 //!   `/usr/share/liken/features/<slug>`, into k3s's auto-deploy directory.
+//! - **The deployment's Cluster** (leaders): [`CLUSTER_MANIFEST`], the
+//!   ConfigMap liken-system/liken-cluster holding the Cluster document
+//!   this boot runs ([`render_cluster_config_map`]). The cluster
+//!   operator mounts it: the Cluster's name is the one both operators
+//!   act on, and the cluster operator creates the Cluster from it when
+//!   the API has none. Not the Cluster object itself: k3s re-applies
+//!   every auto-deploy file at each start (k3s-io/k3s
+//!   pkg/deploy/controller.go, `listFilesIn` with `force`), which would
+//!   undo a person's edits to the Cluster; a ConfigMap re-applied is
+//!   harmless. No machine operator may create a Cluster, so no machine
+//!   can name the fleet's.
 //! - **Airgap images**: the archives in /usr/share/liken/images (the
 //!   operators' images, and k3s's own airgap archive when the image was
 //!   built with `K3S_AIRGAP_IMAGES=`), linked into k3s's agent images
@@ -94,6 +105,10 @@ pub const FOLLOWER_TOKEN: &str = "/var/lib/liken/k3s-token";
 pub const LEADER_AGENT_TOKEN: &str = "/var/lib/rancher/k3s/server/agent-token";
 /// The start of every file name init places among k3s's manifests.
 pub const MANIFEST_PREFIX: &str = "liken-";
+/// The deployment's Cluster among k3s's manifests (its own k3s Addon).
+pub const CLUSTER_MANIFEST: &str = "liken-deployment-cluster.yaml";
+/// The ConfigMap that carries it, in liken-system.
+pub const CLUSTER_CONFIG_MAP: &str = "liken-cluster";
 /// The layer's identity, below /etc/liken (as `liken layer` packs it).
 pub const LAYER_IDENTITY: &str = "identity/server";
 
@@ -171,6 +186,23 @@ pub fn decide_join(machine: &Machine, cluster: &Cluster, role: Role) -> Join {
     }
     let url = cluster.spec.endpoint.trim_end_matches('/');
     Join::Server(url.to_owned())
+}
+
+/// The manifest of the ConfigMap liken-system/liken-cluster: the
+/// Cluster's name and spec (its canonical form, as JSON, which YAML
+/// reads) under the key `cluster.yaml`, where the cluster operator's
+/// Deployment mounts it (images/manifests/cluster-operator.yaml).
+pub fn render_cluster_config_map(cluster: &Cluster) -> String {
+    let document = serde_json::to_string_pretty(&cluster.canonical()).unwrap_or_default();
+    format!(
+        "# Written by liken-init from the Cluster document this leader boots with.\n\
+         apiVersion: v1\n\
+         kind: ConfigMap\n\
+         metadata:\n  name: {CLUSTER_CONFIG_MAP}\n  namespace: liken-system\n\
+         \x20 labels:\n    app.kubernetes.io/part-of: liken\n\
+         data:\n  cluster.yaml: {}\n",
+        quote(&format!("{document}\n"))
+    )
 }
 
 /// The token file config.yaml names, for a role.
@@ -831,7 +863,8 @@ fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
             return;
         }
     };
-    let plan = decide_manifests(&base, &features, &existing);
+    let mut plan = decide_manifests(&base, &features, &existing);
+    plan.remove.retain(|n| n != CLUSTER_MANIFEST);
     for slug in &plan.missing_features {
         console::line(&format!(
             "k3s-seed: the Cluster declares feature {slug:?}, but this system image has no {}; \
@@ -856,6 +889,17 @@ fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
                 false,
             ),
         }
+    }
+    let to = target.join(CLUSTER_MANIFEST);
+    match write_if_changed(&to, render_cluster_config_map(cluster).as_bytes(), 0o600) {
+        Ok(changed) => r.wrote(&to, changed),
+        Err(e) => r.fail(
+            format!(
+                "cannot write {}: {e}; the cluster operator does not start without it",
+                to.display()
+            ),
+            false,
+        ),
     }
     for name in &plan.remove {
         let path = target.join(name);
@@ -933,6 +977,46 @@ fn seed_images(p: &SeedPaths, r: &mut Report) {
     }
 }
 
+/// The layer's secrets: what k3s reads once, at seeding (the CA keys, the
+/// service-account key, both tokens), below the layer.
+pub fn layer_secrets() -> impl Iterator<Item = String> {
+    IDENTITY_FILES
+        .iter()
+        .filter(|(_, private)| *private)
+        .map(|(rel, _)| format!("{LAYER_IDENTITY}/tls/{rel}"))
+        .chain(["token", "agent-token"].map(|t| format!("{LAYER_IDENTITY}/{t}")))
+}
+
+/// Removes the layer's secrets from this boot's copy of the layer once
+/// k3s is seeded: k3s keeps its own copies (server/tls, its token files),
+/// and nothing else on the running machine needs them, so none is left
+/// in /run for anything but init and k3s to find. The certificates stay
+/// (init checks the clock against them). The next boot copies the layer
+/// from the initramfs again. The identity directory is kept 0700.
+pub fn forget_layer_secrets(layer: &Path, r: &mut Report) {
+    let identity = layer.join(crate::role_layer::IDENTITY_DIR);
+    if identity.is_dir()
+        && let Err(e) = std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o700))
+    {
+        r.fail(format!("cannot close {}: {e}", identity.display()), false);
+    }
+    for rel in layer_secrets() {
+        let path = layer.join(rel);
+        match std::fs::remove_file(&path) {
+            Ok(()) => r.removed.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => r.fail(
+                format!(
+                    "cannot remove {} after seeding: {e}; it stays readable by root on this \
+                     machine until the next boot",
+                    path.display()
+                ),
+                false,
+            ),
+        }
+    }
+}
+
 /// The milestone for a report.
 pub fn describe(r: &Report, role: Role, join: &Join) -> Outcome {
     let how = match join {
@@ -978,7 +1062,11 @@ pub fn step(boot: &mut Boot) -> Outcome {
     } else {
         Role::Follower
     };
-    let report = seed(&SeedPaths::of(&boot.paths), machine, cluster, role);
+    let paths = SeedPaths::of(&boot.paths);
+    let mut report = seed(&paths, machine, cluster, role);
+    if report.block.is_none() {
+        forget_layer_secrets(&paths.layer, &mut report);
+    }
     let outcome = describe(&report, role, &decide_join(machine, cluster, role));
     if let Some(why) = report.block {
         boot.no_service = Some(format!("seeding k3s failed: {why}"));
@@ -1417,6 +1505,52 @@ mod tests {
     const K3S: &str = "var/lib/rancher/k3s";
 
     #[test]
+    fn once_seeded_the_layer_keeps_no_secret() {
+        let t = Tree::new("forget");
+        t.standard();
+        let c = cluster(&["node-1"]);
+        let r = seed(&t.paths(), &machine("node-1"), &c, Role::Leader);
+        assert_eq!(r.block, None, "{:?}", r.failures);
+        let mut after = Report::default();
+        forget_layer_secrets(&t.paths().layer, &mut after);
+        assert!(after.failures.is_empty(), "{:?}", after.failures);
+        // Nine keys (four CAs' twice over, less the certificates, and the
+        // service key) and the two tokens.
+        assert_eq!(after.removed.len(), 8, "{:?}", after.removed);
+        for rel in layer_secrets() {
+            assert!(!t.0.join("layer").join(&rel).exists(), "{rel} is left");
+        }
+        assert!(t.0.join("layer/identity/server/tls/server-ca.crt").exists());
+        assert_eq!(t.mode("layer/identity"), 0o700);
+        // k3s keeps its own copies.
+        assert_eq!(
+            t.read(&format!("{K3S}/server/tls/server-ca.key")),
+            "layer server-ca.key"
+        );
+        assert_eq!(
+            t.read(&format!("{K3S}/server/token")),
+            "K10aa::server:secret\n"
+        );
+        // A second time finds nothing to remove.
+        let mut again = Report::default();
+        forget_layer_secrets(&t.paths().layer, &mut again);
+        assert!(again.removed.is_empty() && again.failures.is_empty());
+    }
+
+    #[test]
+    fn the_cluster_config_map_carries_the_document_the_operator_reads() {
+        let c = cluster(&["node-1"]);
+        let text = render_cluster_config_map(&c);
+        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(v["kind"], "ConfigMap");
+        assert_eq!(v["metadata"]["name"], CLUSTER_CONFIG_MAP);
+        assert_eq!(v["metadata"]["namespace"], "liken-system");
+        let doc = v["data"]["cluster.yaml"].as_str().unwrap();
+        let back: Cluster = liken_api::decode::strict(doc, "cluster.yaml").unwrap();
+        assert_eq!(back, c.canonical());
+    }
+
+    #[test]
     fn a_leaders_first_boot_is_seeded_and_a_second_writes_nothing() {
         let t = Tree::new("leader");
         t.standard();
@@ -1453,6 +1587,7 @@ mod tests {
             [
                 "liken-crds-clusters-liken-sh.yaml",
                 "liken-crds-machines-liken-sh.yaml",
+                "liken-deployment-cluster.yaml",
                 "liken-feature-flux-manifests-flux-system.yaml"
             ]
         );
@@ -1464,9 +1599,9 @@ mod tests {
         );
         assert!(!t.0.join(K3S).join("server/.tls.liken-tmp").exists());
         let first = r.written.len();
-        // The tls directory, both tokens, three manifests, a link,
+        // The tls directory, both tokens, four manifests, a link,
         // /var/run, the machine ID, /etc/rancher/node, config.yaml.
-        assert_eq!(first, 11, "{:?}", r.written);
+        assert_eq!(first, 12, "{:?}", r.written);
         assert_eq!(
             std::fs::read_link(t.0.join("run/rancher/node")).unwrap(),
             t.0.join("var/lib/rancher/node")
@@ -1478,7 +1613,8 @@ mod tests {
         assert!(again.removed.is_empty());
         assert_eq!(again.unchanged, first);
 
-        // Retracting the feature removes its manifest; nothing else moves.
+        // Retracting the feature removes its manifest; nothing else moves
+        // but the deployment's Cluster, which follows the document.
         c.spec.features.remove("flux");
         let r = seed(&t.paths(), &m, &c, Role::Leader);
         assert_eq!(
@@ -1486,7 +1622,12 @@ mod tests {
             [t.0.join(K3S)
                 .join("server/manifests/liken-feature-flux-manifests-flux-system.yaml")]
         );
-        assert!(r.written.is_empty(), "{:?}", r.written);
+        assert_eq!(
+            r.written,
+            [t.0.join(K3S)
+                .join("server/manifests")
+                .join(CLUSTER_MANIFEST)]
+        );
     }
 
     #[test]

@@ -469,6 +469,13 @@ impl Host {
             .arg(&kubeconfig)
             .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
             .arg("--identity=host")
+            // The deployment's Cluster, as the Deployment mounts it from
+            // the ConfigMap the leader's init seeds: the operator acts on
+            // its name only and creates the Cluster from it.
+            .arg(format!(
+                "--cluster-file={}",
+                self.deployment.join("cluster.yaml").display()
+            ))
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))
             .stderr(file);
