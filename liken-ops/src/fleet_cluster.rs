@@ -78,18 +78,12 @@ pub enum Seeded {
     Created,
 }
 
-/// Creates the Cluster from the deployment's copy unless the API has one
-/// of its name. Only ever creates: from then on the API's copy is the
-/// truth a person edits.
+/// Creates the Cluster from the deployment's copy; one already there of
+/// its name is success. Only ever creates: from then on the API's copy is
+/// the truth a person edits. The caller asks only when its store has no
+/// Cluster of that name, so no read is needed (and none is granted).
 pub fn seed_cluster(client: &Client, copy: &Cluster) -> Result<Seeded, Error> {
-    let api = Api::all(CLUSTERS);
-    if client
-        .get_opt::<Cluster>(&api, &copy.metadata.name)?
-        .is_some()
-    {
-        return Ok(Seeded::Existed);
-    }
-    match client.create::<Cluster, _>(&api, &copy.canonical()) {
+    match client.create::<Cluster, _>(&Api::all(CLUSTERS), &copy.canonical()) {
         Ok(_) => Ok(Seeded::Created),
         Err(Error::AlreadyExists { .. }) => Ok(Seeded::Existed),
         Err(e) => Err(e),

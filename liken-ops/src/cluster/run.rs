@@ -195,21 +195,8 @@ impl Options {
                 format!("{host}_{}", std::process::id())
             }
         };
-        let cluster = match v.get("cluster-file").filter(|s| !s.is_empty()) {
-            Some(path) => {
-                super::deployment::read_copy(std::path::Path::new(path)).map_err(Error::Flag)?
-            }
-            None => {
-                return Err(Error::Flag(
-                    "--cluster-file is required: the deployment's cluster.yaml names the one \
-                     Cluster this operator acts on"
-                        .into(),
-                ));
-            }
-        };
         Ok(Options {
             kubeconfig: v.get("kubeconfig").map(Into::into),
-            cluster,
             metrics_address: listen_address(v.get("metrics-address")),
             identity,
             sweep_interval: duration("sweep-interval")?,
@@ -217,7 +204,21 @@ impl Options {
             stall_after: duration("rollout-stall-after")?,
             poll_interval: duration("channel-poll-interval")?,
             timings,
+            // Last, so a bad interval is reported before a missing file.
+            cluster: deployment_cluster(v)?,
         })
+    }
+}
+
+/// The deployment's Cluster, from `--cluster-file`.
+fn deployment_cluster(v: &Values) -> Result<liken_api::Cluster, Error> {
+    match v.get("cluster-file").filter(|s| !s.is_empty()) {
+        Some(path) => super::deployment::read_copy(std::path::Path::new(path)).map_err(Error::Flag),
+        None => Err(Error::Flag(
+            "--cluster-file is required: the deployment's cluster.yaml names the one Cluster \
+             this operator acts on"
+                .into(),
+        )),
     }
 }
 
