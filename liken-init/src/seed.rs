@@ -93,6 +93,15 @@ pub const DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// k3s's configuration: /etc/rancher/k3s/config.yaml through the image's
 /// /etc/rancher -> /run/rancher link.
 pub const CONFIG: &str = "/run/rancher/k3s/config.yaml";
+/// The Pod Security Admission configuration on leaders, beside
+/// config.yaml, which names it to the apiserver
+/// (`kube-apiserver-arg: admission-control-config-file=...`, as k3s's
+/// hardening guide does).
+pub const POD_SECURITY: &str = "/run/rancher/k3s/pod-security.yaml";
+/// The namespaces Pod Security exempts: k3s's own and liken's (the
+/// machine operator mounts host paths and uses the host's network).
+pub const POD_SECURITY_EXEMPT: [&str; 2] = ["kube-system", "liken-system"];
+
 /// The token on a leader, where k3s keeps it itself.
 pub const LEADER_TOKEN: &str = "/var/lib/rancher/k3s/server/token";
 /// The token on a follower (the agent token), in liken's own state.
@@ -205,6 +214,41 @@ pub fn render_cluster_config_map(cluster: &Cluster) -> String {
     )
 }
 
+/// The apiserver's admission configuration: the PodSecurity plugin with
+/// `baseline` enforced and `restricted` warned and audited in every
+/// namespace but [`POD_SECURITY_EXEMPT`] (a namespace's own
+/// `pod-security.kubernetes.io/` labels still override the defaults).
+/// So no workload outside them can mount init's socket or any host path,
+/// share the host's namespaces, or run privileged.
+pub fn render_pod_security() -> String {
+    let mut out = String::from(
+        "# Written by liken-init on every leader boot; the apiserver reads it\n\
+         # (config.yaml's kube-apiserver-arg admission-control-config-file).\n\
+         apiVersion: apiserver.config.k8s.io/v1\n\
+         kind: AdmissionConfiguration\n\
+         plugins:\n\
+         \x20 - name: PodSecurity\n\
+         \x20   configuration:\n\
+         \x20     apiVersion: pod-security.admission.config.k8s.io/v1\n\
+         \x20     kind: PodSecurityConfiguration\n\
+         \x20     defaults:\n\
+         \x20       enforce: baseline\n\
+         \x20       enforce-version: latest\n\
+         \x20       audit: restricted\n\
+         \x20       audit-version: latest\n\
+         \x20       warn: restricted\n\
+         \x20       warn-version: latest\n\
+         \x20     exemptions:\n\
+         \x20       usernames: []\n\
+         \x20       runtimeClasses: []\n\
+         \x20       namespaces:\n",
+    );
+    for ns in POD_SECURITY_EXEMPT {
+        let _ = writeln!(out, "          - {ns}");
+    }
+    out
+}
+
 /// The token file config.yaml names, for a role.
 pub fn token_file(role: Role) -> &'static str {
     match role {
@@ -279,6 +323,13 @@ pub fn render_k3s_config(
         && let Some(host) = endpoint_host(&cluster.spec.endpoint)
     {
         list(&mut out, "tls-san", &[host.to_owned()]);
+    }
+    if role == Role::Leader {
+        list(
+            &mut out,
+            "kube-apiserver-arg",
+            &[format!("admission-control-config-file={POD_SECURITY}")],
+        );
     }
     let k3s = machine.spec.k3s.clone().unwrap_or_default();
     let labels: Vec<String> = k3s
@@ -803,6 +854,27 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
         r.fail(f, false);
     }
 
+    if role == Role::Leader {
+        let path = p.config.parent().map_or_else(
+            || PathBuf::from(POD_SECURITY),
+            |d| d.join("pod-security.yaml"),
+        );
+        let written = path
+            .parent()
+            .map_or(Ok(()), |d| create_dir(d, 0o755))
+            .and_then(|()| write_if_changed(&path, render_pod_security().as_bytes(), 0o600));
+        match written {
+            Ok(changed) => r.wrote(&path, changed),
+            Err(e) => r.fail(
+                format!(
+                    "cannot write {}: {e}; the apiserver would not start with config.yaml \
+                     naming it",
+                    path.display()
+                ),
+                true,
+            ),
+        }
+    }
     let config = render_k3s_config(machine, cluster, role, agent_token);
     let written = p
         .config
@@ -1129,6 +1201,7 @@ mod tests {
              agent-token-file: \"/var/lib/rancher/k3s/server/agent-token\"\n\
              cluster-init: true\n\
              tls-san:\n  - \"10.0.0.10\"\n\
+             kube-apiserver-arg:\n  - \"admission-control-config-file=/run/rancher/k3s/pod-security.yaml\"\n\
              node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
              node-taint:\n  - \"dedicated=db:NoSchedule\"\n"
         );
@@ -1600,8 +1673,13 @@ mod tests {
         assert!(!t.0.join(K3S).join("server/.tls.liken-tmp").exists());
         let first = r.written.len();
         // The tls directory, both tokens, four manifests, a link,
-        // /var/run, the machine ID, /etc/rancher/node, config.yaml.
-        assert_eq!(first, 12, "{:?}", r.written);
+        // /var/run, the machine ID, /etc/rancher/node, the Pod Security
+        // configuration, config.yaml.
+        assert_eq!(first, 13, "{:?}", r.written);
+        assert_eq!(
+            t.read("run/rancher/k3s/pod-security.yaml"),
+            render_pod_security()
+        );
         assert_eq!(
             std::fs::read_link(t.0.join("run/rancher/node")).unwrap(),
             t.0.join("var/lib/rancher/node")
