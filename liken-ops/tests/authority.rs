@@ -62,7 +62,7 @@ fn forbidden(ok: bool, err: &str, verb: &str, resource: &str, group: &str, user:
 fn a_machine_cannot_create_or_write_a_cluster() {
     let cp = cp();
     cp.create_node("auth-c1", &[]).unwrap();
-    ensure_cluster(&cluster_doc(&["auth-c1"]));
+    ensure_cluster(&cluster_doc(&["auth-leader"]));
     let kc = operator_kubeconfig("auth-c1");
     // The attack of the security read: a second Cluster named to sort
     // first, with the attacker's own source.
@@ -244,7 +244,7 @@ fn a_tenant_cannot_touch_the_fleet() {
          roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}\n\
          subjects: [{kind: ServiceAccount, name: app, namespace: tenant-a}]\n",
     );
-    ensure_cluster(&cluster_doc(&["auth-t1"]));
+    ensure_cluster(&cluster_doc(&["auth-leader"]));
     let kc = cp.kubeconfig_for("tenant-a", "app").unwrap();
     let user = "system:serviceaccount:tenant-a:app";
     let evil = json!({"apiVersion": "liken.sh/v1alpha1", "kind": "Cluster",
@@ -299,4 +299,67 @@ fn escalate_cannot_be_scoped_by_name_on_create() {
             "{err}"
         );
     }
+}
+
+/// The attack's other half: a second Cluster that sorts first, created by
+/// whoever still could, is never followed by a machine operator. Its
+/// Machine keeps judging the deployment's Cluster, and it says so once,
+/// in a Warning Event about the other Cluster.
+#[test]
+fn a_machine_operator_follows_only_the_deployments_cluster() {
+    // The fleet's one Cluster, as every test here makes it.
+    let c = cluster_doc(&["auth-leader"]);
+    let m = machine_doc("auth-f1");
+    let (_host, op) = start_machine("auth-f1", &m, &c, &[]);
+    let (code, v) = cp()
+        .request(
+            "POST",
+            "/apis/liken.sh/v1alpha1/clusters",
+            Some(
+                &json!({"apiVersion": "liken.sh/v1alpha1", "kind": "Cluster",
+                         "metadata": {"name": "aaa-foreign"},
+                         "spec": {"endpoint": "https://10.0.0.66:6443", "leaders": ["auth-f1"],
+                                  "version": "2026.12.01-001",
+                                  "releases": {"source": "http://10.0.0.66/channel"}}}),
+            ),
+        )
+        .unwrap();
+    assert_eq!(code, 201, "{v}");
+    let note = wait_for(
+        "the ForeignCluster Event",
+        std::time::Duration::from_secs(30),
+        || {
+            let v = get("/apis/events.k8s.io/v1/namespaces/default/events").unwrap();
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| {
+                    e["regarding"]["name"] == "aaa-foreign"
+                        && e["reason"] == "ForeignCluster"
+                        && e["reportingController"] == "liken.sh/machine-operator"
+                })
+                .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+                .ok_or_else(|| op.log_text())
+        },
+    );
+    assert!(
+        note.contains("the deployment names its Cluster home"),
+        "{note}"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let machine = machine("auth-f1").unwrap();
+    let (status, _, message) =
+        condition(&machine, liken_api::coordination::RELEASE_CURRENT).unwrap();
+    assert_eq!(status, "True", "{message}");
+    assert!(
+        message.contains("the Cluster names no target release"),
+        "the operator judged the foreign Cluster's target: {message}"
+    );
+    let _ = cp().request(
+        "DELETE",
+        "/apis/liken.sh/v1alpha1/clusters/aaa-foreign",
+        None,
+    );
+    op.stop();
 }
