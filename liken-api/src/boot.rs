@@ -92,7 +92,7 @@ impl BootStatus {
     }
 }
 
-/// What init publishes about the boot it made (/run/liken/boot.json).
+/// What init publishes about the boot it made (/run/liken/facts/boot.json).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootRecord {

@@ -1,5 +1,5 @@
 //! The running network, as init publishes it beside the boot record
-//! (`/run/liken/network.json`, [`crate::ondisk::NETWORK_FACTS`]) for the
+//! (`/run/liken/facts/network.json`, [`crate::ondisk::NETWORK_FACTS`]) for the
 //! machine operator.
 //!
 //! The Machine's spec says what the network should be; these facts say

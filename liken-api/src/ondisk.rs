@@ -48,12 +48,20 @@ pub const RELEASES_DIR: &str = "releases";
 
 /// What init publishes for this boot.
 pub const RUN_LIKEN: &str = "/run/liken";
+/// Below [`RUN_LIKEN`]: the directory of the facts init publishes for
+/// the machine operator. A directory of their own, so the operator's pod
+/// mounts it (and the documents, the socket and its own records) rather
+/// than all of /run/liken, which also holds the deployment layer, the
+/// ESP's mount point and k3s's log. A directory and not the files
+/// themselves, because each file is replaced by a rename, which a
+/// bind-mounted file would never see.
+pub const FACTS_DIR: &str = "facts";
 /// Below [`RUN_LIKEN`]: the boot record, [`crate::BootRecord`] as JSON.
-pub const BOOT_RECORD: &str = "boot.json";
+pub const BOOT_RECORD: &str = "facts/boot.json";
 /// Below [`RUN_LIKEN`]: the running network,
 /// [`crate::network::NetworkFacts`] as JSON, replaced atomically each
 /// time init sees it change.
-pub const NETWORK_FACTS: &str = "network.json";
+pub const NETWORK_FACTS: &str = "facts/network.json";
 /// Below [`RUN_LIKEN`]: the documents this boot runs, byte for byte.
 pub const RUNNING_DIR: &str = "documents";
 

@@ -1,5 +1,5 @@
 //! The boot record: what this boot is, published for the machine
-//! operator as /run/liken/boot.json (`liken_api::BootRecord`).
+//! operator as /run/liken/facts/boot.json (`liken_api::BootRecord`).
 //!
 //! The record is decided from what the earlier steps found (start
 //! time, slot, version, the documents' canonical hashes) by a pure
@@ -52,6 +52,9 @@ pub fn publish(dir: &Path, record: &BootRecord) -> io::Result<PathBuf> {
     let mut bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
     bytes.push(b'\n');
     let path = dir.join(FILE);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
     write_atomic(&path, &bytes, 0o644)?;
     Ok(path)
 }

@@ -39,7 +39,7 @@
 //!   resolver that finds them by name.
 //! - [`seed`]: k3s's config.yaml, identity, token, manifests and airgap
 //!   images.
-//! - [`boot_record`], [`fsutil`]: /run/liken/boot.json, atomic writes;
+//! - [`boot_record`], [`fsutil`]: /run/liken/facts/boot.json, atomic writes;
 //!   [`order`]: every list sorted through one sort (binary size).
 //! - [`install`]: install mode, liken written onto the machine's disk
 //!   from an install stick or netboot media.

@@ -18,6 +18,17 @@
 //! - **Manifests** (leaders): the CRDs and the operators' manifests from
 //!   `/usr/share/liken/manifests`, and each declared feature's from
 //!   `/usr/share/liken/features/<slug>`, into k3s's auto-deploy directory.
+//! - **The deployment's Cluster** (leaders): [`CLUSTER_MANIFEST`], the
+//!   ConfigMap liken-system/liken-cluster holding the Cluster document
+//!   this boot runs ([`render_cluster_config_map`]). The cluster
+//!   operator mounts it: the Cluster's name is the one both operators
+//!   act on, and the cluster operator creates the Cluster from it when
+//!   the API has none. Not the Cluster object itself: k3s re-applies
+//!   every auto-deploy file at each start (k3s-io/k3s
+//!   pkg/deploy/controller.go, `listFilesIn` with `force`), which would
+//!   undo a person's edits to the Cluster; a ConfigMap re-applied is
+//!   harmless. No machine operator may create a Cluster, so no machine
+//!   can name the fleet's.
 //! - **Airgap images**: the archives in /usr/share/liken/images (the
 //!   operators' images, and k3s's own airgap archive when the image was
 //!   built with `K3S_AIRGAP_IMAGES=`), linked into k3s's agent images
@@ -82,6 +93,15 @@ pub const DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// k3s's configuration: /etc/rancher/k3s/config.yaml through the image's
 /// /etc/rancher -> /run/rancher link.
 pub const CONFIG: &str = "/run/rancher/k3s/config.yaml";
+/// The Pod Security Admission configuration on leaders, beside
+/// config.yaml, which names it to the apiserver
+/// (`kube-apiserver-arg: admission-control-config-file=...`, as k3s's
+/// hardening guide does).
+pub const POD_SECURITY: &str = "/run/rancher/k3s/pod-security.yaml";
+/// The namespaces Pod Security exempts: k3s's own and liken's (the
+/// machine operator mounts host paths and uses the host's network).
+pub const POD_SECURITY_EXEMPT: [&str; 2] = ["kube-system", "liken-system"];
+
 /// The token on a leader, where k3s keeps it itself.
 pub const LEADER_TOKEN: &str = "/var/lib/rancher/k3s/server/token";
 /// The token on a follower (the agent token), in liken's own state.
@@ -94,6 +114,10 @@ pub const FOLLOWER_TOKEN: &str = "/var/lib/liken/k3s-token";
 pub const LEADER_AGENT_TOKEN: &str = "/var/lib/rancher/k3s/server/agent-token";
 /// The start of every file name init places among k3s's manifests.
 pub const MANIFEST_PREFIX: &str = "liken-";
+/// The deployment's Cluster among k3s's manifests (its own k3s Addon).
+pub const CLUSTER_MANIFEST: &str = "liken-deployment-cluster.yaml";
+/// The ConfigMap that carries it, in liken-system.
+pub const CLUSTER_CONFIG_MAP: &str = "liken-cluster";
 /// The layer's identity, below /etc/liken (as `liken layer` packs it).
 pub const LAYER_IDENTITY: &str = "identity/server";
 
@@ -173,6 +197,58 @@ pub fn decide_join(machine: &Machine, cluster: &Cluster, role: Role) -> Join {
     Join::Server(url.to_owned())
 }
 
+/// The manifest of the ConfigMap liken-system/liken-cluster: the
+/// Cluster's name and spec (its canonical form, as JSON, which YAML
+/// reads) under the key `cluster.yaml`, where the cluster operator's
+/// Deployment mounts it (images/manifests/cluster-operator.yaml).
+pub fn render_cluster_config_map(cluster: &Cluster) -> String {
+    let document = serde_json::to_string_pretty(&cluster.canonical()).unwrap_or_default();
+    format!(
+        "# Written by liken-init from the Cluster document this leader boots with.\n\
+         apiVersion: v1\n\
+         kind: ConfigMap\n\
+         metadata:\n  name: {CLUSTER_CONFIG_MAP}\n  namespace: liken-system\n\
+         \x20 labels:\n    app.kubernetes.io/part-of: liken\n\
+         data:\n  cluster.yaml: {}\n",
+        quote(&format!("{document}\n"))
+    )
+}
+
+/// The apiserver's admission configuration: the PodSecurity plugin with
+/// `baseline` enforced and `restricted` warned and audited in every
+/// namespace but [`POD_SECURITY_EXEMPT`] (a namespace's own
+/// `pod-security.kubernetes.io/` labels still override the defaults).
+/// So no workload outside them can mount init's socket or any host path,
+/// share the host's namespaces, or run privileged.
+pub fn render_pod_security() -> String {
+    let mut out = String::from(
+        "# Written by liken-init on every leader boot; the apiserver reads it\n\
+         # (config.yaml's kube-apiserver-arg admission-control-config-file).\n\
+         apiVersion: apiserver.config.k8s.io/v1\n\
+         kind: AdmissionConfiguration\n\
+         plugins:\n\
+         \x20 - name: PodSecurity\n\
+         \x20   configuration:\n\
+         \x20     apiVersion: pod-security.admission.config.k8s.io/v1\n\
+         \x20     kind: PodSecurityConfiguration\n\
+         \x20     defaults:\n\
+         \x20       enforce: baseline\n\
+         \x20       enforce-version: latest\n\
+         \x20       audit: restricted\n\
+         \x20       audit-version: latest\n\
+         \x20       warn: restricted\n\
+         \x20       warn-version: latest\n\
+         \x20     exemptions:\n\
+         \x20       usernames: []\n\
+         \x20       runtimeClasses: []\n\
+         \x20       namespaces:\n",
+    );
+    for ns in POD_SECURITY_EXEMPT {
+        let _ = writeln!(out, "          - {ns}");
+    }
+    out
+}
+
 /// The token file config.yaml names, for a role.
 pub fn token_file(role: Role) -> &'static str {
     match role {
@@ -247,6 +323,13 @@ pub fn render_k3s_config(
         && let Some(host) = endpoint_host(&cluster.spec.endpoint)
     {
         list(&mut out, "tls-san", &[host.to_owned()]);
+    }
+    if role == Role::Leader {
+        list(
+            &mut out,
+            "kube-apiserver-arg",
+            &[format!("admission-control-config-file={POD_SECURITY}")],
+        );
     }
     let k3s = machine.spec.k3s.clone().unwrap_or_default();
     let labels: Vec<String> = k3s
@@ -771,6 +854,27 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
         r.fail(f, false);
     }
 
+    if role == Role::Leader {
+        let path = p.config.parent().map_or_else(
+            || PathBuf::from(POD_SECURITY),
+            |d| d.join("pod-security.yaml"),
+        );
+        let written = path
+            .parent()
+            .map_or(Ok(()), |d| create_dir(d, 0o755))
+            .and_then(|()| write_if_changed(&path, render_pod_security().as_bytes(), 0o600));
+        match written {
+            Ok(changed) => r.wrote(&path, changed),
+            Err(e) => r.fail(
+                format!(
+                    "cannot write {}: {e}; the apiserver would not start with config.yaml \
+                     naming it",
+                    path.display()
+                ),
+                true,
+            ),
+        }
+    }
     let config = render_k3s_config(machine, cluster, role, agent_token);
     let written = p
         .config
@@ -831,7 +935,8 @@ fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
             return;
         }
     };
-    let plan = decide_manifests(&base, &features, &existing);
+    let mut plan = decide_manifests(&base, &features, &existing);
+    plan.remove.retain(|n| n != CLUSTER_MANIFEST);
     for slug in &plan.missing_features {
         console::line(&format!(
             "k3s-seed: the Cluster declares feature {slug:?}, but this system image has no {}; \
@@ -856,6 +961,17 @@ fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
                 false,
             ),
         }
+    }
+    let to = target.join(CLUSTER_MANIFEST);
+    match write_if_changed(&to, render_cluster_config_map(cluster).as_bytes(), 0o600) {
+        Ok(changed) => r.wrote(&to, changed),
+        Err(e) => r.fail(
+            format!(
+                "cannot write {}: {e}; the cluster operator does not start without it",
+                to.display()
+            ),
+            false,
+        ),
     }
     for name in &plan.remove {
         let path = target.join(name);
@@ -933,6 +1049,46 @@ fn seed_images(p: &SeedPaths, r: &mut Report) {
     }
 }
 
+/// The layer's secrets: what k3s reads once, at seeding (the CA keys, the
+/// service-account key, both tokens), below the layer.
+pub fn layer_secrets() -> impl Iterator<Item = String> {
+    IDENTITY_FILES
+        .iter()
+        .filter(|(_, private)| *private)
+        .map(|(rel, _)| format!("{LAYER_IDENTITY}/tls/{rel}"))
+        .chain(["token", "agent-token"].map(|t| format!("{LAYER_IDENTITY}/{t}")))
+}
+
+/// Removes the layer's secrets from this boot's copy of the layer once
+/// k3s is seeded: k3s keeps its own copies (server/tls, its token files),
+/// and nothing else on the running machine needs them, so none is left
+/// in /run for anything but init and k3s to find. The certificates stay
+/// (init checks the clock against them). The next boot copies the layer
+/// from the initramfs again. The identity directory is kept 0700.
+pub fn forget_layer_secrets(layer: &Path, r: &mut Report) {
+    let identity = layer.join(crate::role_layer::IDENTITY_DIR);
+    if identity.is_dir()
+        && let Err(e) = std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o700))
+    {
+        r.fail(format!("cannot close {}: {e}", identity.display()), false);
+    }
+    for rel in layer_secrets() {
+        let path = layer.join(rel);
+        match std::fs::remove_file(&path) {
+            Ok(()) => r.removed.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => r.fail(
+                format!(
+                    "cannot remove {} after seeding: {e}; it stays readable by root on this \
+                     machine until the next boot",
+                    path.display()
+                ),
+                false,
+            ),
+        }
+    }
+}
+
 /// The milestone for a report.
 pub fn describe(r: &Report, role: Role, join: &Join) -> Outcome {
     let how = match join {
@@ -978,7 +1134,11 @@ pub fn step(boot: &mut Boot) -> Outcome {
     } else {
         Role::Follower
     };
-    let report = seed(&SeedPaths::of(&boot.paths), machine, cluster, role);
+    let paths = SeedPaths::of(&boot.paths);
+    let mut report = seed(&paths, machine, cluster, role);
+    if report.block.is_none() {
+        forget_layer_secrets(&paths.layer, &mut report);
+    }
     let outcome = describe(&report, role, &decide_join(machine, cluster, role));
     if let Some(why) = report.block {
         boot.no_service = Some(format!("seeding k3s failed: {why}"));
@@ -1041,6 +1201,7 @@ mod tests {
              agent-token-file: \"/var/lib/rancher/k3s/server/agent-token\"\n\
              cluster-init: true\n\
              tls-san:\n  - \"10.0.0.10\"\n\
+             kube-apiserver-arg:\n  - \"admission-control-config-file=/run/rancher/k3s/pod-security.yaml\"\n\
              node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
              node-taint:\n  - \"dedicated=db:NoSchedule\"\n"
         );
@@ -1417,6 +1578,52 @@ mod tests {
     const K3S: &str = "var/lib/rancher/k3s";
 
     #[test]
+    fn once_seeded_the_layer_keeps_no_secret() {
+        let t = Tree::new("forget");
+        t.standard();
+        let c = cluster(&["node-1"]);
+        let r = seed(&t.paths(), &machine("node-1"), &c, Role::Leader);
+        assert_eq!(r.block, None, "{:?}", r.failures);
+        let mut after = Report::default();
+        forget_layer_secrets(&t.paths().layer, &mut after);
+        assert!(after.failures.is_empty(), "{:?}", after.failures);
+        // Nine keys (four CAs' twice over, less the certificates, and the
+        // service key) and the two tokens.
+        assert_eq!(after.removed.len(), 8, "{:?}", after.removed);
+        for rel in layer_secrets() {
+            assert!(!t.0.join("layer").join(&rel).exists(), "{rel} is left");
+        }
+        assert!(t.0.join("layer/identity/server/tls/server-ca.crt").exists());
+        assert_eq!(t.mode("layer/identity"), 0o700);
+        // k3s keeps its own copies.
+        assert_eq!(
+            t.read(&format!("{K3S}/server/tls/server-ca.key")),
+            "layer server-ca.key"
+        );
+        assert_eq!(
+            t.read(&format!("{K3S}/server/token")),
+            "K10aa::server:secret\n"
+        );
+        // A second time finds nothing to remove.
+        let mut again = Report::default();
+        forget_layer_secrets(&t.paths().layer, &mut again);
+        assert!(again.removed.is_empty() && again.failures.is_empty());
+    }
+
+    #[test]
+    fn the_cluster_config_map_carries_the_document_the_operator_reads() {
+        let c = cluster(&["node-1"]);
+        let text = render_cluster_config_map(&c);
+        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(v["kind"], "ConfigMap");
+        assert_eq!(v["metadata"]["name"], CLUSTER_CONFIG_MAP);
+        assert_eq!(v["metadata"]["namespace"], "liken-system");
+        let doc = v["data"]["cluster.yaml"].as_str().unwrap();
+        let back: Cluster = liken_api::decode::strict(doc, "cluster.yaml").unwrap();
+        assert_eq!(back, c.canonical());
+    }
+
+    #[test]
     fn a_leaders_first_boot_is_seeded_and_a_second_writes_nothing() {
         let t = Tree::new("leader");
         t.standard();
@@ -1453,6 +1660,7 @@ mod tests {
             [
                 "liken-crds-clusters-liken-sh.yaml",
                 "liken-crds-machines-liken-sh.yaml",
+                "liken-deployment-cluster.yaml",
                 "liken-feature-flux-manifests-flux-system.yaml"
             ]
         );
@@ -1464,9 +1672,14 @@ mod tests {
         );
         assert!(!t.0.join(K3S).join("server/.tls.liken-tmp").exists());
         let first = r.written.len();
-        // The tls directory, both tokens, three manifests, a link,
-        // /var/run, the machine ID, /etc/rancher/node, config.yaml.
-        assert_eq!(first, 11, "{:?}", r.written);
+        // The tls directory, both tokens, four manifests, a link,
+        // /var/run, the machine ID, /etc/rancher/node, the Pod Security
+        // configuration, config.yaml.
+        assert_eq!(first, 13, "{:?}", r.written);
+        assert_eq!(
+            t.read("run/rancher/k3s/pod-security.yaml"),
+            render_pod_security()
+        );
         assert_eq!(
             std::fs::read_link(t.0.join("run/rancher/node")).unwrap(),
             t.0.join("var/lib/rancher/node")
@@ -1478,7 +1691,8 @@ mod tests {
         assert!(again.removed.is_empty());
         assert_eq!(again.unchanged, first);
 
-        // Retracting the feature removes its manifest; nothing else moves.
+        // Retracting the feature removes its manifest; nothing else moves
+        // but the deployment's Cluster, which follows the document.
         c.spec.features.remove("flux");
         let r = seed(&t.paths(), &m, &c, Role::Leader);
         assert_eq!(
@@ -1486,7 +1700,12 @@ mod tests {
             [t.0.join(K3S)
                 .join("server/manifests/liken-feature-flux-manifests-flux-system.yaml")]
         );
-        assert!(r.written.is_empty(), "{:?}", r.written);
+        assert_eq!(
+            r.written,
+            [t.0.join(K3S)
+                .join("server/manifests")
+                .join(CLUSTER_MANIFEST)]
+        );
     }
 
     #[test]

@@ -320,6 +320,7 @@ impl Client {
             origin: config.origin.clone(),
             message,
         };
+        crate::config::decide_plain_http(&config.server, &config.auth).map_err(invalid)?;
         let mut tls = TlsConfig::builder();
         if let Some(ca) = &config.ca_pem {
             let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(ca)

@@ -71,6 +71,39 @@ pub struct Config {
     pub origin: String,
 }
 
+/// Whether credentials may go to `server`: over https always; over plain
+/// http only anonymously, or to a loopback address (a test's fake server,
+/// a local proxy), because a bearer token or a client key sent over http
+/// is readable by anyone on the path. Errors say what to do.
+pub fn decide_plain_http(server: &str, auth: &Auth) -> Result<(), String> {
+    let Some(rest) = server.strip_prefix("http://") else {
+        return Ok(());
+    };
+    if matches!(auth, Auth::None) {
+        return Ok(());
+    }
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(());
+    }
+    let what = match auth {
+        Auth::ClientCert { .. } => "a client key",
+        _ => "a bearer token",
+    };
+    Err(format!(
+        "the server {server} is plain http and not a loopback address, so {what} would cross \
+         the network in the clear; use the server's https:// URL"
+    ))
+}
+
 /// Why a config could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigError {
@@ -470,6 +503,34 @@ mod tests {
              users:\n- name: u\n  user:\n{user}\n- name: t\n  user:\n    token: abc\n",
             b64("CA PEM")
         )
+    }
+
+    #[test]
+    fn credentials_never_cross_plain_http_beyond_loopback() {
+        let token = Auth::Token("t".into());
+        let key = Auth::ClientCert {
+            cert_pem: Vec::new(),
+            key_pem: Vec::new(),
+        };
+        for ok in [
+            "https://10.0.0.1:6443",
+            "http://127.0.0.1:8080",
+            "http://localhost:8080/",
+            "http://[::1]:8080",
+        ] {
+            assert_eq!(decide_plain_http(ok, &token), Ok(()), "{ok}");
+            assert_eq!(decide_plain_http(ok, &key), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            decide_plain_http("http://10.0.0.1:8080", &Auth::None),
+            Ok(())
+        );
+        let e = decide_plain_http("http://10.0.0.1:8080", &token).unwrap_err();
+        assert!(e.contains("a bearer token would cross the network"), "{e}");
+        let e = decide_plain_http("http://[2001:db8::1]:80", &key).unwrap_err();
+        assert!(e.contains("a client key"), "{e}");
+        let e = decide_plain_http("http://127.0.0.1.evil.example:80", &token).unwrap_err();
+        assert!(e.contains("use the server's https:// URL"), "{e}");
     }
 
     #[test]

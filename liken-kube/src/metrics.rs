@@ -22,10 +22,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The default listen address.
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9200";
@@ -639,8 +639,26 @@ impl Drop for MetricsServer {
     }
 }
 
+/// How many connections are answered at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 128;
+/// The whole time a client has to send its request head: a client that
+/// trickles bytes (a slowloris) is cut off then, however often it sends.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Gives a connection's place back when its thread ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Listens on `addr` (e.g. [`DEFAULT_ADDR`], or `127.0.0.1:0` in tests)
-/// and answers `GET /metrics` with `registry`'s exposition.
+/// and answers `GET /metrics` with `registry`'s exposition. Each
+/// connection has a thread of its own, up to [`MAX_CONNECTIONS`], and
+/// [`REQUEST_DEADLINE`] for its whole request, so slow clients cannot
+/// keep the kubelet's liveness probe from an answer.
 pub fn serve(addr: &str, registry: Registry) -> std::io::Result<MetricsServer> {
     let listener = TcpListener::bind(addr)?;
     let local = listener.local_addr()?;
@@ -655,13 +673,27 @@ pub fn serve(addr: &str, registry: Registry) -> std::io::Result<MetricsServer> {
     let thread = std::thread::Builder::new()
         .name("liken-kube-metrics".into())
         .spawn(move || {
+            let in_flight = Arc::new(AtomicUsize::new(0));
             for conn in listener.incoming() {
                 if thread_stop.load(Ordering::SeqCst) {
                     return;
                 }
-                if let Ok(stream) = conn {
-                    let _ = answer(stream, &registry);
+                let Ok(stream) = conn else {
+                    continue;
+                };
+                if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    continue;
                 }
+                let slot = Slot(in_flight.clone());
+                let registry = registry.clone();
+                // A failed spawn drops the closure, its slot and the stream.
+                let _ = std::thread::Builder::new()
+                    .name("liken-kube-metrics-conn".into())
+                    .spawn(move || {
+                        let _slot = slot;
+                        let _ = answer(stream, &registry);
+                    });
             }
         })?;
     Ok(MetricsServer {
@@ -705,12 +737,17 @@ pub fn decide_response(head: &str, registry: &Registry) -> (&'static str, &'stat
 }
 
 fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let deadline = Instant::now() + REQUEST_DEADLINE;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    // Read the head, at most 8 KiB.
+    // Read the head, at most 8 KiB, within the deadline as a whole.
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
@@ -733,6 +770,47 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 64 clients trickling a byte a second hold neither the liveness
+    /// answer (it comes within a second) nor their connections past the
+    /// deadline.
+    #[test]
+    fn slow_clients_do_not_starve_healthz() {
+        let server = serve("127.0.0.1:0", Registry::new()).unwrap();
+        let addr = server.local_addr();
+        let mut slow: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let trickle = std::thread::spawn(move || {
+            for _ in 0..4 {
+                for s in &mut slow {
+                    let _ = s.write_all(b"G");
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            slow
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let asked = Instant::now();
+        let mut probe = TcpStream::connect(addr).unwrap();
+        probe
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        probe.read_to_string(&mut answer).unwrap();
+        let took = asked.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+        // Past the deadline, the server has closed every slow connection.
+        let mut slow = trickle.join().unwrap();
+        for s in &mut slow {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut rest = Vec::new();
+            match s.read_to_end(&mut rest) {
+                Ok(_) => assert!(rest.is_empty(), "a slow client got {rest:?}"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                Err(e) => panic!("a slow client's connection is still open: {e}"),
+            }
+        }
+    }
 
     #[test]
     fn text_exposition() {

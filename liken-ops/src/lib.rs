@@ -19,10 +19,13 @@
 //! - [`runtime`]: what both binaries share to run like a controller:
 //!   flags, structured logs, signals, where the credentials come from.
 //! - [`cluster`]: the cluster operator.
+//! - [`fleet_cluster`]: the one Cluster both act on, named by the
+//!   deployment.
 //! - [`kinds`]: the core Kubernetes kinds the operators read (Node, Pod).
 //! - [`machine`]: the machine operator.
 
 pub mod cluster;
+pub mod fleet_cluster;
 pub mod kinds;
 pub mod machine;
 pub mod runtime;

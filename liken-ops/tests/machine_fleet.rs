@@ -37,8 +37,16 @@ impl ClusterOperator {
             .kubeconfig_for(HEARTBEAT_NAMESPACE, "liken-cluster-operator")
             .unwrap();
         let log = cp().dir().join("cluster-operator.log");
+        // The deployment's copy of the Cluster, as the Deployment mounts it.
+        let copy = cp().dir().join("fleet-cluster.yaml");
+        std::fs::write(
+            &copy,
+            serde_json::to_string(&cluster_doc(&["lead-1"]).canonical()).unwrap(),
+        )
+        .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"))
             .arg(format!("--kubeconfig={}", kc.display()))
+            .arg(format!("--cluster-file={}", copy.display()))
             .args([
                 "--metrics-address=127.0.0.1:0",
                 "--identity=cluster-operator-0",

@@ -30,8 +30,8 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
         Duration::from_secs(60),
         || {
             let m = machine("seed-1").ok_or("no Machine yet")?;
-            // The first pass may run before the watch sees the Cluster it
-            // just seeded; the role follows on the next.
+            // The first pass may run before the watch sees the Cluster;
+            // the role follows on the next.
             match m.status.phase {
                 Some(Phase::Ready) if m.status.role.is_some() => Ok(m),
                 p => Err(format!(
@@ -43,10 +43,8 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
         },
     );
     assert_eq!(seeded.spec, m.spec, "seeded from the booted document");
-    assert!(
-        get("/apis/liken.sh/v1alpha1/clusters/home").is_some(),
-        "the Cluster was seeded"
-    );
+    // The Cluster came from the leader's copy (the test's stand-in for
+    // the cluster operator); the machine operator never creates one.
     let status = &seeded.status;
     assert_eq!(status.boot.as_ref().unwrap().time, Some(host.record().time));
     assert_eq!(status.role, Some(liken_api::Role::Leader));

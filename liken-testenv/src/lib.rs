@@ -51,7 +51,7 @@ use crate::pki::Pki;
 use crate::spawn::Proc;
 
 /// What to start.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     /// Also run kube-controller-manager (ServiceAccount tokens for pods,
     /// garbage collection, namespace deletion).
@@ -94,6 +94,10 @@ pub struct Options {
     /// URL. The serving certificate (from [`start_with_pki`]) must name
     /// it.
     pub address: Option<std::net::Ipv4Addr>,
+    /// The apiserver's `--admission-control-config-file`: a file liken
+    /// writes for it (init's Pod Security configuration), read by the
+    /// real apiserver.
+    pub admission_config: Option<PathBuf>,
 }
 
 /// A running control plane. Dropping it kills the processes and removes
@@ -445,6 +449,12 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
         log_to(&mut cmd, &dir, "apiserver.log")?;
         if options.no_watch_cache {
             cmd.arg("--watch-cache=false");
+        }
+        if let Some(config) = &options.admission_config {
+            cmd.arg(format!(
+                "--admission-control-config-file={}",
+                config.display()
+            ));
         }
         if options.node_authorizer {
             cmd.arg("--enable-admission-plugins=NodeRestriction");

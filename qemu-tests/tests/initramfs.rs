@@ -60,7 +60,10 @@ fn boots_from_the_initramfs_to_the_supervisor_with_the_boot_record() {
         NEXT,
     );
     vm.expect("liken: hostname: ok (node-1)", NEXT);
-    let record_line = vm.expect("liken: boot-record: ok (/run/liken/boot.json, boot ", NEXT);
+    let record_line = vm.expect(
+        "liken: boot-record: ok (/run/liken/facts/boot.json, boot ",
+        NEXT,
+    );
     vm.expect(
         "liken: k3s: ok (k3s server (LimitNOFILE=1048576, LimitNPROC and LimitCORE infinity))",
         NEXT,
@@ -73,7 +76,7 @@ fn boots_from_the_initramfs_to_the_supervisor_with_the_boot_record() {
     );
     vm.expect_unordered("liken-standin-k3s: started as k3s server", NEXT);
 
-    // The record the stand-in read from /run/liken/boot.json is the
+    // The record the stand-in read from /run/liken/facts/boot.json is the
     // one the milestone named, and names the Machine this boot runs.
     let rec = vm.expect_unordered("liken-standin-k3s: boot record ", NEXT);
     let json = rec.split("boot record ").nth(1).unwrap();

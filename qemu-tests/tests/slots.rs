@@ -41,7 +41,7 @@ const BOOT: Duration = Duration::from_secs(180);
 /// Deadline for what follows a milestone already seen.
 const NEXT: Duration = Duration::from_secs(60);
 
-/// The boot record the stand-in read from /run/liken/boot.json and
+/// The boot record the stand-in read from /run/liken/facts/boot.json and
 /// printed, and the assessment it carries.
 fn record_of(vm: &mut Vm) -> (BootRecord, BootAssessment) {
     let rec = vm.expect_unordered("liken-standin-k3s: boot record ", NEXT);

@@ -1,6 +1,6 @@
 //! The network thread: keeps the DHCP leases, rewrites resolv.conf when
 //! their DNS servers change, and publishes the running network's facts
-//! (`/run/liken/network.json`) whenever the kernel reports a change.
+//! (`/run/liken/facts/network.json`) whenever the kernel reports a change.
 //!
 //! One thread, waiting in poll(2) on a stop socket, a netlink socket
 //! subscribed to link, address and route changes, and one DHCP client
@@ -556,6 +556,9 @@ impl<'a> Thread<'a> {
         let mut bytes = serde_json::to_vec_pretty(&out).unwrap_or_default();
         bytes.push(b'\n');
         let path = self.setup.run_liken.join(liken_api::ondisk::NETWORK_FACTS);
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
         let _ = crate::fsutil::write_atomic(&path, &bytes, 0o644);
     }
 

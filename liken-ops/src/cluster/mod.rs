@@ -26,6 +26,8 @@
 //!   already run the template's release.
 //!
 //! Then the code that carries the decisions out:
+//! - [`deployment`]: the one Cluster the deployment names, created from
+//!   its copy; foreign Clusters reported, never followed.
 //! - [`watches`]: the informers that feed the sweep.
 //! - [`sweep`]: one sweep, and every write, in order.
 //! - [`events`], [`metrics`]: what the operator tells people and
@@ -33,6 +35,7 @@
 //! - [`run`]: flags, the election, the loop, shutdown.
 
 pub mod channel;
+pub mod deployment;
 pub mod events;
 pub mod fleet;
 pub mod flux;

@@ -56,6 +56,14 @@ pub const PROGRAM: Program = Program {
             help: "this copy's name in the election; else the hostname and process id",
         },
         Flag {
+            name: "cluster-file",
+            value: Some("PATH"),
+            default: None,
+            env: None,
+            help: "the deployment's cluster.yaml: the operator acts only on the Cluster it names, \
+                   and creates it from this copy when the API has none (required)",
+        },
+        Flag {
             name: "sweep-interval",
             value: Some("DURATION"),
             default: Some("10s"),
@@ -116,6 +124,8 @@ pub struct Options {
     pub metrics_address: Option<String>,
     /// `--identity`.
     pub identity: String,
+    /// `--cluster-file`, read: the deployment's Cluster.
+    pub cluster: liken_api::Cluster,
     /// `--sweep-interval`.
     pub sweep_interval: Duration,
     /// `--heartbeat-stale-after`.
@@ -194,7 +204,21 @@ impl Options {
             stall_after: duration("rollout-stall-after")?,
             poll_interval: duration("channel-poll-interval")?,
             timings,
+            // Last, so a bad interval is reported before a missing file.
+            cluster: deployment_cluster(v)?,
         })
+    }
+}
+
+/// The deployment's Cluster, from `--cluster-file`.
+fn deployment_cluster(v: &Values) -> Result<liken_api::Cluster, Error> {
+    match v.get("cluster-file").filter(|s| !s.is_empty()) {
+        Some(path) => super::deployment::read_copy(std::path::Path::new(path)).map_err(Error::Flag),
+        None => Err(Error::Flag(
+            "--cluster-file is required: the deployment's cluster.yaml names the one Cluster \
+             this operator acts on"
+                .into(),
+        )),
     }
 }
 
@@ -288,6 +312,7 @@ pub fn run(options: Options, stop: Receiver<Stop>) -> Result<(), Error> {
             stale_after: options.stale_after,
             stall_after: options.stall_after,
         },
+        super::deployment::Deployment::new(options.cluster.clone()),
     );
 
     let ticker = tick(options.sweep_interval);

@@ -43,6 +43,7 @@ use liken_kube::{Api, Client, DynamicObject, Error};
 use serde_json::json;
 
 use super::channel::Poller;
+use super::deployment::Deployment;
 use super::events;
 use super::fleet::{self, FleetSweep, Judged, decide_fleet_sweep};
 use super::flux::Flux;
@@ -103,6 +104,8 @@ pub struct Sweeper {
     pub metrics: ClusterMetrics,
     /// The intervals.
     pub limits: Limits,
+    /// The Cluster the deployment names.
+    deployment: Deployment,
     /// The flux feature's upkeep (when it last probed for the engine).
     flux: Flux,
     /// The steward (the terminating OS pods it has reported).
@@ -118,6 +121,7 @@ pub struct Sweeper {
 
 impl Sweeper {
     /// A sweeper over running watches.
+    #[allow(clippy::too_many_arguments)] // each is a part the loop owns
     pub fn new(
         client: Client,
         watches: Watches,
@@ -126,6 +130,7 @@ impl Sweeper {
         poller: Poller,
         metrics: ClusterMetrics,
         limits: Limits,
+        deployment: Deployment,
     ) -> Sweeper {
         Sweeper {
             client,
@@ -135,6 +140,7 @@ impl Sweeper {
             poller,
             metrics,
             limits,
+            deployment,
             flux: Flux::new(),
             steward: Steward::new(),
             reported: BTreeMap::new(),
@@ -238,39 +244,29 @@ impl Sweeper {
         Ok(())
     }
 
-    /// The one Cluster of the fleet, once the store holds one. A fleet has
-    /// exactly one; with several the first by name is operated and the
-    /// others named in the log.
+    /// The fleet's Cluster: the one the deployment names, never another
+    /// (crate::fleet_cluster); created from the deployment's copy when the
+    /// API has none of that name.
     fn pick_cluster(&mut self) -> Option<Cluster> {
-        let mut clusters = self.watches.clusters().list();
-        clusters.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let Some(first) = clusters.first() else {
+        let clusters = self.watches.clusters();
+        let picked = self
+            .deployment
+            .pick(&self.client, &self.recorder, &clusters);
+        let Some(cluster) = picked else {
             if !self.waiting_logged {
                 log::info(
-                    "waiting for a Cluster (the machine operators seed it from the image)",
-                    &[],
+                    "waiting for the Cluster the deployment names",
+                    &[("cluster", &self.deployment.name())],
                 );
                 self.waiting_logged = true;
             }
             return None;
         };
-        let name = &first.metadata.name;
-        if self.operating.as_deref() != Some(name) {
-            let others: Vec<&str> = clusters[1..]
-                .iter()
-                .map(|c| c.metadata.name.as_str())
-                .collect();
-            if others.is_empty() {
-                log::info("operating cluster", &[("cluster", name)]);
-            } else {
-                log::warn(
-                    "several Clusters exist; a fleet has one, so only the first by name is operated",
-                    &[("cluster", name), ("ignored", &others.join(","))],
-                );
-            }
-            self.operating = Some(name.clone());
+        if self.operating.as_deref() != Some(cluster.metadata.name.as_str()) {
+            log::info("operating cluster", &[("cluster", &cluster.metadata.name)]);
+            self.operating = Some(cluster.metadata.name.clone());
         }
-        Some((**first).clone())
+        Some(cluster)
     }
 
     /// The Machines as the store holds them, except that each one with a

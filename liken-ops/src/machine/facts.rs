@@ -20,7 +20,7 @@ pub struct Facts {
     /// init's answer to a status request, or why there was none (no
     /// socket, a dead init, a malformed answer).
     pub init: Result<InitStatus, String>,
-    /// /run/liken/boot.json: `None` before init publishes it.
+    /// /run/liken/facts/boot.json: `None` before init publishes it.
     pub record: Result<Option<BootRecord>, String>,
     /// /run/liken/documents/machine.yaml, strictly decoded.
     pub running_machine: Result<Option<Machine>, String>,
@@ -28,7 +28,7 @@ pub struct Facts {
     pub running_cluster: Result<Option<Cluster>, String>,
     /// The kernel's side of the running Machine.
     pub kernel: KernelFacts,
-    /// /run/liken/network.json: `None` when init publishes none (an older
+    /// /run/liken/facts/network.json: `None` when init publishes none (an older
     /// init), `Err` when it does not parse.
     pub network: Option<Result<liken_api::network::NetworkFacts, String>>,
     /// SHA-256 of the bytes of each document now staged, by file name.

@@ -36,7 +36,7 @@ pub const PROGRAM: Program = Program {
             value: Some("DIR"),
             default: Some("/run/liken"),
             env: None,
-            help: "init's run directory: boot.json, documents/, init.sock",
+            help: "init's run directory: facts/, documents/, init.sock",
         },
         Flag {
             name: "var-dir",
@@ -207,7 +207,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.node, "n2");
-        assert_eq!(c.paths.boot_record(), PathBuf::from("/tmp/r/boot.json"));
+        assert_eq!(
+            c.paths.boot_record(),
+            PathBuf::from("/tmp/r/facts/boot.json")
+        );
         assert_eq!(c.metrics_address, None);
         let e = config(&[], &[]).unwrap_err();
         assert!(e.0.contains("NODE_NAME"), "{e}");

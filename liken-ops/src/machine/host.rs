@@ -375,6 +375,7 @@ mod tests {
         assert_eq!(facts.record, Ok(None));
         assert_eq!(facts.running_machine, Ok(None));
         fs::create_dir_all(paths.run.join("documents")).unwrap();
+        fs::create_dir_all(paths.run.join(liken_api::ondisk::FACTS_DIR)).unwrap();
         fs::write(paths.boot_record(), "{not json").unwrap();
         fs::write(
             paths.running(Document::Machine),

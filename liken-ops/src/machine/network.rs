@@ -1,5 +1,5 @@
 //! NetworkConfigured's second half: whether the running network (the
-//! facts init publishes in /run/liken/network.json) is what the running
+//! facts init publishes in /run/liken/facts/network.json) is what the running
 //! Machine declares.
 //!
 //! A change between the API's Machine and the running one is staged like

@@ -10,7 +10,7 @@
 //! after the status write lands, so a refused write posts nothing and
 //! the next pass finds the same transition again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use liken_kube::{
     json_pointer,
 };
 
+use crate::fleet_cluster::{FOREIGN_REASON, decide_cluster, foreign_note};
 use crate::kinds::{Node, Pod};
 use crate::machine::approval::{Approval, RebootRequest};
 use crate::machine::download::Downloads;
@@ -39,7 +40,7 @@ use crate::machine::init_client::{InitClient, InitError};
 use crate::machine::node::node_patch;
 use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
 use crate::machine::release::Worker;
-use crate::machine::seed::{Seeded, seed_cluster, seed_machine};
+use crate::machine::seed::{Seeded, seed_machine};
 use crate::machine::status::{compose, decide_released, transition_events};
 use crate::machine::turn::{
     Asked, Refused, TurnStep, cordon_patch, decide_same_ask, uncordon_patch,
@@ -224,6 +225,8 @@ struct Operator {
     nodes: Store<Node>,
     downloads: Option<Downloads>,
     refusals: BTreeMap<String, Refusal>,
+    /// The foreign Clusters already reported (crate::fleet_cluster).
+    foreign_reported: BTreeSet<String>,
     /// The Machine as the last status write returned it, newer than the
     /// store until the watch delivers it.
     written: Option<Machine>,
@@ -265,6 +268,7 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
         nodes: watches.nodes.store(),
         downloads: None,
         refusals: BTreeMap::new(),
+        foreign_reported: BTreeSet::new(),
         written: None,
         metrics,
         owner: None,
@@ -378,8 +382,9 @@ impl Operator {
             .event(machine_ref(m), kind, reason, "Reconcile", note);
     }
 
-    /// Creates the Machine and the Cluster from the booted documents when
-    /// the API has neither.
+    /// Creates the Machine from the booted document when the API does not
+    /// have it. Never the Cluster: that is the cluster operator's, from
+    /// the leader's copy (crate::fleet_cluster).
     fn seed(&mut self) {
         let facts = host::read_facts(&self.cfg.paths, Err(String::new()));
         if let Ok(Some(running)) = &facts.running_machine
@@ -400,23 +405,36 @@ impl Operator {
                 ),
             }
         }
-        if let Ok(Some(running)) = &facts.running_cluster
-            && self.clusters.is_empty()
-        {
-            match seed_cluster(&self.client, running) {
-                Ok(Seeded::Created) => {
-                    log::info(
-                        "created the Cluster from the booted document",
-                        &[("cluster", &running.metadata.name)],
-                    );
-                }
-                Ok(Seeded::Existed) => {}
-                Err(e) => log::warn(
-                    "seeding the Cluster failed; the next pass tries again",
-                    &[("err", &e)],
-                ),
+    }
+
+    /// The fleet's Cluster: the one named by the Cluster document this
+    /// boot runs (the deployment's name), never another. Each other
+    /// Cluster gets one Warning Event from this process.
+    fn fleet_cluster(&mut self, facts: &crate::machine::facts::Facts) -> Option<Cluster> {
+        let Ok(Some(running)) = &facts.running_cluster else {
+            return None;
+        };
+        let name = &running.metadata.name;
+        let chosen = decide_cluster(name, &self.clusters.list());
+        for foreign in chosen.foreign {
+            if !self.foreign_reported.insert(foreign.clone()) {
+                continue;
+            }
+            if let Some(c) = self.clusters.get(&foreign) {
+                log::warn(
+                    "ignoring a Cluster the deployment does not name",
+                    &[("cluster", &foreign), ("fleet", name)],
+                );
+                self.recorder.event(
+                    ObjectReference::cluster(&c),
+                    EventType::Warning,
+                    FOREIGN_REASON,
+                    "Ignore",
+                    &foreign_note(&foreign, name),
+                );
             }
         }
+        chosen.ours.map(|c| (*c).clone())
     }
 
     fn start_heartbeat(&mut self, registry: &Registry) -> Option<Heartbeat> {
@@ -482,10 +500,10 @@ impl Operator {
         {
             o.uid = machine.metadata.uid.clone();
         }
-        let cluster = self.clusters.list().first().map(|c| (**c).clone());
         let node = self.nodes.get(&self.cfg.node).map(|n| (*n).clone());
         let init = self.init.status().map_err(|e| e.to_string());
         let facts = host::read_facts(&self.cfg.paths, init);
+        let cluster = self.fleet_cluster(&facts);
         let worker = self
             .downloads
             .as_ref()

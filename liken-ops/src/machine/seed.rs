@@ -1,16 +1,18 @@
-//! Seeding: the Machine (and the fleet's Cluster) created in the API
-//! from the documents init booted with, the first time this machine's
-//! operator starts.
+//! Seeding: the Machine created in the API from the document init
+//! booted with, the first time this machine's operator starts. The
+//! Cluster is not this operator's to create (a machine must not be able
+//! to name the fleet's Cluster): the cluster operator creates it from
+//! the leader's copy (crate::fleet_cluster).
 //!
 //! Seeding only ever creates. An object that exists is never written
 //! over, because from then on the API's copy is the truth a person edits,
 //! and the documents on the machine follow it through staging. Two
-//! machines seeding the same Cluster at once is harmless: one create
+//! operators seeding the same Machine at once is harmless: one create
 //! lands, the other meets AlreadyExists, which is success.
 
-use liken_api::{Cluster, Machine};
-use liken_kube::request::{CLUSTERS, MACHINES};
-use liken_kube::{Api, Client, Error, ListParams};
+use liken_api::Machine;
+use liken_kube::request::MACHINES;
+use liken_kube::{Api, Client, Error};
 
 /// What seeding did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,15 +46,4 @@ pub fn seed_machine(client: &Client, running: &Machine) -> Result<Seeded, Error>
         return Ok(Seeded::Existed);
     }
     create_once::<Machine, _>(client, &api, &running.canonical())
-}
-
-/// Creates the Cluster from the document this boot runs, unless the API
-/// has one (a fleet has exactly one, whatever its name).
-pub fn seed_cluster(client: &Client, running: &Cluster) -> Result<Seeded, Error> {
-    let api = Api::all(CLUSTERS);
-    let existing = client.list::<Cluster>(&api, &ListParams::default().limit(1))?;
-    if !existing.items.is_empty() {
-        return Ok(Seeded::Existed);
-    }
-    create_once::<Cluster, _>(client, &api, &running.canonical())
 }

@@ -129,9 +129,30 @@ impl Env {
             "spec": {"endpoint": "https://10.0.0.1:6443", "leaders": leaders,
                      "version": target, "disruptionBudget": {"maxUnavailable": budget}},
         });
-        self.admin
-            .create::<Cluster, _>(&Api::all(CLUSTERS), &c)
-            .unwrap();
+        // A running operator creates "home" from the deployment's copy
+        // when a scenario cleared it; the scenario's spec then replaces it.
+        match self.admin.create::<Cluster, _>(&Api::all(CLUSTERS), &c) {
+            Ok(_) => {}
+            Err(liken_kube::Error::AlreadyExists { .. }) => {
+                for _ in 0..20 {
+                    let mut held: DynamicObject =
+                        self.admin.get(&Api::all(CLUSTERS), name).unwrap();
+                    held.0["spec"] = c["spec"].clone();
+                    match self
+                        .admin
+                        .replace::<Cluster, _>(&Api::all(CLUSTERS), name, &held.0)
+                    {
+                        Ok(_) => return,
+                        Err(e) if e.is_conflict() => {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        Err(e) => panic!("replacing Cluster {name}: {e}"),
+                    }
+                }
+                panic!("Cluster {name} kept changing under the test");
+            }
+            Err(e) => panic!("creating Cluster {name}: {e}"),
+        }
     }
 
     /// Deletes every Machine, Cluster and heartbeat Lease, so a scenario
@@ -236,11 +257,21 @@ impl Env {
 /// then `extra` (a later flag wins).
 pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> Operator {
     let log = env.cp.dir().join(format!("{name}.log"));
+    // The deployment's copy of the Cluster, as the Deployment mounts it
+    // from the ConfigMap init seeds: the fleet's Cluster is "home".
+    let copy = env.cp.dir().join("deployment-cluster.yaml");
+    std::fs::write(
+        &copy,
+        "apiVersion: liken.sh/v1alpha1\nkind: Cluster\nmetadata: {name: home}\n\
+         spec: {endpoint: \"https://10.0.0.1:6443\", leaders: [a]}\n",
+    )
+    .unwrap();
     let mut cmd = Command::new(binary);
     cmd.arg(format!(
         "--kubeconfig={}",
         env.operator_kubeconfig.display()
     ))
+    .arg(format!("--cluster-file={}", copy.display()))
     .arg("--metrics-address=127.0.0.1:0")
     .arg(format!("--identity={name}"))
     .args(FAST)

@@ -111,6 +111,7 @@ fn the_fleet_under_the_shipped_rbac() {
     the_channel_is_polled(&env, &op);
     settled_fleet_writes_nothing(&env, &op);
     unreadable_objects_are_skipped(&env, &op);
+    one_cluster_named_by_the_deployment(&env, &op);
     a_pruning_schema_stops_grants(&env, &op);
 
     // SIGTERM: the loop ends, Events flush, the Lease is released.
@@ -727,6 +728,96 @@ fn unreadable_objects_are_skipped(env: &Env, op: &Operator) {
         .delete(&Api::all(CLUSTERS), "aaa-odd", &Default::default());
 }
 
+/// The fleet's Cluster is the one the deployment names: created from the
+/// deployment's copy when the API has none, and a second Cluster that
+/// sorts first (the attack a follower's root could make before the
+/// machine operator lost clusters: create) is reported, marked
+/// Operated=False, and never followed.
+fn one_cluster_named_by_the_deployment(env: &Env, op: &Operator) {
+    env.clear();
+    let end = deadline(Duration::from_secs(20));
+    let home = loop {
+        if let Ok(Some(c)) = env
+            .admin
+            .get_opt::<liken_api::Cluster>(&Api::all(CLUSTERS), "home")
+        {
+            break c;
+        }
+        assert!(
+            Instant::now() < end,
+            "the Cluster was not created from the deployment's copy\n{}",
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(home.spec.leaders, ["a"]);
+    assert_eq!(home.spec.endpoint, "https://10.0.0.1:6443");
+    assert!(
+        op.log_text()
+            .contains("created the Cluster from the deployment's copy"),
+        "{}",
+        op.log_text()
+    );
+    env.admin
+        .create::<DynamicObject, _>(
+            &Api::all(CLUSTERS),
+            &json!({"apiVersion": "liken.sh/v1alpha1", "kind": "Cluster",
+                    "metadata": {"name": "aaa-evil"},
+                    "spec": {"endpoint": "https://10.0.0.66:6443", "leaders": ["a"],
+                             "version": NEW,
+                             "releases": {"source": "http://10.0.0.66/channel"}}}),
+        )
+        .unwrap();
+    let evil = env.wait_cluster(
+        "aaa-evil",
+        "the foreign Cluster marked",
+        Duration::from_secs(20),
+        |c| c.status.conditions.iter().any(|c| c.type_ == "Operated"),
+    );
+    let cond = evil
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Operated")
+        .unwrap();
+    assert_eq!(cond.status, liken_api::ConditionStatus::False);
+    assert_eq!(cond.reason, "ForeignCluster");
+    assert!(
+        cond.message
+            .contains("the deployment names its Cluster home"),
+        "{}",
+        cond.message
+    );
+    let end = deadline(Duration::from_secs(20));
+    while env.events("aaa-evil", "ForeignCluster").is_empty() {
+        assert!(
+            Instant::now() < end,
+            "no ForeignCluster Event
+{}",
+            op.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let events = env.events("aaa-evil", "ForeignCluster");
+    assert_eq!(events[0]["type"], "Warning");
+    // Only the marking: no tally, no ledger, no release status on it,
+    // while home's status follows home.
+    std::thread::sleep(Duration::from_secs(3));
+    let evil = env.cluster("aaa-evil");
+    assert_eq!(evil.status.machines.total, 0, "{:?}", evil.status);
+    assert!(evil.status.reboot_turns.is_empty());
+    assert_eq!(
+        evil.status.conditions.len(),
+        1,
+        "{:?}",
+        evil.status.conditions
+    );
+    assert!(!op.log_text().contains("operating cluster cluster=aaa-evil"));
+    let _ = env
+        .admin
+        .delete(&Api::all(CLUSTERS), "aaa-evil", &Default::default());
+}
+
 /// An older release's Cluster schema, without status.rebootTurns, prunes
 /// the ledger from every status write: no grant goes out (none could be
 /// counted), and Progressing says why.
@@ -948,8 +1039,23 @@ fn two_copies_one_paused_never_exceed_the_budget() {
 /// with status 1 and a message that says what to do.
 #[test]
 fn the_binary_explains_itself() {
+    let copy = std::env::temp_dir().join(format!("explains-{}.yaml", std::process::id()));
+    std::fs::write(
+        &copy,
+        "apiVersion: liken.sh/v1alpha1\nkind: Cluster\nmetadata: {name: home}\n\
+         spec: {endpoint: \"https://10.0.0.1:6443\", leaders: [a]}\n",
+    )
+    .unwrap();
+    let with_copy = format!("--cluster-file={}", copy.display());
     let run = |args: &[&str], env: &[(&str, &str)]| {
+        // Every case but the one about the file has the deployment's copy.
+        let file: &[&str] = if args.iter().any(|a| a.starts_with("--cluster-file")) {
+            &[]
+        } else {
+            &[with_copy.as_str()]
+        };
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"))
+            .args(file)
             .args(args)
             .env_clear()
             .envs(env.iter().copied())
@@ -987,6 +1093,17 @@ fn the_binary_explains_itself() {
         ),
         // No flag, no KUBECONFIG, no service account, no home.
         (&[], &[], "liken-cluster-operator: "),
+        (
+            &["--cluster-file="],
+            &[],
+            "liken-cluster-operator: --cluster-file is required: the deployment's cluster.yaml \
+             names the one Cluster this operator acts on",
+        ),
+        (
+            &["--cluster-file=/nonexistent/cluster.yaml"],
+            &[],
+            "cannot read the deployment's Cluster at /nonexistent/cluster.yaml",
+        ),
     ] {
         let (code, _, err) = run(args, env);
         assert_eq!(code, Some(1), "{args:?}: {err}");

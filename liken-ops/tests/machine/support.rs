@@ -135,6 +135,20 @@ pub fn cluster_doc(leaders: &[&str]) -> Cluster {
     )
 }
 
+/// Creates the fleet's Cluster as the cluster operator does from the
+/// leader's copy (the machine operator never creates one), unless the API
+/// has it.
+pub fn ensure_cluster(cluster: &Cluster) {
+    let body = serde_json::to_value(cluster.canonical()).unwrap();
+    let (code, v) = cp()
+        .request("POST", "/apis/liken.sh/v1alpha1/clusters", Some(&body))
+        .unwrap();
+    assert!(
+        code == 201 || code == 409,
+        "creating the Cluster: {code} {v}"
+    );
+}
+
 /// How the double answers a status request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatusMode {
@@ -219,6 +233,7 @@ impl Host {
         };
         for d in [
             "run/liken/documents",
+            "run/liken/facts",
             "var/lib/liken",
             "proc/sys/vm",
             "sys/module",
@@ -232,6 +247,7 @@ impl Host {
         .unwrap();
         host.boot(machine, cluster, Version::parse(OLD).unwrap(), Slot::A);
         host.serve();
+        ensure_cluster(cluster);
         host
     }
 
@@ -285,7 +301,7 @@ impl Host {
         };
         let mut json = serde_json::to_vec_pretty(&record).unwrap();
         json.push(b'\n');
-        fs::write(self.path("run/liken/boot.json"), json).unwrap();
+        fs::write(self.path("run/liken/facts/boot.json"), json).unwrap();
         self.state.lock().unwrap().record = Some(record);
     }
 
@@ -736,7 +752,7 @@ impl Host {
         record.assessment = Some(assessment);
         let mut json = serde_json::to_vec_pretty(&*record).unwrap();
         json.push(b'\n');
-        fs::write(self.path("run/liken/boot.json"), json).unwrap();
+        fs::write(self.path("run/liken/facts/boot.json"), json).unwrap();
     }
 }
 
@@ -744,7 +760,7 @@ impl Host {
     /// Publishes init's network facts.
     pub fn publish_network(&self, facts: &liken_api::network::NetworkFacts) {
         fs::write(
-            self.path("run/liken/network.json"),
+            self.path("run/liken/facts/network.json"),
             serde_json::to_vec_pretty(facts).unwrap(),
         )
         .unwrap();

@@ -95,8 +95,16 @@ pub fn scenario() {
     let kubeconfig = cp
         .kubeconfig_for(support::SA_NAMESPACE, support::SA_NAME)
         .unwrap();
+    // The deployment's copy of the Cluster, as the Deployment mounts it.
+    let copy = cp.dir().join("upkeep-cluster.yaml");
+    std::fs::write(
+        &copy,
+        serde_json::to_string(&cluster().canonical()).unwrap(),
+    )
+    .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"));
     cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cluster-file={}", copy.display()))
         .args([
             "--metrics-address=127.0.0.1:0",
             "--identity=upkeep",

@@ -285,7 +285,7 @@ fn write_release(from: &str) {
         Err(e) => return say(&format!("cannot read the release in {from}: {e}")),
     };
     let version = release.version.to_string();
-    let running = std::fs::read_to_string("/run/liken/boot.json")
+    let running = std::fs::read_to_string("/run/liken/facts/boot.json")
         .ok()
         .and_then(|t| serde_json::from_str::<BootRecord>(&t).ok())
         .and_then(|r| r.version);
@@ -375,7 +375,7 @@ fn stay_up() -> ! {
 /// Asks init to write a release (the one the boot record says is
 /// running, whatever the releases directory holds) and prints the answer.
 fn ask_write_on_trial() {
-    let version = std::fs::read_to_string("/run/liken/boot.json")
+    let version = std::fs::read_to_string("/run/liken/facts/boot.json")
         .ok()
         .and_then(|t| serde_json::from_str::<BootRecord>(&t).ok())
         .and_then(|r| r.version)
@@ -707,7 +707,7 @@ fn main() {
             if let Some(rss) = init_rss() {
                 say(&format!("init {rss}"));
             }
-            match std::fs::read_to_string("/run/liken/boot.json") {
+            match std::fs::read_to_string("/run/liken/facts/boot.json") {
                 Ok(text) => say(&format!(
                     "boot record {}",
                     text.split_whitespace().collect::<Vec<_>>().join("")

@@ -492,6 +492,13 @@ impl Host {
             // where it serves).
             .arg("--metrics-address=127.0.0.1:0")
             .arg("--identity=host")
+            // The deployment's Cluster, as the Deployment mounts it from
+            // the ConfigMap the leader's init seeds: the operator acts on
+            // its name only and creates the Cluster from it.
+            .arg(format!(
+                "--cluster-file={}",
+                self.deployment.join("cluster.yaml").display()
+            ))
             .args(flags)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))

@@ -3,7 +3,7 @@
 //! qemu-tests/src/bin/liken-bench-lease.rs).
 //!
 //! It follows the lease's renewal count in init's published facts
-//! (/run/liken/network.json), and prints init's memory as the kernel
+//! (/run/liken/facts/network.json), and prints init's memory as the kernel
 //! reports it (/proc/1/status), once as soon as the first lease is bound
 //! and once as the count reaches each `<n>`:
 //! `liken-standin-k3s: init memory {"renewals":..,"vmRssKb":..,...}`,
@@ -20,7 +20,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The first lease's renewal count and state in network.json.
 fn lease() -> Option<(u64, String)> {
-    let text = std::fs::read_to_string("/run/liken/network.json").ok()?;
+    let text = std::fs::read_to_string("/run/liken/facts/network.json").ok()?;
     let facts: Value = serde_json::from_str(&text).ok()?;
     let lease = facts.get("leases")?.get(0)?;
     let state = lease.get("state")?.as_str()?.to_owned();

@@ -16,7 +16,7 @@
 //! the snapshot changes (polled every half second), so a test sees a
 //! renewal move an address or a bond fail over.
 //!
-//! It also prints init's own account, /run/liken/network.json, as
+//! It also prints init's own account, /run/liken/facts/network.json, as
 //! `liken-standin-k3s: facts {...}` whenever that file changes, so a
 //! test can hold init's published facts against what the kernel shows.
 //!
@@ -237,7 +237,7 @@ pub fn watch(targets: &str, say: &dyn Fn(&str)) -> ! {
             say(&format!("network {now}"));
             last = now;
         }
-        let facts = read("/run/liken/network.json");
+        let facts = read("/run/liken/facts/network.json");
         if facts != last_facts {
             let compact = serde_json::from_str::<Value>(&facts)
                 .map(|v| v.to_string())
