@@ -35,6 +35,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::dhcp::{self, Lease};
 use super::facts;
 use super::lease::{Effect, Keeper, State, To, decide_times};
+use super::routes::{LeaseRoute, decide_lease_routes};
 use crate::console;
 use crate::events::Event;
 use crate::sys::netlink::{self, Netlink, Op, Request, rta};
@@ -152,6 +153,10 @@ struct Slot {
     index: u32,
     /// Static routes added after each new lease.
     routes: Vec<super::StaticRoute>,
+    /// The interface's route metric.
+    metric: u32,
+    /// The destinations the Machine routes statically here.
+    statics: Vec<(IpAddr, u8)>,
     socket: Option<UdpSocket>,
     keeper: Keeper,
     /// The lease on the interface now.
@@ -199,6 +204,8 @@ impl<'a> Thread<'a> {
                     name: name.clone(),
                     index: link.index,
                     routes: link.routes.clone(),
+                    metric: link.metric,
+                    statics: link.statics.clone(),
                     socket,
                     keeper: Keeper::new(mac, dhcp::decide_xid(mac, wall), Duration::ZERO),
                     applied: None,
@@ -378,7 +385,8 @@ impl<'a> Thread<'a> {
             return;
         };
         let nl = &*self.setup.netlink;
-        remove_route(nl, slot.index, lease);
+        let (routes, _) = decide_lease_routes(lease, &slot.statics);
+        remove_routes(nl, slot.index, slot.metric, &routes);
         let _ = nl.apply(&Request::Address {
             op: Op::Remove,
             index: slot.index,
@@ -393,8 +401,9 @@ impl<'a> Thread<'a> {
         let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
-        let (name, index) = (slot.name.clone(), slot.index);
+        let (name, index, metric) = (slot.name.clone(), slot.index, slot.metric);
         let routes = slot.routes.clone();
+        let (leased, skipped) = decide_lease_routes(&new, &slot.statics);
         let old = slot.applied.clone();
         let moved = old
             .as_ref()
@@ -403,8 +412,17 @@ impl<'a> Thread<'a> {
             // The old address goes first: were it the subnet's primary,
             // removing it later would take the new one with it.
             Some(o) if moved => self.take_off(i, o),
-            Some(o) if o.router != new.router => remove_route(&*nl, index, o),
-            _ => {}
+            Some(o) => {
+                // Only the routes the new lease no longer has.
+                let Some(slot) = self.slots.get(i) else {
+                    return;
+                };
+                let (before, _) = decide_lease_routes(o, &slot.statics);
+                let gone: Vec<LeaseRoute> =
+                    before.into_iter().filter(|r| !leased.contains(r)).collect();
+                remove_routes(&*nl, index, metric, &gone);
+            }
+            None => {}
         }
         let add = Request::Address {
             op: Op::Add,
@@ -418,18 +436,19 @@ impl<'a> Thread<'a> {
                 new.address, new.prefix
             ));
         }
-        if let Some(gateway) = new.router {
-            let route = Request::Route {
-                op: Op::Add,
-                index,
-                destination: Ipv4Addr::UNSPECIFIED.into(),
-                prefix: 0,
-                gateway: gateway.into(),
-                protocol: rta::PROTO_DHCP,
-            };
-            if let Err(e) = nl.apply(&route) {
+        if old.is_none() || moved {
+            for text in &skipped {
+                console::line(&format!("dhcp: {name}: {text}"));
+            }
+        }
+        for r in &leased {
+            if let Err(e) = nl.apply(&route_request(Op::Add, index, metric, r)) {
+                let via = r
+                    .gateway
+                    .map_or("on the link".to_owned(), |g| format!("via {g}"));
                 console::line(&format!(
-                    "dhcp: {name}: cannot add the default route via {gateway}: {e}"
+                    "dhcp: {name}: cannot add the leased route to {}/{} {via}: {e}",
+                    r.destination, r.prefix
                 ));
             }
         }
@@ -442,7 +461,8 @@ impl<'a> Thread<'a> {
                     index,
                     destination: r.destination,
                     prefix: r.prefix,
-                    gateway: r.gateway,
+                    gateway: Some(r.gateway),
+                    metric,
                     protocol: rta::PROTO_BOOT,
                 };
                 if let Err(e) = nl.apply(&add) {
@@ -577,16 +597,25 @@ impl<'a> Thread<'a> {
     }
 }
 
-fn remove_route(nl: &dyn Netlink, index: u32, lease: &Lease) {
-    if let Some(gateway) = lease.router {
-        let _ = nl.apply(&Request::Route {
-            op: Op::Remove,
-            index,
-            destination: Ipv4Addr::UNSPECIFIED.into(),
-            prefix: 0,
-            gateway: gateway.into(),
-            protocol: rta::PROTO_DHCP,
-        });
+/// The netlink request that adds or removes lease route `r` of the
+/// interface `index` at `metric`.
+pub fn route_request(op: Op, index: u32, metric: u32, r: &LeaseRoute) -> Request {
+    Request::Route {
+        op,
+        index,
+        destination: r.destination.into(),
+        prefix: r.prefix,
+        gateway: r.gateway.map(IpAddr::V4),
+        metric,
+        protocol: rta::PROTO_DHCP,
+    }
+}
+
+/// Removes `routes` (a lease's), the routes through a gateway before
+/// the on-link routes that made their gateways reachable.
+pub fn remove_routes(nl: &dyn Netlink, index: u32, metric: u32, routes: &[LeaseRoute]) {
+    for r in routes.iter().rev() {
+        let _ = nl.apply(&route_request(Op::Remove, index, metric, r));
     }
 }
 

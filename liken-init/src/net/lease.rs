@@ -427,6 +427,7 @@ mod tests {
             server: Some(SERVER),
             t1: None,
             t2: None,
+            classless: Vec::new(),
         }
     }
 
