@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 
 use liken_api::network::{AddressOrigin, RouteOrigin};
-use liken_init::net::daemon::{remove_routes, route_request};
+use liken_init::net::daemon::{decide_carriers, remove_routes, route_request};
 use liken_init::net::dhcp::Lease;
 use liken_init::net::facts;
 use liken_init::net::routes::decide_lease_routes;
@@ -505,5 +505,43 @@ fn two_leases_keep_their_own_default_routes() {
         !routes().iter().any(|r| r.0 == Ipv4Addr::new(100, 64, 0, 1)),
         "the on-link route to the gateway stayed: {:?}",
         routes()
+    );
+
+    // The network thread hears a link lose and regain its carrier
+    // (the peer end going down and up) in the kernel's notifications.
+    let monitor = netlink::open(netlink::MONITOR_GROUPS).unwrap();
+    let peer = index("lb1");
+    let mut heard = Vec::new();
+    for up in [false, true] {
+        nl.apply(&Request::Link {
+            index: peer,
+            up: Some(up),
+            mtu: None,
+            master: None,
+        })
+        .unwrap();
+        let started = std::time::Instant::now();
+        while !heard.contains(&(b, up)) && started.elapsed() < std::time::Duration::from_secs(5) {
+            let mut buf = [0u8; 16384];
+            if let Ok(n) = nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&monitor),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                heard.extend(decide_carriers(&buf[..n]));
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    let of_b: Vec<bool> = heard
+        .iter()
+        .filter(|(i, _)| *i == b)
+        .map(|(_, u)| *u)
+        .collect();
+    let down = of_b.iter().position(|u| !u).expect("no carrier loss heard");
+    assert!(
+        of_b[down..].contains(&true),
+        "no carrier back heard: {of_b:?}"
     );
 }

@@ -163,13 +163,16 @@ struct Slot {
     applied: Option<Lease>,
     /// The address the interface last held, this boot.
     before: Option<Ipv4Addr>,
+    /// Whether the link had a carrier when last heard of.
+    carrier: Option<bool>,
 }
 
 struct Thread<'a> {
     setup: Setup,
     /// The step's and the shutdown's socket.
     talk: &'a UnixDatagram,
-    started: Instant,
+    /// CLOCK_BOOTTIME when the thread started.
+    started: Duration,
     slots: Vec<Slot>,
     facts: NetworkFacts,
     /// resolv.conf as last written, if ever.
@@ -180,7 +183,7 @@ struct Thread<'a> {
 
 impl<'a> Thread<'a> {
     fn new(setup: Setup, talk: &'a UnixDatagram) -> Thread<'a> {
-        let started = Instant::now();
+        let started = boottime();
         let wall = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
@@ -210,6 +213,7 @@ impl<'a> Thread<'a> {
                     keeper: Keeper::new(mac, dhcp::decide_xid(mac, wall), Duration::ZERO),
                     applied: None,
                     before: None,
+                    carrier: None,
                 }
             })
             .collect();
@@ -224,8 +228,12 @@ impl<'a> Thread<'a> {
         }
     }
 
+    /// The lease timers' clock: CLOCK_BOOTTIME since the thread
+    /// started, which (unlike the monotonic clock) goes on while the
+    /// machine is suspended or its VM paused, so a lease that ran out
+    /// meanwhile is seen to have run out.
     fn now(&self) -> Duration {
-        self.started.elapsed()
+        boottime().saturating_sub(self.started)
     }
 
     fn run(&mut self) {
@@ -299,7 +307,8 @@ impl<'a> Thread<'a> {
                 return;
             }
             if changed && let Some(m) = &monitor {
-                drain(m, &mut buf);
+                let carriers = drain(m, &mut buf);
+                self.on_carriers(&carriers);
                 let at = self.now().saturating_add(SETTLE);
                 self.publish_at = Some(self.publish_at.map_or(at, |p| p.min(at)));
             }
@@ -328,6 +337,28 @@ impl<'a> Thread<'a> {
                 None => return,
             };
             self.carry_out(i, effects);
+        }
+    }
+
+    /// A link that regained its carrier re-checks its lease.
+    fn on_carriers(&mut self, carriers: &[(u32, bool)]) {
+        let now = self.now();
+        for (index, up) in carriers {
+            let Some(i) = self.slots.iter().position(|s| s.index == *index) else {
+                continue;
+            };
+            let Some(slot) = self.slots.get_mut(i) else {
+                continue;
+            };
+            let before = slot.carrier.replace(*up);
+            if *up && before == Some(false) {
+                console::line(&format!(
+                    "dhcp: {}: the link is back; asking whether the lease still stands",
+                    slot.name
+                ));
+                let effects = slot.keeper.on_link_up(now);
+                self.carry_out(i, effects);
+            }
         }
     }
 
@@ -619,15 +650,41 @@ pub fn remove_routes(nl: &dyn Netlink, index: u32, metric: u32, routes: &[LeaseR
     }
 }
 
-/// Reads whatever is waiting on the monitor socket without blocking.
-fn drain(monitor: &OwnedFd, buf: &mut [u8]) {
+/// Reads whatever is waiting on the monitor socket without blocking;
+/// the links whose carrier it reported, in order.
+fn drain(monitor: &OwnedFd, buf: &mut [u8]) -> Vec<(u32, bool)> {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
+    let mut carriers = Vec::new();
     for _ in 0..256 {
-        if recv(monitor.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).is_err() {
-            return;
+        match recv(monitor.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => carriers.extend(decide_carriers(buf.get(..n).unwrap_or(&[]))),
+            Err(_) => break,
         }
     }
+    carriers
+}
+
+/// The links a batch of netlink notifications reports, each with
+/// whether it has a carrier (IFF_LOWER_UP and IFF_UP).
+pub fn decide_carriers(batch: &[u8]) -> Vec<(u32, bool)> {
+    const RTM_NEWLINK: u16 = 16;
+    netlink::messages(batch)
+        .filter(|(kind, _, _)| *kind == RTM_NEWLINK)
+        .filter_map(|(_, _, payload)| {
+            let index = netlink::read_u32(payload, 4)?;
+            let flags = netlink::read_u32(payload, 8)?;
+            let want = netlink::IFF_UP | netlink::IFF_LOWER_UP;
+            Some((index, flags & want == want))
+        })
+        .collect()
+}
+
+/// CLOCK_BOOTTIME: monotonic, and counting time suspended.
+fn boottime() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 fn lease_facts(slot: &Slot, at: &dyn Fn(Duration) -> Time) -> LeaseFacts {
@@ -648,6 +705,12 @@ fn lease_facts(slot: &Slot, at: &dyn Fn(Duration) -> Time) -> LeaseFacts {
         }
         State::Rebinding(h) => {
             f.state = LeaseState::Rebinding;
+            h
+        }
+        // Asking whether the lease stands after the link came back:
+        // the published states have no word of their own for it.
+        State::Rebooting(h) => {
+            f.state = LeaseState::Renewing;
             h
         }
     };

@@ -251,6 +251,15 @@ pub fn extend(address: Ipv4Addr, xid: u32, mac: [u8; 6]) -> Message {
     m
 }
 
+/// The REQUEST of a client whose link came back up, asking whether its
+/// lease on `address` still stands (INIT-REBOOT, RFC 2131 section
+/// 4.3.2): broadcast, naming the address and no server.
+pub fn reboot(address: Ipv4Addr, xid: u32, mac: [u8; 6]) -> Message {
+    let mut m = Message::client(Kind::Request, xid, mac);
+    m.requested_ip = Some(address);
+    m
+}
+
 /// The RELEASE that gives `address` back to `server`.
 pub fn release(address: Ipv4Addr, server: Option<Ipv4Addr>, xid: u32, mac: [u8; 6]) -> Message {
     let mut m = Message::client(Kind::Release, xid, mac);
