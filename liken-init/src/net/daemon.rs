@@ -179,6 +179,8 @@ struct Thread<'a> {
     resolv: Option<String>,
     /// When the facts are due to be read and written again.
     publish_at: Option<Duration>,
+    /// The kernel's problems already said on the console.
+    said: Vec<String>,
 }
 
 impl<'a> Thread<'a> {
@@ -225,6 +227,7 @@ impl<'a> Thread<'a> {
             facts,
             resolv: None,
             publish_at: Some(Duration::ZERO),
+            said: Vec::new(),
         }
     }
 
@@ -602,7 +605,15 @@ impl<'a> Thread<'a> {
         out.time = Time::from_system(wall);
         out.dns = self.facts.dns.clone();
         out.changes = self.facts.changes.clone();
-        out.problems = self.facts.problems.clone();
+        // Duplicate address detection failures are said once each.
+        let found = std::mem::replace(&mut out.problems, self.facts.problems.clone());
+        for problem in found {
+            if !self.said.contains(&problem) {
+                console::line(&format!("network: {problem}"));
+                self.said.push(problem.clone());
+            }
+            out.problems.push(problem);
+        }
         out.leases = self.slots.iter().map(|s| lease_facts(s, &at)).collect();
         let mut bytes = serde_json::to_vec_pretty(&out).unwrap_or_default();
         bytes.push(b'\n');
