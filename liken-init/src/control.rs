@@ -6,9 +6,9 @@
 //! One connection carries one request (see `liken_api::control`); they
 //! are served one at a time, which is plenty for a machine operator and
 //! keeps a misbehaving client from starving the loop: a whole request
-//! must arrive, and a whole answer leave, within [`MESSAGE_TIMEOUT`]
-//! (each read and write waits only for what is left of it, so a client
-//! trickling a byte at a time cannot hold the thread), and the loop's
+//! must arrive within [`MESSAGE_TIMEOUT`] (each read waits only for
+//! what is left of it, so a client trickling a byte at a time cannot
+//! hold the thread), an answer must leave within it, and the loop's
 //! answer is awaited for a bounded time.
 //!
 //! A release write is answered only when it is done, minutes later, so
@@ -16,7 +16,7 @@
 //! answer (up to `WRITE_TIMEOUT_SECS`); the control thread goes back to
 //! serving status and other requests meanwhile.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -48,8 +48,8 @@ fn after(within: Duration) -> Instant {
     now.checked_add(within).unwrap_or(now)
 }
 
-/// The stream, each read or write bounded by what is left of one
-/// deadline for the whole message.
+/// The stream, each read bounded by what is left of one deadline for
+/// the whole message.
 struct Bounded<'a> {
     stream: &'a UnixStream,
     deadline: Instant,
@@ -57,15 +57,8 @@ struct Bounded<'a> {
 
 impl Bounded<'_> {
     fn left(&self) -> io::Result<Duration> {
-        decide_left(self.deadline, Instant::now()).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "the message did not pass within {} s",
-                    MESSAGE_TIMEOUT.as_secs()
-                ),
-            )
-        })
+        decide_left(self.deadline, Instant::now())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))
     }
 }
 
@@ -77,27 +70,13 @@ impl Read for Bounded<'_> {
     }
 }
 
-impl Write for Bounded<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.set_write_timeout(Some(self.left()?))?;
-        let mut s = self.stream;
-        s.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        let mut s = self.stream;
-        s.flush()
-    }
-}
-
-/// Writes `response` to `stream` within [`MESSAGE_TIMEOUT`].
+/// Writes `response` to `stream`; an answer is one small frame, so the
+/// write timeout bounds it whole.
 fn answer(stream: &UnixStream, response: &Response) -> Result<(), FrameError> {
-    let mut out = Bounded {
-        stream,
-        deadline: after(MESSAGE_TIMEOUT),
-    };
-    write_frame(&mut out, response)
+    stream.set_write_timeout(Some(MESSAGE_TIMEOUT))?;
+    write_frame(&mut &*stream, response)
 }
+
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Whether a peer with this uid may use the socket.
@@ -231,6 +210,7 @@ mod tests {
     /// deadline passes (before, each byte restarted the 5-second wait).
     #[test]
     fn a_trickling_client_is_cut_off_at_the_message_deadline() {
+        use std::io::Write;
         assert!(
             nix::unistd::getuid().is_root(),
             "this test needs root (the control socket reads requests of root peers only)"

@@ -416,10 +416,9 @@ pub fn shutdown<S: Spawner>(
     // ESP can be unmounted; then no job mounts it again (issue 28).
     let esp_hold = crate::esp::hold(ESP_GRACE);
     if esp_hold.is_none() {
-        console::line(&format!(
-            "shutdown: a release write still held the ESP after {} s; going on (its entry comes last, so the running release still boots)",
-            ESP_GRACE.as_secs()
-        ));
+        console::line(
+            "shutdown: a release write still holds the ESP; going on (its entry comes last, so the running release still boots)",
+        );
     }
     boot.sys.power.sync();
     console::milestone("sync", &Outcome::Ok(None));

@@ -355,10 +355,6 @@ impl<'a> Thread<'a> {
             };
             let before = slot.carrier.replace(*up);
             if *up && before == Some(false) {
-                console::line(&format!(
-                    "dhcp: {}: the link is back; asking whether the lease still stands",
-                    slot.name
-                ));
                 let effects = slot.keeper.on_link_up(now);
                 self.carry_out(i, effects);
             }

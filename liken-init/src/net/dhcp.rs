@@ -51,23 +51,19 @@ pub struct Skipped {
     /// The option's code.
     pub code: u8,
     /// What is wrong with it.
-    pub why: String,
+    pub why: &'static str,
 }
 
 /// An option's name for a console line.
-pub fn option_name(code: u8) -> String {
-    let name = match code {
-        OPT_SUBNET => "subnet mask",
+pub fn option_name(code: u8) -> &'static str {
+    match code {
         OPT_ROUTER => "routers",
         OPT_DNS => "DNS servers",
-        OPT_LEASE => "lease time",
         OPT_T1 => "renewal time T1",
         OPT_T2 => "rebinding time T2",
-        OPT_CLASSLESS => "classless static routes",
-        OPT_CLASSLESS_MS => "classless static routes (Microsoft)",
+        OPT_CLASSLESS | OPT_CLASSLESS_MS => "classless static routes",
         _ => "option",
-    };
-    format!("{name} (option {code})")
+    }
 }
 
 /// The DHCP message types this client sends or understands.
@@ -431,7 +427,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
                 Ok(a) => m.dns = a,
                 Err(_) => m.skipped.push(Skipped {
                     code,
-                    why: format!("its length {len} is not a non-zero multiple of 4"),
+                    why: "its length is not a non-zero multiple of 4",
                 }),
             },
             OPT_T1 | OPT_T2 => match <[u8; 4]>::try_from(data) {
@@ -439,7 +435,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
                 Ok(b) => m.t2 = Some(u32::from_be_bytes(b)),
                 Err(_) => m.skipped.push(Skipped {
                     code,
-                    why: format!("its length {len} is not 4"),
+                    why: "its length is not 4",
                 }),
             },
             OPT_LEASE => {
@@ -472,26 +468,17 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
 
 /// Option 121's routes (RFC 3442 section 3): per route a prefix
 /// length, the destination's significant octets, and the router.
-pub fn parse_classless(data: &[u8]) -> Result<Vec<Classless>, String> {
-    if data.len() < 5 {
-        return Err(format!(
-            "its length {} is under the 5 of one route",
-            data.len()
-        ));
-    }
+pub fn parse_classless(data: &[u8]) -> Result<Vec<Classless>, &'static str> {
+    const BAD: &str = "a route is cut short or longer than /32";
     let mut routes = Vec::new();
     let mut rest = data;
     while let Some((&width, after)) = rest.split_first() {
         if width > 32 {
-            return Err(format!("a route's prefix length {width} is over 32"));
+            return Err(BAD);
         }
         let significant = usize::from(width.div_ceil(8));
-        let (dst, after) = after
-            .split_at_checked(significant)
-            .ok_or_else(|| format!("the route of prefix length {width} is cut short"))?;
-        let (router, after) = after
-            .split_at_checked(4)
-            .ok_or_else(|| format!("the route of prefix length {width} has no whole router"))?;
+        let (dst, after) = after.split_at_checked(significant).ok_or(BAD)?;
+        let (router, after) = after.split_at_checked(4).ok_or(BAD)?;
         let mut octets = [0u8; 4];
         for (o, d) in octets.iter_mut().zip(dst) {
             *o = *d;
@@ -503,6 +490,9 @@ pub fn parse_classless(data: &[u8]) -> Result<Vec<Classless>, String> {
         let router = ipv4(router).unwrap_or(Ipv4Addr::UNSPECIFIED);
         routes.push((destination, width, router));
         rest = after;
+    }
+    if routes.is_empty() {
+        return Err(BAD);
     }
     Ok(routes)
 }
@@ -785,7 +775,7 @@ mod tests {
             );
             assert_eq!((m.t1, m.t2), (None, None), "{options}");
         }
-        assert_eq!(option_name(6), "DNS servers (option 6)");
+        assert_eq!(option_name(6), "DNS servers");
     }
 
     #[test]

@@ -326,10 +326,7 @@ pub fn decide_facts(kernel: &Kernel, leased: &[IpAddr]) -> NetworkFacts {
 /// The problem an address whose duplicate address detection failed
 /// (IFA_F_DADFAILED) is: another host on the link answers for it.
 pub fn decide_dad_failed(link: &str, address: &str) -> String {
-    format!(
-        "{link}: {address} failed duplicate address detection: another host on the link uses it; \
-         the address stays unusable until it is changed in the Machine document or the other host lets it go"
-    )
+    format!("{link}: {address} failed duplicate address detection: another host uses it")
 }
 
 /// Whether any address is still in duplicate address detection (one

@@ -180,37 +180,27 @@ pub fn decide_renewed(held: &Lease, m: &Message) -> Lease {
 /// cannot: an address no host may hold, a zero mask, a zero router.
 pub fn decide_refusal(m: &Message) -> Option<String> {
     let a = m.your_ip;
-    let why = if a.is_unspecified() {
-        "the address is 0.0.0.0".to_owned()
-    } else if a.is_broadcast() {
-        "the address is the broadcast address".to_owned()
-    } else if a.is_multicast() {
-        format!("{a} is a multicast address")
-    } else if a.is_loopback() {
-        format!("{a} is a loopback address")
+    let host_bits = m
+        .subnet
+        .and_then(dhcp::mask_prefix)
+        .filter(|p| *p < 31)
+        .map_or(0, |p| 32u32.saturating_sub(u32::from(p)));
+    let host_mask = u32::MAX.checked_shl(host_bits).map_or(u32::MAX, |m| !m);
+    let host = u32::from(a) & host_mask;
+    let why = if a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback() {
+        "no host may hold that address"
     } else if m.subnet.is_some_and(|s| s.is_unspecified()) {
-        "the subnet mask is 0.0.0.0".to_owned()
+        "the subnet mask is 0.0.0.0"
     } else if m.routers.first().is_some_and(|r| r.is_unspecified()) {
-        "the router is 0.0.0.0".to_owned()
-    } else if let Some(prefix) = m.subnet.and_then(dhcp::mask_prefix).filter(|p| *p < 31) {
-        let host_bits = 32u32.saturating_sub(u32::from(prefix));
-        let host_mask = u32::MAX.checked_shl(host_bits).map_or(u32::MAX, |m| !m);
-        let host = u32::from(a) & host_mask;
-        if host == host_mask {
-            format!("{a} is the broadcast address of its /{prefix} subnet")
-        } else if host == 0 {
-            format!("{a} is the network address of its /{prefix} subnet")
-        } else {
-            return None;
-        }
+        "the router is 0.0.0.0"
+    } else if host_bits > 0 && (host == host_mask || host == 0) {
+        "it is its subnet's network or broadcast address"
     } else {
         return None;
     };
-    let server = m
-        .server_id
-        .map_or("a server".to_owned(), |s| format!("server {s}"));
     Some(format!(
-        "refused the lease of {a} from {server}: {why}; ask its administrator to fix the scope"
+        "refused the lease of {a} from {}: {why}",
+        m.server_id.unwrap_or(Ipv4Addr::UNSPECIFIED)
     ))
 }
 
@@ -347,8 +337,9 @@ impl Keeper {
             .map_or("the server".to_owned(), |s| format!("server {s}"));
         for skipped in &m.skipped {
             out.push(Effect::Say(format!(
-                "skipped the {} from {server}: {}; the lease is used without it",
+                "skipped the {} (option {}) from {server}: {}",
                 dhcp::option_name(skipped.code),
+                skipped.code,
                 skipped.why
             )));
         }
@@ -1087,25 +1078,10 @@ mod tests {
                 Some([10, 77, 0, 1]),
                 None,
             ),
-            ([0, 0, 0, 0], None, None, Some("the address is 0.0.0.0")),
-            (
-                [255, 255, 255, 255],
-                None,
-                None,
-                Some("the address is the broadcast address"),
-            ),
-            (
-                [224, 0, 0, 5],
-                None,
-                None,
-                Some("224.0.0.5 is a multicast address"),
-            ),
-            (
-                [127, 0, 0, 2],
-                None,
-                None,
-                Some("127.0.0.2 is a loopback address"),
-            ),
+            ([0, 0, 0, 0], None, None, Some("no host may hold")),
+            ([255, 255, 255, 255], None, None, Some("no host may hold")),
+            ([224, 0, 0, 5], None, None, Some("no host may hold")),
+            ([127, 0, 0, 2], None, None, Some("no host may hold")),
             (
                 [10, 77, 0, 53],
                 Some([0, 0, 0, 0]),
@@ -1122,13 +1098,13 @@ mod tests {
                 [10, 77, 0, 255],
                 Some([255, 255, 255, 0]),
                 None,
-                Some("10.77.0.255 is the broadcast address of its /24 subnet"),
+                Some("network or broadcast address"),
             ),
             (
                 [10, 77, 0, 0],
                 Some([255, 255, 255, 0]),
                 None,
-                Some("10.77.0.0 is the network address of its /24 subnet"),
+                Some("network or broadcast address"),
             ),
             // /31 and /32 have no broadcast address.
             ([10, 77, 0, 1], Some([255, 255, 255, 254]), None, None),
@@ -1145,7 +1121,7 @@ mod tests {
                 Some(w) => {
                     let line = got.unwrap_or_else(|| panic!("{address:?} was taken"));
                     assert!(
-                        line.contains(w) && line.contains("server 10.77.0.1"),
+                        line.contains(w) && line.contains("from 10.77.0.1"),
                         "{line}"
                     );
                 }
@@ -1172,7 +1148,7 @@ mod tests {
         let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
         ack.skipped = vec![dhcp::Skipped {
             code: 6,
-            why: "its length 0 is not a non-zero multiple of 4".into(),
+            why: "its length is not a non-zero multiple of 4",
         }];
         let got = k.on_message(&ack, s(71));
         let Effect::Say(line) = &got[0] else {
@@ -1180,8 +1156,8 @@ mod tests {
         };
         assert_eq!(
             line,
-            "skipped the DNS servers (option 6) from server 10.77.0.1: its length 0 is not a \
-             non-zero multiple of 4; the lease is used without it"
+            "skipped the DNS servers (option 6) from server 10.77.0.1: its length is not a \
+             non-zero multiple of 4"
         );
         let t = k.next.unwrap();
         k.on_timer(t);

@@ -66,8 +66,7 @@ pub fn decide_lease_routes(
     for (destination, prefix, gateway) in wanted {
         if statics.contains(&(IpAddr::V4(destination), prefix)) {
             skipped.push(format!(
-                "the lease's route to {destination}/{prefix} via {gateway} is not added: \
-                 the Machine's static route to it is kept"
+                "the Machine's route to {destination}/{prefix} is kept, not the lease's"
             ));
             continue;
         }
@@ -196,8 +195,7 @@ mod tests {
         assert!(routes.is_empty(), "{routes:?}");
         assert_eq!(
             skipped,
-            ["the lease's route to 0.0.0.0/0 via 10.0.2.2 is not added: \
-              the Machine's static route to it is kept"]
+            ["the Machine's route to 0.0.0.0/0 is kept, not the lease's"]
         );
         // Another destination does not stand in the way.
         let statics = [(IpAddr::V4(a("192.0.2.0")), 24)];
