@@ -118,6 +118,7 @@ pub fn machine_spec_schema() -> Value {
             "dns": string_array(),
             "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
             "slaac": {"type": "boolean"},
+            "routeMetric": {"type": "integer", "minimum": 1, "maximum": 4294967295u64},
         }),
         &[],
     );

@@ -222,12 +222,39 @@ pub struct InterfaceSpec {
     /// gets them in both families.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slaac: Option<bool>,
+    /// The metric of this interface's routes, static and leased (lower
+    /// is preferred). When absent, [`default_route_metric`] of the
+    /// entry's position: 100 for the first entry, 200 for the second,
+    /// and so on, so each interface's default route is its own and the
+    /// first entry's is used while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_metric: Option<u32>,
+}
+
+/// The metric step between interfaces' default metrics; an explicit
+/// `routeMetric` can sit between two entries'.
+pub const ROUTE_METRIC_STEP: u32 = 100;
+
+/// The route metric of the entry at `position` (0 for the first) of
+/// `spec.network.interfaces` when it names none.
+pub fn default_route_metric(position: usize) -> u32 {
+    u32::try_from(position)
+        .ok()
+        .and_then(|p| p.checked_add(1))
+        .and_then(|p| p.checked_mul(ROUTE_METRIC_STEP))
+        .unwrap_or(u32::MAX)
 }
 
 impl InterfaceSpec {
     /// Whether router advertisements (and SLAAC) are accepted.
     pub fn slaac(&self) -> bool {
         self.slaac.unwrap_or(self.dhcp)
+    }
+
+    /// The metric of its routes, for the entry at `position`.
+    pub fn route_metric(&self, position: usize) -> u32 {
+        self.route_metric
+            .unwrap_or_else(|| default_route_metric(position))
     }
 }
 
@@ -754,6 +781,13 @@ fn validate_network(net: &NetworkSpec, p: &mut Problems) {
                 );
             }
         }
+        if iface.route_metric == Some(0) {
+            p.add(
+                format!("{at}.routeMetric"),
+                "0 is not a metric the kernel keeps for IPv6 routes (it makes it 1024); \
+                 give 1 or more, or leave it out for the default",
+            );
+        }
         if let Some(mtu) = iface.mtu {
             let min = if v6 { IPV6_MIN_MTU } else { MIN_MTU };
             if !(min..=65535).contains(&mtu) {
@@ -822,6 +856,31 @@ mod tests {
         assert_eq!(a.canonical_hash(), b.canonical_hash());
         b.spec.sysctls.insert("vm.swappiness".into(), "10".into());
         assert_ne!(a.canonical_hash(), b.canonical_hash());
+    }
+
+    #[test]
+    fn route_metrics_default_per_entry_and_refuse_zero() {
+        let mut m = dhcp_machine();
+        let net = m.spec.network.as_mut().unwrap();
+        net.interfaces.push(InterfaceSpec {
+            name: Some("eth1".into()),
+            dhcp: true,
+            ..InterfaceSpec::default()
+        });
+        let metrics: Vec<u32> = net
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.route_metric(i))
+            .collect();
+        assert_eq!(metrics, [100, 200]);
+        assert_eq!(default_route_metric(usize::MAX), u32::MAX);
+        net.interfaces[1].route_metric = Some(50);
+        assert_eq!(net.interfaces[1].route_metric(1), 50);
+        assert!(m.validate().is_empty(), "{:?}", m.validate());
+        m.spec.network.as_mut().unwrap().interfaces[1].route_metric = Some(0);
+        let fields: Vec<String> = m.validate().into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["spec.network.interfaces[1].routeMetric"]);
     }
 
     #[test]

@@ -5,19 +5,22 @@
 //! not from anything the peer says, and the socket file is 0600 besides.
 //! One connection carries one request (see `liken_api::control`); they
 //! are served one at a time, which is plenty for a machine operator and
-//! keeps a misbehaving client from starving the loop: reads and writes
-//! time out, and the loop's answer is awaited for a bounded time.
+//! keeps a misbehaving client from starving the loop: a whole request
+//! must arrive within [`MESSAGE_TIMEOUT`] (each read waits only for
+//! what is left of it, so a client trickling a byte at a time cannot
+//! hold the thread), an answer must leave within it, and the loop's
+//! answer is awaited for a bounded time.
 //!
 //! A release write is answered only when it is done, minutes later, so
 //! its connection is handed to a thread of its own that waits for the
 //! answer (up to `WRITE_TIMEOUT_SECS`); the control thread goes back to
 //! serving status and other requests meanwhile.
 
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use liken_api::control::{
@@ -28,7 +31,52 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use crate::console;
 use crate::events::Event;
 
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one whole request may take to arrive, and one whole answer
+/// to leave.
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What is left of `deadline` at `now`; `None` once it has passed.
+pub fn decide_left(deadline: Instant, now: Instant) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(now);
+    (!left.is_zero()).then_some(left)
+}
+
+/// The instant `within` from now (now itself if that overflows, which
+/// ends the message at once rather than never).
+fn after(within: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(within).unwrap_or(now)
+}
+
+/// The stream, each read bounded by what is left of one deadline for
+/// the whole message.
+struct Bounded<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl Bounded<'_> {
+    fn left(&self) -> io::Result<Duration> {
+        decide_left(self.deadline, Instant::now())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))
+    }
+}
+
+impl Read for Bounded<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
+/// Writes `response` to `stream`; an answer is one small frame, so the
+/// write timeout bounds it whole.
+fn answer(stream: &UnixStream, response: &Response) -> Result<(), FrameError> {
+    stream.set_write_timeout(Some(MESSAGE_TIMEOUT))?;
+    write_frame(&mut &*stream, response)
+}
+
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Whether a peer with this uid may use the socket.
@@ -60,7 +108,7 @@ fn accept_loop(listener: &UnixListener, events: &Sender<Event>) {
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = serve_one(stream, events) {
+                if let Err(e) = serve_one(stream, events, MESSAGE_TIMEOUT) {
                     console::line(&format!("control: a request failed: {e}"));
                 }
             }
@@ -72,20 +120,26 @@ fn accept_loop(listener: &UnixListener, events: &Sender<Event>) {
     }
 }
 
-fn serve_one(mut stream: UnixStream, events: &Sender<Event>) -> Result<(), FrameError> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+fn serve_one(
+    stream: UnixStream,
+    events: &Sender<Event>,
+    within: Duration,
+) -> Result<(), FrameError> {
     let uid = getsockopt(&stream, PeerCredentials)
         .map(|c| c.uid())
         .map_err(io::Error::from)?;
     if let Err(message) = decide_peer(uid) {
-        return write_frame(&mut stream, &Response::Refused { message });
+        return answer(&stream, &Response::Refused { message });
     }
-    let request: Request = match read_frame(&mut stream) {
+    let mut incoming = Bounded {
+        stream: &stream,
+        deadline: after(within),
+    };
+    let request: Request = match read_frame(&mut incoming) {
         Ok(r) => r,
         Err(e @ FrameError::Decode(_)) => {
-            return write_frame(
-                &mut stream,
+            return answer(
+                &stream,
                 &Response::Refused {
                     message: e.to_string(),
                 },
@@ -100,7 +154,7 @@ fn serve_one(mut stream: UnixStream, events: &Sender<Event>) -> Result<(), Frame
             .spawn(move || {
                 let within = Duration::from_secs(WRITE_TIMEOUT_SECS);
                 let response = ask_loop(&events, request, within);
-                if let Err(e) = write_frame(&mut stream, &response) {
+                if let Err(e) = answer(&stream, &response) {
                     console::line(&format!("control: a request failed: {e}"));
                 }
             });
@@ -110,7 +164,7 @@ fn serve_one(mut stream: UnixStream, events: &Sender<Event>) -> Result<(), Frame
         };
     }
     let response = ask_loop(events, request, ANSWER_TIMEOUT);
-    write_frame(&mut stream, &response)
+    answer(&stream, &response)
 }
 
 /// Hands `request` to the supervisor loop and waits up to `within` for
@@ -140,6 +194,46 @@ mod tests {
         assert_eq!(decide_peer(0), Ok(()));
         let message = decide_peer(1000).unwrap_err();
         assert!(message.contains("only root"), "{message}");
+    }
+
+    #[test]
+    fn deadlines_left() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(decide_left(now + s(5), now), Some(s(5)));
+        assert_eq!(decide_left(now, now), None);
+        assert_eq!(decide_left(now, now + s(1)), None);
+    }
+
+    /// A client that sends its request a byte at a time, each byte well
+    /// within a per-read timeout, is cut off when the whole message's
+    /// deadline passes (before, each byte restarted the 5-second wait).
+    #[test]
+    fn a_trickling_client_is_cut_off_at_the_message_deadline() {
+        use std::io::Write;
+        assert!(
+            nix::unistd::getuid().is_root(),
+            "this test needs root (the control socket reads requests of root peers only)"
+        );
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let trickle = std::thread::spawn(move || {
+            // A length prefix of 1000, then body bytes, 150 ms apart,
+            // for up to 6 s.
+            let bytes = [0u8, 0, 3, 232].into_iter().chain(std::iter::repeat(b' '));
+            for b in bytes.take(40) {
+                if theirs.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        });
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let started = Instant::now();
+        let got = serve_one(ours, &tx, Duration::from_millis(800));
+        let took = started.elapsed();
+        assert!(got.is_err(), "{got:?}");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
+        trickle.join().unwrap();
     }
 
     #[test]

@@ -147,6 +147,31 @@ fn find(sys: &Path, disk: Option<&str>) -> Result<PathBuf, EspError> {
     }
 }
 
+/// The ESP kept from every job until dropped (the orderly shutdown
+/// holds it until the power goes).
+pub struct Hold(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+/// Waits up to `within` for the job holding the ESP (a release write
+/// in one of its ESP phases) to let it go, and then keeps it, so no
+/// job mounts it again while the machine shuts down; `None` when the
+/// job still held it at the deadline. A release write between its ESP
+/// phases finds the ESP taken and ends there, before its entry, which
+/// leaves the machine booting the running release.
+pub fn hold(within: std::time::Duration) -> Option<Hold> {
+    let started = std::time::Instant::now();
+    loop {
+        match HELD.try_lock() {
+            Ok(g) => return Some(Hold(g)),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(Hold(p.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if started.elapsed() >= within {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The mounted ESP. Dropping it unmounts (detaching if busy); call
 /// [`Esp::unmount`] to learn whether that worked.
 pub struct Esp<'a> {
@@ -502,6 +527,39 @@ mod tests {
         assert!(esp.write("../escape", b"").is_err());
         drop(esp);
         assert!(fake.calls().is_empty(), "a directory guard mounts nothing");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_shutdown_waits_for_the_holder_then_keeps_the_esp() {
+        use std::time::{Duration, Instant};
+        let dir = std::env::temp_dir().join(format!("liken-esp-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (taken, held) = crossbeam_channel::bounded(1);
+        let job = {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let fake = FakeMounter::default();
+                let esp = Esp::at_directory(&fake, &dir);
+                taken.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(400));
+                drop(esp);
+            })
+        };
+        held.recv().unwrap();
+        // Not within 50 ms: the job still has it.
+        assert!(hold(Duration::from_millis(50)).is_none());
+        let started = Instant::now();
+        let h = hold(Duration::from_secs(10)).expect("the job never let the ESP go");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        job.join().unwrap();
+        // Held: another job cannot have it.
+        let fake = FakeMounter::default();
+        assert!(matches!(
+            Esp::try_mount(&fake, &dir, None, &dir),
+            Err(EspError::Busy)
+        ));
+        drop(h);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

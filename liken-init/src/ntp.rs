@@ -23,7 +23,10 @@
 //! whose code the console shows; without one, as chronyd answers before
 //! its first sync, the server is unsynchronised), and its transmit time
 //! is not zero. A time before [`PLAUSIBLE_AFTER`] is
-//! refused too, as no working server is that far behind.
+//! refused too, as no working server is that far behind. An answer
+//! that would move the clock more than [`MAX_AHEAD_OF_OTHERS`] forward
+//! is checked against the other configured servers, and refused when
+//! one of them says a day or more earlier ([`decide_among`]).
 //!
 //! [`decide_reply`] and [`offset_nanos`] are pure; [`query`] and
 //! [`sync`] carry them out over a real socket, and the clock is read and
@@ -442,9 +445,85 @@ pub struct Synced {
     pub set_to: SystemTime,
 }
 
+/// How far ahead of another configured server's answer an answer may
+/// be and still set the clock. One bad or spoofed server moving the
+/// clock years ahead would expire every certificate the cluster has;
+/// a day is far beyond any honest disagreement between servers and
+/// short of every certificate lifetime liken mints.
+pub const MAX_AHEAD_OF_OTHERS: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// One server's good answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The server entry.
+    pub server: String,
+    /// Its answer.
+    pub sample: Sample,
+}
+
+/// Which of `candidates` (good answers, in the Machine's order; their
+/// offsets from the same clock) sets the clock: the first that is not
+/// more than [`MAX_AHEAD_OF_OTHERS`] ahead of another's, with a line
+/// for each one refused. The earliest answer is never refused, so
+/// there is always a choice when there is a candidate.
+pub fn decide_among(candidates: &[Candidate]) -> (Option<usize>, Vec<String>) {
+    let bound = i128::try_from(MAX_AHEAD_OF_OTHERS.as_nanos()).unwrap_or(i128::MAX);
+    let mut refused = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let behind = candidates
+            .iter()
+            .filter(|o| o.sample.offset.saturating_add(bound) < c.sample.offset)
+            .min_by_key(|o| o.sample.offset);
+        match behind {
+            None => return (Some(i), refused),
+            Some(o) => refused.push(format!(
+                "{}: refused, a day or more ahead of {}",
+                c.server, o.server
+            )),
+        }
+    }
+    (None, refused)
+}
+
+/// The first good answer of `server`'s addresses; what went wrong with
+/// each address that gave none goes to `failures`.
+fn first_good(
+    server: &str,
+    port: u16,
+    clock: &dyn Clock,
+    resolver: &Resolver,
+    reply: Duration,
+    failures: &mut Vec<String>,
+) -> Option<Sample> {
+    let addresses = match resolve(server, port, resolver) {
+        Ok(a) => a,
+        Err(e) => {
+            failures.push(format!("{server}: {e}"));
+            return None;
+        }
+    };
+    for address in addresses.into_iter().take(ADDRESSES_PER_SERVER) {
+        let sample = match query(address, clock, reply) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("{server} ({address}): {e}"));
+                continue;
+            }
+        };
+        match decide_time(clock.now(), sample.offset) {
+            Ok(_) => return Some(sample),
+            Err(e) => failures.push(format!("{server} ({address}): {e}")),
+        }
+    }
+    None
+}
+
 /// Tries `servers` in order on `port`, names resolved by `resolver`, and
-/// sets the clock from the first good answer. `Err` lists what each
-/// server did wrong.
+/// sets the clock from the first good answer. An answer that moves the
+/// clock more than [`MAX_AHEAD_OF_OTHERS`] forward is first checked
+/// against the other servers' answers ([`decide_among`]), so one bad
+/// server cannot move it years ahead (a Machine with one server has
+/// nothing to check against). `Err` lists what each server did wrong.
 pub fn sync(
     servers: &[String],
     port: u16,
@@ -453,42 +532,45 @@ pub fn sync(
     reply: Duration,
 ) -> Result<Synced, Vec<String>> {
     let mut failures = Vec::new();
+    let mut candidates = Vec::new();
+    let far = i128::try_from(MAX_AHEAD_OF_OTHERS.as_nanos()).unwrap_or(i128::MAX);
     for server in servers {
-        let addresses = match resolve(server, port, resolver) {
-            Ok(a) => a,
-            Err(e) => {
-                failures.push(format!("{server}: {e}"));
-                continue;
-            }
+        let Some(sample) = first_good(server, port, clock, resolver, reply, &mut failures) else {
+            continue;
         };
-        for address in addresses.into_iter().take(ADDRESSES_PER_SERVER) {
-            let sample = match query(address, clock, reply) {
-                Ok(s) => s,
-                Err(e) => {
-                    failures.push(format!("{server} ({address}): {e}"));
-                    continue;
-                }
-            };
-            let set_to = match decide_time(clock.now(), sample.offset) {
-                Ok(t) => t,
-                Err(e) => {
-                    failures.push(format!("{server} ({address}): {e}"));
-                    continue;
-                }
-            };
-            if let Err(e) = clock.set(set_to) {
-                // Another server's answer would fail the same way.
-                failures.push(format!("setting the clock failed: {e}"));
-                return Err(failures);
-            }
-            return Ok(Synced {
-                server: server.clone(),
-                sample,
-                set_to,
-            });
+        let jump = sample.offset;
+        candidates.push(Candidate {
+            server: server.clone(),
+            sample,
+        });
+        if candidates.len() == 1 && jump <= far {
+            break;
         }
     }
-    Err(failures)
+    let (chosen, refused) = decide_among(&candidates);
+    for r in &refused {
+        crate::console::line(&format!("ntp: {r}"));
+    }
+    failures.extend(refused);
+    let Some(c) = chosen.and_then(|i| candidates.get(i)) else {
+        return Err(failures);
+    };
+    let set_to = match decide_time(clock.now(), c.sample.offset) {
+        Ok(t) => t,
+        Err(e) => {
+            failures.push(format!("{}: {e}", c.server));
+            return Err(failures);
+        }
+    };
+    if let Err(e) = clock.set(set_to) {
+        failures.push(format!("setting the clock failed: {e}"));
+        return Err(failures);
+    }
+    Ok(Synced {
+        server: c.server.clone(),
+        sample: c.sample,
+        set_to,
+    })
 }
 
 /// The milestone text for a good sync.
@@ -861,6 +943,63 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Each row: the servers' offsets in days (in the Machine's order),
+    /// which one sets the clock, and how many are refused.
+    #[test]
+    fn an_answer_far_ahead_of_the_others_is_refused() {
+        type Row = (&'static [i128], Option<usize>, usize);
+        let rows: &[Row] = &[
+            (&[], None, 0),
+            (&[20_000], Some(0), 0),
+            (&[20_000, 20_000], Some(0), 0),
+            // The first server says 2080, the others today.
+            (&[40_000, 20_000, 20_000], Some(1), 1),
+            // Less than a day apart: the first wins.
+            (&[20_000, 20_000 - 1], Some(0), 0),
+            // Two far ahead, one honest last.
+            (&[40_000, 30_000, 20_000], Some(2), 2),
+            // Behind the others is not this check's business.
+            (&[20_000, 40_000], Some(0), 0),
+        ];
+        let day = 86_400 * NANOS_PER_SECOND;
+        for (offsets, chosen, refused) in rows {
+            let candidates: Vec<Candidate> = offsets
+                .iter()
+                .enumerate()
+                .map(|(i, d)| Candidate {
+                    server: format!("ntp{i}"),
+                    sample: Sample {
+                        address: format!("192.0.2.{}:123", i + 1).parse().unwrap(),
+                        stratum: 2,
+                        offset: d * day,
+                    },
+                })
+                .collect();
+            let (got, lines) = decide_among(&candidates);
+            assert_eq!(
+                (got, lines.len()),
+                (*chosen, *refused),
+                "{offsets:?}: {lines:?}"
+            );
+        }
+        let one = |offset| Candidate {
+            server: "bad.example".into(),
+            sample: Sample {
+                address: "192.0.2.9:123".parse().unwrap(),
+                stratum: 1,
+                offset,
+            },
+        };
+        let (_, lines) = decide_among(&[
+            one(3 * day),
+            Candidate {
+                server: "good".into(),
+                ..one(0)
+            },
+        ]);
+        assert_eq!(lines, ["bad.example: refused, a day or more ahead of good"]);
     }
 
     #[test]

@@ -386,6 +386,39 @@ pub fn decide_may_write(
     }
 }
 
+/// Whether the booted slot is still counted on the ESP now, re-read as
+/// the write is about to take the other slot out of reach (the boot's
+/// assessment may be missing, or older than the ESP): refused while it
+/// is. Each loader's counter is read where it keeps it: the booted
+/// slot's entry file name (`liken-a+2-1.conf` is counted, `liken-a.conf`
+/// is blessed) and grubenv's `liken_a_tries`. Both are written with
+/// every release, but a blessing clears only the counter of the loader
+/// that booted, so the slot counts as blessed when either is cleared;
+/// a loader whose file is absent counts for nothing.
+pub fn decide_still_counted(
+    booted: Slot,
+    entries: &[String],
+    grubenv: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(), WriteError> {
+    let entry = entries
+        .iter()
+        .filter_map(|n| EntryName::parse(n).ok())
+        .find(|e| e.slot == booted)
+        .map(|e| e.tries_left.is_some());
+    let grub = grubenv.map(|env| env.contains_key(&bootloader::grub_tries_var(booted)));
+    let counted = match (entry, grub) {
+        (None, None) => false,
+        (Some(e), None) => e,
+        (None, Some(g)) => g,
+        (Some(e), Some(g)) => e && g,
+    };
+    if counted {
+        Err(WriteError::OnTrial { booted })
+    } else {
+        Ok(())
+    }
+}
+
 /// grubenv before the slot is overwritten: the preferred slot moved to
 /// the booted one, so GRUB never prefers a half-written slot. `None`
 /// when nothing changes.
@@ -622,6 +655,12 @@ fn esp_before(
     cmdline_text: &str,
 ) -> Result<Before, WriteError> {
     let entries = esp.list(ENTRIES_DIR)?;
+    let env = if esp.exists(GRUBENV_PATH)? {
+        Some(bootloader::parse_grubenv(&esp.read(GRUBENV_PATH)?).map_err(WriteError::Grubenv)?)
+    } else {
+        None
+    };
+    decide_still_counted(booted, &entries, env.as_ref())?;
     let options = match decide_booted_entry(booted, &entries) {
         Some(name) => {
             let text = esp.read(&entry_path(name))?;
@@ -639,13 +678,12 @@ fn esp_before(
     }
     let dir = target.esp_dir();
     esp.remove(&format!("liken/{dir}/vmlinuz"))?;
-    if esp.exists(GRUBENV_PATH)? {
-        let env =
-            bootloader::parse_grubenv(&esp.read(GRUBENV_PATH)?).map_err(WriteError::Grubenv)?;
-        if let Some(next) = decide_grub_before_write(&env, target, booted) {
-            let block = bootloader::render_grubenv(&next).map_err(WriteError::Grubenv)?;
-            esp.overwrite_in_place(GRUBENV_PATH, &block)?;
-        }
+    if let Some(next) = env
+        .as_ref()
+        .and_then(|env| decide_grub_before_write(env, target, booted))
+    {
+        let block = bootloader::render_grubenv(&next).map_err(WriteError::Grubenv)?;
+        esp.overwrite_in_place(GRUBENV_PATH, &block)?;
     }
     Ok(Before { console, extra })
 }
@@ -980,6 +1018,42 @@ mod tests {
         assert!(decide_may_write(Slot::B, Some(&at(true, true))).is_ok());
         assert!(decide_may_write(Slot::A, Some(&at(false, true))).is_ok());
         assert!(decide_may_write(Slot::A, None).is_ok());
+    }
+
+    /// (the booted slot's entry, whether grubenv has its tries, refused)
+    #[test]
+    fn a_still_counted_boot_is_refused_at_the_write() {
+        type Row = (Option<&'static str>, Option<bool>, bool);
+        let rows: &[Row] = &[
+            (None, None, false),
+            (Some("liken-a.conf"), None, false),
+            (Some("liken-a+2-1.conf"), None, true),
+            (Some("liken-a+0-3.conf"), None, true),
+            (None, Some(true), true),
+            (None, Some(false), false),
+            // Both written; the loader that booted cleared its own.
+            (Some("liken-a+3.conf"), Some(true), true),
+            (Some("liken-a.conf"), Some(true), false),
+            (Some("liken-a+3.conf"), Some(false), false),
+        ];
+        for (entry, tries, refused) in rows {
+            let mut entries = vec!["liken-b+0-3.conf".to_owned()];
+            entries.extend(entry.map(str::to_owned));
+            let env = tries.map(|t| {
+                let mut env = BTreeMap::new();
+                env.insert("liken_b_tries".to_owned(), "2".to_owned());
+                if t {
+                    env.insert("liken_a_tries".to_owned(), "2".to_owned());
+                }
+                env
+            });
+            let got = decide_still_counted(Slot::A, &entries, env.as_ref());
+            assert_eq!(
+                matches!(got, Err(WriteError::OnTrial { booted: Slot::A })),
+                *refused,
+                "{entry:?} {tries:?}"
+            );
+        }
     }
 
     #[test]
@@ -1469,6 +1543,33 @@ mod tests {
         assert!(e.to_string().contains("loses writes"), "{e}");
         assert_eq!(w.entries(), ["liken-a.conf"]);
         assert!(!w.esp.join("liken/b/vmlinuz").exists());
+    }
+
+    /// The boot's assessment said nothing (blessing could not assess
+    /// it), but the ESP shows the booted entry still counted: nothing
+    /// is touched.
+    #[test]
+    fn a_counted_entry_on_the_esp_stops_the_write() {
+        let w = world("counted", false);
+        std::fs::rename(
+            w.esp.join("loader/entries/liken-a.conf"),
+            w.esp.join("loader/entries/liken-a+2-1.conf"),
+        )
+        .unwrap();
+        let (r, _) = w.run(&w.request());
+        assert!(
+            matches!(r, Err(WriteError::OnTrial { booted: Slot::A })),
+            "{r:?}"
+        );
+        assert_eq!(w.entries(), ["liken-a+2-1.conf", "liken-b+0-3.conf"]);
+        assert!(
+            w.disk_bytes().iter().all(|b| *b == 0),
+            "the disk was written"
+        );
+        assert_eq!(
+            std::fs::read(w.esp.join("liken/b/vmlinuz")).unwrap(),
+            b"old kernel"
+        );
     }
 
     #[test]

@@ -35,6 +35,8 @@ use crate::sys::power::PowerAction;
 pub const STOP_GRACE: Duration = Duration::from_secs(20);
 /// How long the network thread gets to give its DHCP leases back.
 pub const RELEASE_GRACE: Duration = Duration::from_secs(2);
+/// How long the shutdown waits for a release write to let the ESP go.
+pub const ESP_GRACE: Duration = Duration::from_secs(20);
 /// How long other processes get after SIGTERM before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long the whole shutdown may take before init reboots without
@@ -424,6 +426,14 @@ pub fn shutdown<S: Spawner>(
         console::milestone("leases", &outcome);
     }
     console::milestone("stop-processes", &kill_rest(&boot.paths.proc));
+    // A release write in an ESP phase finishes that phase before the
+    // ESP can be unmounted; then no job mounts it again (issue 28).
+    let esp_hold = crate::esp::hold(ESP_GRACE);
+    if esp_hold.is_none() {
+        console::line(
+            "shutdown: a release write still holds the ESP; going on (its entry comes last, so the running release still boots)",
+        );
+    }
     boot.sys.power.sync();
     console::milestone("sync", &Outcome::Ok(None));
     // What k3s left mounted below /var (containerd's overlays, the

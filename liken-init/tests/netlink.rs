@@ -19,7 +19,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 
 use liken_api::network::{AddressOrigin, RouteOrigin};
+use liken_init::net::daemon::{decide_carriers, remove_routes, route_request};
+use liken_init::net::dhcp::Lease;
 use liken_init::net::facts;
+use liken_init::net::routes::decide_lease_routes;
 use liken_init::sys::netlink::{self, Netlink, Op, RealNetlink, Request, rta};
 use nix::sched::{CloneFlags, unshare};
 
@@ -29,7 +32,7 @@ fn main() {
             "cannot make a network namespace (unshare); run as root or allow user namespaces",
         );
     }
-    let checks: [(&str, fn()); 3] = [
+    let checks: [(&str, fn()); 4] = [
         (
             "ipv4_requests_change_the_kernel",
             ipv4_requests_change_the_kernel,
@@ -38,6 +41,10 @@ fn main() {
         (
             "dumps_and_notifications_show_the_changes",
             dumps_and_notifications_show_the_changes,
+        ),
+        (
+            "two_leases_keep_their_own_default_routes",
+            two_leases_keep_their_own_default_routes,
         ),
     ];
     // A failed check panics, which ends the run with its message.
@@ -160,7 +167,8 @@ fn route(op: Op, index: u32, to: &str, prefix: u8, via: &str) -> Request {
         index,
         destination: ip(to),
         prefix,
-        gateway: ip(via),
+        gateway: Some(ip(via)),
+        metric: 0,
         protocol: rta::PROTO_BOOT,
     }
 }
@@ -339,5 +347,201 @@ fn dumps_and_notifications_show_the_changes() {
         !f.routes
             .iter()
             .any(|r| r.to.starts_with("fe80") || r.to == "10.9.8.7/32")
+    );
+}
+
+/// The main table's IPv4 default routes: (gateway, interface, metric).
+fn default_routes() -> Vec<(Ipv4Addr, String, u32)> {
+    let text = std::fs::read_to_string("/proc/self/net/route").unwrap();
+    let hex = |s: &str| Ipv4Addr::from(u32::from_str_radix(s, 16).unwrap().to_le_bytes());
+    let mut got: Vec<(Ipv4Addr, String, u32)> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<&str>>())
+        .filter(|f| f[1] == "00000000" && f[7] == "00000000")
+        .map(|f| (hex(f[2]), f[0].to_owned(), f[6].parse().unwrap()))
+        .collect();
+    got.sort();
+    got
+}
+
+/// A veth pair `<name>0`/`<name>1`, both ends up, and `addr` on the
+/// first; its index.
+fn link_with(name: &str, addr: &str, prefix: u8) -> u32 {
+    let (a, b) = (format!("{name}0"), format!("{name}1"));
+    let out = Command::new("ip")
+        .args(["link", "add", &a, "type", "veth", "peer", "name", &b])
+        .output()
+        .expect("cannot run ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nl = RealNetlink::new();
+    let i = index(&a);
+    nl.apply(&Request::up(i)).unwrap();
+    nl.apply(&Request::up(index(&b))).unwrap();
+    nl.apply(&address(Op::Add, i, addr, prefix)).unwrap();
+    i
+}
+
+fn lease(address: &str, prefix: u8, router: &str) -> Lease {
+    Lease {
+        address: address.parse().unwrap(),
+        prefix,
+        router: Some(router.parse().unwrap()),
+        dns: Vec::new(),
+        lease_secs: Some(120),
+        server: None,
+        t1: None,
+        t2: None,
+        classless: Vec::new(),
+    }
+}
+
+/// Puts a lease's routes on, as the network thread does.
+fn put_on(nl: &RealNetlink, index: u32, metric: u32, l: &Lease, statics: &[(IpAddr, u8)]) {
+    let (routes, _) = decide_lease_routes(l, statics);
+    for r in &routes {
+        nl.apply(&route_request(Op::Add, index, metric, r))
+            .unwrap_or_else(|e| panic!("{r:?}: {e}"));
+    }
+}
+
+/// Issue 28: two interfaces with leases each keep a default route,
+/// and losing one lease leaves the other's (before, the second lease's
+/// route replaced the first's, and the first's loss left none). A
+/// static default route is not replaced by a lease's, and a /32 lease
+/// with a gateway off its subnet gets its default route.
+fn two_leases_keep_their_own_default_routes() {
+    let nl = RealNetlink::new();
+    let flush = || {
+        let out = Command::new("ip")
+            .args(["route", "flush", "exact", "0.0.0.0/0"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    flush();
+    let a = link_with("la", "10.61.0.10", 24);
+    let b = link_with("lb", "10.62.0.10", 24);
+    let lease_a = lease("10.61.0.10", 24, "10.61.0.1");
+    let lease_b = lease("10.62.0.10", 24, "10.62.0.1");
+    put_on(&nl, a, 100, &lease_a, &[]);
+    put_on(&nl, b, 200, &lease_b, &[]);
+    // Both at once, even at one metric (a Machine may give two entries
+    // the same routeMetric).
+    let c = link_with("lc", "10.63.0.10", 24);
+    let lease_c = lease("10.63.0.10", 24, "10.63.0.1");
+    put_on(&nl, c, 200, &lease_c, &[]);
+    let ga = Ipv4Addr::new(10, 61, 0, 1);
+    let gb = Ipv4Addr::new(10, 62, 0, 1);
+    let gc = Ipv4Addr::new(10, 63, 0, 1);
+    assert_eq!(
+        default_routes(),
+        [
+            (ga, "la0".to_owned(), 100),
+            (gb, "lb0".to_owned(), 200),
+            (gc, "lc0".to_owned(), 200),
+        ]
+    );
+    // A renewal puts the same routes on again: still one each.
+    put_on(&nl, a, 100, &lease_a, &[]);
+    assert_eq!(default_routes().len(), 3, "{:?}", default_routes());
+    // Lease a is lost: its route goes, the others stay.
+    let (routes_a, _) = decide_lease_routes(&lease_a, &[]);
+    remove_routes(&nl, a, 100, &routes_a);
+    assert_eq!(
+        default_routes(),
+        [(gb, "lb0".to_owned(), 200), (gc, "lc0".to_owned(), 200)]
+    );
+    let (routes_c, _) = decide_lease_routes(&lease_c, &[]);
+    remove_routes(&nl, c, 200, &routes_c);
+    assert_eq!(default_routes(), [(gb, "lb0".to_owned(), 200)]);
+
+    // A static default route on a, then a lease on a: the static one
+    // stays, the lease's is left out.
+    let static_gw = "10.61.0.254";
+    nl.apply(&Request::Route {
+        op: Op::Add,
+        index: a,
+        destination: ip("0.0.0.0"),
+        prefix: 0,
+        gateway: Some(ip(static_gw)),
+        metric: 100,
+        protocol: rta::PROTO_BOOT,
+    })
+    .unwrap();
+    let statics = [(ip("0.0.0.0"), 0)];
+    put_on(&nl, a, 100, &lease_a, &statics);
+    assert_eq!(
+        default_routes(),
+        [
+            (Ipv4Addr::new(10, 61, 0, 254), "la0".to_owned(), 100),
+            (gb, "lb0".to_owned(), 200),
+        ]
+    );
+
+    // The cloud's /32 lease whose gateway is on no subnet of ours: the
+    // kernel takes the default route once the on-link route is there.
+    flush();
+    let d = link_with("ld", "203.0.113.7", 32);
+    let mut cloud = lease("203.0.113.7", 32, "100.64.0.1");
+    cloud.classless = vec![(Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::new(100, 64, 0, 1))];
+    put_on(&nl, d, 300, &cloud, &[]);
+    assert_eq!(
+        default_routes(),
+        [(Ipv4Addr::new(100, 64, 0, 1), "ld0".to_owned(), 300)]
+    );
+    let (routes_d, _) = decide_lease_routes(&cloud, &[]);
+    remove_routes(&nl, d, 300, &routes_d);
+    assert!(default_routes().is_empty(), "{:?}", default_routes());
+    assert!(
+        !routes().iter().any(|r| r.0 == Ipv4Addr::new(100, 64, 0, 1)),
+        "the on-link route to the gateway stayed: {:?}",
+        routes()
+    );
+
+    // The network thread hears a link lose and regain its carrier
+    // (the peer end going down and up) in the kernel's notifications.
+    let monitor = netlink::open(netlink::MONITOR_GROUPS).unwrap();
+    let peer = index("lb1");
+    let mut heard = Vec::new();
+    for up in [false, true] {
+        nl.apply(&Request::Link {
+            index: peer,
+            up: Some(up),
+            mtu: None,
+            master: None,
+        })
+        .unwrap();
+        let started = std::time::Instant::now();
+        while !heard.contains(&(b, up)) && started.elapsed() < std::time::Duration::from_secs(5) {
+            let mut buf = [0u8; 16384];
+            if let Ok(n) = nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&monitor),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                heard.extend(decide_carriers(&buf[..n]));
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    let of_b: Vec<bool> = heard
+        .iter()
+        .filter(|(i, _)| *i == b)
+        .map(|(_, u)| *u)
+        .collect();
+    let down = of_b.iter().position(|u| !u).expect("no carrier loss heard");
+    assert!(
+        of_b[down..].contains(&true),
+        "no carrier back heard: {of_b:?}"
     );
 }

@@ -35,6 +35,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::dhcp::{self, Lease};
 use super::facts;
 use super::lease::{Effect, Keeper, State, To, decide_times};
+use super::routes::{LeaseRoute, decide_lease_routes};
 use crate::console;
 use crate::events::Event;
 use crate::sys::netlink::{self, Netlink, Op, Request, rta};
@@ -152,30 +153,39 @@ struct Slot {
     index: u32,
     /// Static routes added after each new lease.
     routes: Vec<super::StaticRoute>,
+    /// The interface's route metric.
+    metric: u32,
+    /// The destinations the Machine routes statically here.
+    statics: Vec<(IpAddr, u8)>,
     socket: Option<UdpSocket>,
     keeper: Keeper,
     /// The lease on the interface now.
     applied: Option<Lease>,
     /// The address the interface last held, this boot.
     before: Option<Ipv4Addr>,
+    /// Whether the link had a carrier when last heard of.
+    carrier: Option<bool>,
 }
 
 struct Thread<'a> {
     setup: Setup,
     /// The step's and the shutdown's socket.
     talk: &'a UnixDatagram,
-    started: Instant,
+    /// CLOCK_BOOTTIME when the thread started.
+    started: Duration,
     slots: Vec<Slot>,
     facts: NetworkFacts,
     /// resolv.conf as last written, if ever.
     resolv: Option<String>,
     /// When the facts are due to be read and written again.
     publish_at: Option<Duration>,
+    /// The kernel's problems already said on the console.
+    said: Vec<String>,
 }
 
 impl<'a> Thread<'a> {
     fn new(setup: Setup, talk: &'a UnixDatagram) -> Thread<'a> {
-        let started = Instant::now();
+        let started = boottime();
         let wall = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
@@ -199,10 +209,13 @@ impl<'a> Thread<'a> {
                     name: name.clone(),
                     index: link.index,
                     routes: link.routes.clone(),
+                    metric: link.metric,
+                    statics: link.statics.clone(),
                     socket,
                     keeper: Keeper::new(mac, dhcp::decide_xid(mac, wall), Duration::ZERO),
                     applied: None,
                     before: None,
+                    carrier: None,
                 }
             })
             .collect();
@@ -214,11 +227,16 @@ impl<'a> Thread<'a> {
             facts,
             resolv: None,
             publish_at: Some(Duration::ZERO),
+            said: Vec::new(),
         }
     }
 
+    /// The lease timers' clock: CLOCK_BOOTTIME since the thread
+    /// started, which (unlike the monotonic clock) goes on while the
+    /// machine is suspended or its VM paused, so a lease that ran out
+    /// meanwhile is seen to have run out.
     fn now(&self) -> Duration {
-        self.started.elapsed()
+        boottime().saturating_sub(self.started)
     }
 
     fn run(&mut self) {
@@ -292,7 +310,8 @@ impl<'a> Thread<'a> {
                 return;
             }
             if changed && let Some(m) = &monitor {
-                drain(m, &mut buf);
+                let carriers = drain(m, &mut buf);
+                self.on_carriers(&carriers);
                 let at = self.now().saturating_add(SETTLE);
                 self.publish_at = Some(self.publish_at.map_or(at, |p| p.min(at)));
             }
@@ -321,6 +340,24 @@ impl<'a> Thread<'a> {
                 None => return,
             };
             self.carry_out(i, effects);
+        }
+    }
+
+    /// A link that regained its carrier re-checks its lease.
+    fn on_carriers(&mut self, carriers: &[(u32, bool)]) {
+        let now = self.now();
+        for (index, up) in carriers {
+            let Some(i) = self.slots.iter().position(|s| s.index == *index) else {
+                continue;
+            };
+            let Some(slot) = self.slots.get_mut(i) else {
+                continue;
+            };
+            let before = slot.carrier.replace(*up);
+            if *up && before == Some(false) {
+                let effects = slot.keeper.on_link_up(now);
+                self.carry_out(i, effects);
+            }
         }
     }
 
@@ -378,7 +415,8 @@ impl<'a> Thread<'a> {
             return;
         };
         let nl = &*self.setup.netlink;
-        remove_route(nl, slot.index, lease);
+        let (routes, _) = decide_lease_routes(lease, &slot.statics);
+        remove_routes(nl, slot.index, slot.metric, &routes);
         let _ = nl.apply(&Request::Address {
             op: Op::Remove,
             index: slot.index,
@@ -393,8 +431,9 @@ impl<'a> Thread<'a> {
         let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
-        let (name, index) = (slot.name.clone(), slot.index);
+        let (name, index, metric) = (slot.name.clone(), slot.index, slot.metric);
         let routes = slot.routes.clone();
+        let (leased, skipped) = decide_lease_routes(&new, &slot.statics);
         let old = slot.applied.clone();
         let moved = old
             .as_ref()
@@ -403,8 +442,17 @@ impl<'a> Thread<'a> {
             // The old address goes first: were it the subnet's primary,
             // removing it later would take the new one with it.
             Some(o) if moved => self.take_off(i, o),
-            Some(o) if o.router != new.router => remove_route(&*nl, index, o),
-            _ => {}
+            Some(o) => {
+                // Only the routes the new lease no longer has.
+                let Some(slot) = self.slots.get(i) else {
+                    return;
+                };
+                let (before, _) = decide_lease_routes(o, &slot.statics);
+                let gone: Vec<LeaseRoute> =
+                    before.into_iter().filter(|r| !leased.contains(r)).collect();
+                remove_routes(&*nl, index, metric, &gone);
+            }
+            None => {}
         }
         let add = Request::Address {
             op: Op::Add,
@@ -418,18 +466,19 @@ impl<'a> Thread<'a> {
                 new.address, new.prefix
             ));
         }
-        if let Some(gateway) = new.router {
-            let route = Request::Route {
-                op: Op::Add,
-                index,
-                destination: Ipv4Addr::UNSPECIFIED.into(),
-                prefix: 0,
-                gateway: gateway.into(),
-                protocol: rta::PROTO_DHCP,
-            };
-            if let Err(e) = nl.apply(&route) {
+        if old.is_none() || moved {
+            for text in &skipped {
+                console::line(&format!("dhcp: {name}: {text}"));
+            }
+        }
+        for r in &leased {
+            if let Err(e) = nl.apply(&route_request(Op::Add, index, metric, r)) {
+                let via = r
+                    .gateway
+                    .map_or("on the link".to_owned(), |g| format!("via {g}"));
                 console::line(&format!(
-                    "dhcp: {name}: cannot add the default route via {gateway}: {e}"
+                    "dhcp: {name}: cannot add the leased route to {}/{} {via}: {e}",
+                    r.destination, r.prefix
                 ));
             }
         }
@@ -442,7 +491,8 @@ impl<'a> Thread<'a> {
                     index,
                     destination: r.destination,
                     prefix: r.prefix,
-                    gateway: r.gateway,
+                    gateway: Some(r.gateway),
+                    metric,
                     protocol: rta::PROTO_BOOT,
                 };
                 if let Err(e) = nl.apply(&add) {
@@ -551,7 +601,15 @@ impl<'a> Thread<'a> {
         out.time = Time::from_system(wall);
         out.dns = self.facts.dns.clone();
         out.changes = self.facts.changes.clone();
-        out.problems = self.facts.problems.clone();
+        // Duplicate address detection failures are said once each.
+        let found = std::mem::replace(&mut out.problems, self.facts.problems.clone());
+        for problem in found {
+            if !self.said.contains(&problem) {
+                console::line(&format!("network: {problem}"));
+                self.said.push(problem.clone());
+            }
+            out.problems.push(problem);
+        }
         out.leases = self.slots.iter().map(|s| lease_facts(s, &at)).collect();
         let mut bytes = serde_json::to_vec_pretty(&out).unwrap_or_default();
         bytes.push(b'\n');
@@ -580,28 +638,63 @@ impl<'a> Thread<'a> {
     }
 }
 
-fn remove_route(nl: &dyn Netlink, index: u32, lease: &Lease) {
-    if let Some(gateway) = lease.router {
-        let _ = nl.apply(&Request::Route {
-            op: Op::Remove,
-            index,
-            destination: Ipv4Addr::UNSPECIFIED.into(),
-            prefix: 0,
-            gateway: gateway.into(),
-            protocol: rta::PROTO_DHCP,
-        });
+/// The netlink request that adds or removes lease route `r` of the
+/// interface `index` at `metric`.
+pub fn route_request(op: Op, index: u32, metric: u32, r: &LeaseRoute) -> Request {
+    Request::Route {
+        op,
+        index,
+        destination: r.destination.into(),
+        prefix: r.prefix,
+        gateway: r.gateway.map(IpAddr::V4),
+        metric,
+        protocol: rta::PROTO_DHCP,
     }
 }
 
-/// Reads whatever is waiting on the monitor socket without blocking.
-fn drain(monitor: &OwnedFd, buf: &mut [u8]) {
+/// Removes `routes` (a lease's), the routes through a gateway before
+/// the on-link routes that made their gateways reachable.
+pub fn remove_routes(nl: &dyn Netlink, index: u32, metric: u32, routes: &[LeaseRoute]) {
+    for r in routes.iter().rev() {
+        let _ = nl.apply(&route_request(Op::Remove, index, metric, r));
+    }
+}
+
+/// Reads whatever is waiting on the monitor socket without blocking;
+/// the links whose carrier it reported, in order.
+fn drain(monitor: &OwnedFd, buf: &mut [u8]) -> Vec<(u32, bool)> {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
+    let mut carriers = Vec::new();
     for _ in 0..256 {
-        if recv(monitor.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).is_err() {
-            return;
+        match recv(monitor.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => carriers.extend(decide_carriers(buf.get(..n).unwrap_or(&[]))),
+            Err(_) => break,
         }
     }
+    carriers
+}
+
+/// The links a batch of netlink notifications reports, each with
+/// whether it has a carrier (IFF_LOWER_UP and IFF_UP).
+pub fn decide_carriers(batch: &[u8]) -> Vec<(u32, bool)> {
+    const RTM_NEWLINK: u16 = 16;
+    netlink::messages(batch)
+        .filter(|(kind, _, _)| *kind == RTM_NEWLINK)
+        .filter_map(|(_, _, payload)| {
+            let index = netlink::read_u32(payload, 4)?;
+            let flags = netlink::read_u32(payload, 8)?;
+            let want = netlink::IFF_UP | netlink::IFF_LOWER_UP;
+            Some((index, flags & want == want))
+        })
+        .collect()
+}
+
+/// CLOCK_BOOTTIME: monotonic, and counting time suspended.
+fn boottime() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 fn lease_facts(slot: &Slot, at: &dyn Fn(Duration) -> Time) -> LeaseFacts {
@@ -622,6 +715,12 @@ fn lease_facts(slot: &Slot, at: &dyn Fn(Duration) -> Time) -> LeaseFacts {
         }
         State::Rebinding(h) => {
             f.state = LeaseState::Rebinding;
+            h
+        }
+        // Asking whether the lease stands after the link came back:
+        // the published states have no word of their own for it.
+        State::Rebooting(h) => {
+            f.state = LeaseState::Renewing;
             h
         }
     };

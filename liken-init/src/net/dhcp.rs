@@ -36,7 +36,35 @@ const OPT_PARAMS: u8 = 55;
 const OPT_T1: u8 = 58;
 const OPT_T2: u8 = 59;
 const OPT_CLIENT_ID: u8 = 61;
+const OPT_CLASSLESS: u8 = 121;
+const OPT_CLASSLESS_MS: u8 = 249;
 const OPT_END: u8 = 255;
+
+/// A classless static route (RFC 3442): destination, prefix length,
+/// router (0.0.0.0: the destination is on the link).
+pub type Classless = (Ipv4Addr, u8, Ipv4Addr);
+
+/// An optional option the decoder left out of a message it still
+/// used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The option's code.
+    pub code: u8,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// An option's name for a console line.
+pub fn option_name(code: u8) -> &'static str {
+    match code {
+        OPT_ROUTER => "routers",
+        OPT_DNS => "DNS servers",
+        OPT_T1 => "renewal time T1",
+        OPT_T2 => "rebinding time T2",
+        OPT_CLASSLESS | OPT_CLASSLESS_MS => "classless static routes",
+        _ => "option",
+    }
+}
 
 /// The DHCP message types this client sends or understands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +146,10 @@ pub struct Message {
     pub params: Vec<u8>,
     /// Option 61.
     pub client_id: Vec<u8>,
+    /// Option 121, or else 249: classless static routes.
+    pub classless: Vec<Classless>,
+    /// Optional options that were malformed and left out (never sent).
+    pub skipped: Vec<Skipped>,
 }
 
 /// Why bytes are not a DHCP message this client can use.
@@ -169,9 +201,18 @@ impl Message {
             t2: None,
             server_id: None,
             requested_ip: None,
-            params: vec![OPT_SUBNET, OPT_ROUTER, OPT_DNS, OPT_LEASE],
+            params: vec![
+                OPT_SUBNET,
+                OPT_ROUTER,
+                OPT_DNS,
+                OPT_LEASE,
+                OPT_CLASSLESS,
+                OPT_CLASSLESS_MS,
+            ],
             // Type 1 (Ethernet) followed by the MAC, as RFC 2132 suggests.
             client_id: client_id(mac),
+            classless: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 }
@@ -203,6 +244,15 @@ pub fn extend(address: Ipv4Addr, xid: u32, mac: [u8; 6]) -> Message {
     let mut m = Message::client(Kind::Request, xid, mac);
     m.client_ip = address;
     m.broadcast = false;
+    m
+}
+
+/// The REQUEST of a client whose link came back up, asking whether its
+/// lease on `address` still stands (INIT-REBOOT, RFC 2131 section
+/// 4.3.2): broadcast, naming the address and no server.
+pub fn reboot(address: Ipv4Addr, xid: u32, mac: [u8; 6]) -> Message {
+    let mut m = Message::client(Kind::Request, xid, mac);
+    m.requested_ip = Some(address);
     m
 }
 
@@ -346,8 +396,11 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         requested_ip: None,
         params: Vec::new(),
         client_id: Vec::new(),
+        classless: Vec::new(),
+        skipped: Vec::new(),
     };
     let mut kind = None;
+    let mut ms_classless = None;
     let mut rest = bytes.get(FIXED_LEN.saturating_add(4)..).unwrap_or(&[]);
     while let Some((&code, after)) = rest.split_first() {
         match code {
@@ -365,17 +418,35 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         match code {
             OPT_TYPE => kind = data.first().copied().and_then(Kind::from_code),
             OPT_SUBNET => m.subnet = Some(one_addr(code, data)?),
-            OPT_ROUTER => m.routers = addrs(code, data)?,
-            OPT_DNS => m.dns = addrs(code, data)?,
-            OPT_LEASE | OPT_T1 | OPT_T2 => {
+            // Optional options: a malformed one is left out and the
+            // rest of the message used, as dhcpcd and systemd-networkd
+            // do; what a lease cannot do without (type, server id,
+            // lease time, mask) stays an error.
+            OPT_ROUTER | OPT_DNS => match addrs(code, data) {
+                Ok(a) if code == OPT_ROUTER => m.routers = a,
+                Ok(a) => m.dns = a,
+                Err(_) => m.skipped.push(Skipped {
+                    code,
+                    why: "its length is not a non-zero multiple of 4",
+                }),
+            },
+            OPT_T1 | OPT_T2 => match <[u8; 4]>::try_from(data) {
+                Ok(b) if code == OPT_T1 => m.t1 = Some(u32::from_be_bytes(b)),
+                Ok(b) => m.t2 = Some(u32::from_be_bytes(b)),
+                Err(_) => m.skipped.push(Skipped {
+                    code,
+                    why: "its length is not 4",
+                }),
+            },
+            OPT_LEASE => {
                 let b: [u8; 4] = data.try_into().map_err(|_| DecodeError::BadLength(code))?;
-                let secs = Some(u32::from_be_bytes(b));
-                match code {
-                    OPT_LEASE => m.lease_secs = secs,
-                    OPT_T1 => m.t1 = secs,
-                    _ => m.t2 = secs,
-                }
+                m.lease_secs = Some(u32::from_be_bytes(b));
             }
+            OPT_CLASSLESS | OPT_CLASSLESS_MS => match parse_classless(data) {
+                Ok(routes) if code == OPT_CLASSLESS => m.classless = routes,
+                Ok(routes) => ms_classless = Some(routes),
+                Err(why) => m.skipped.push(Skipped { code, why }),
+            },
             OPT_SERVER_ID => m.server_id = Some(one_addr(code, data)?),
             OPT_REQUESTED_IP => m.requested_ip = Some(one_addr(code, data)?),
             OPT_PARAMS => m.params = data.to_vec(),
@@ -385,7 +456,45 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         }
     }
     m.kind = kind.ok_or(DecodeError::NoType)?;
+    // Option 249 is Microsoft's older number for option 121, used
+    // only when 121 is absent.
+    if m.classless.is_empty()
+        && let Some(routes) = ms_classless
+    {
+        m.classless = routes;
+    }
     Ok(m)
+}
+
+/// Option 121's routes (RFC 3442 section 3): per route a prefix
+/// length, the destination's significant octets, and the router.
+pub fn parse_classless(data: &[u8]) -> Result<Vec<Classless>, &'static str> {
+    const BAD: &str = "a route is cut short or longer than /32";
+    let mut routes = Vec::new();
+    let mut rest = data;
+    while let Some((&width, after)) = rest.split_first() {
+        if width > 32 {
+            return Err(BAD);
+        }
+        let significant = usize::from(width.div_ceil(8));
+        let (dst, after) = after.split_at_checked(significant).ok_or(BAD)?;
+        let (router, after) = after.split_at_checked(4).ok_or(BAD)?;
+        let mut octets = [0u8; 4];
+        for (o, d) in octets.iter_mut().zip(dst) {
+            *o = *d;
+        }
+        // Bits past the prefix length are not part of the destination.
+        let host_bits = 32u32.saturating_sub(u32::from(width));
+        let mask = u32::MAX.checked_shl(host_bits).unwrap_or(0);
+        let destination = Ipv4Addr::from(u32::from_be_bytes(octets) & mask);
+        let router = ipv4(router).unwrap_or(Ipv4Addr::UNSPECIFIED);
+        routes.push((destination, width, router));
+        rest = after;
+    }
+    if routes.is_empty() {
+        return Err(BAD);
+    }
+    Ok(routes)
 }
 
 /// What a bound client holds.
@@ -407,6 +516,9 @@ pub struct Lease {
     pub t1: Option<u32>,
     /// See `t1`.
     pub t2: Option<u32>,
+    /// Classless static routes; when there are any they replace the
+    /// default route through `router` (RFC 3442).
+    pub classless: Vec<Classless>,
 }
 
 /// A subnet mask's prefix length; `None` when the mask is not contiguous.
@@ -447,6 +559,7 @@ pub fn lease_from_ack(m: &Message) -> Lease {
         server: m.server_id,
         t1: m.t1,
         t2: m.t2,
+        classless: m.classless.clone(),
     }
 }
 
@@ -533,7 +646,7 @@ mod tests {
         );
         want.extend_from_slice(&[0; 192]);
         want.extend(hex(
-            "63825363 350101 3d07 01525400123456 3704 01 03 06 33 ff",
+            "63825363 350101 3d07 01525400123456 3706 01 03 06 33 79 f9 ff",
         ));
         want.resize(300, 0);
         assert_eq!(got, want);
@@ -544,7 +657,8 @@ mod tests {
         let offer = decode(&slirp_reply(2)).unwrap();
         let got = encode(&request(&offer, MAC));
         let options = &got[240..];
-        let want = hex("350103 3d07 01525400123456 3204 0a00020f 3604 0a000202 3704 01030633 ff");
+        let want =
+            hex("350103 3d07 01525400123456 3204 0a00020f 3604 0a000202 3706 0103063379f9 ff");
         assert_eq!(&options[..want.len()], &want[..]);
         assert!(options[want.len()..].iter().all(|&b| b == 0));
     }
@@ -597,6 +711,7 @@ mod tests {
                 server: Some(Ipv4Addr::new(10, 0, 2, 2)),
                 t1: Some(30),
                 t2: Some(52),
+                classless: Vec::new(),
             }
         );
     }
@@ -607,7 +722,7 @@ mod tests {
         let got = encode(&extend(me, XID, MAC));
         // No broadcast flag, ciaddr set, and neither option 50 nor 54.
         assert_eq!(&got[10..16], &hex("0000 0a00020f")[..]);
-        let want = hex("350103 3d07 01525400123456 3704 01030633 ff");
+        let want = hex("350103 3d07 01525400123456 3706 0103063379f9 ff");
         assert_eq!(&got[240..240 + want.len()], &want[..]);
         let got = encode(&release(me, Some(Ipv4Addr::new(10, 0, 2, 2)), XID, MAC));
         assert_eq!(&got[12..16], &me.octets());
@@ -630,8 +745,89 @@ mod tests {
         notype[242] = 9;
         assert_eq!(decode(&notype), Err(DecodeError::NoType));
         let mut badlen = p[..240].to_vec();
-        badlen.extend(hex("350102 0303 0a0002 ff"));
-        assert_eq!(decode(&badlen), Err(DecodeError::BadLength(3)));
+        badlen.extend(hex("350102 3303 0a0002 ff"));
+        assert_eq!(decode(&badlen), Err(DecodeError::BadLength(51)));
+    }
+
+    /// Each row: the options after the type, what is skipped (option
+    /// code), and the routers and DNS servers kept.
+    #[test]
+    fn malformed_optional_options_are_skipped() {
+        type Row = (&'static str, &'static [u8], usize, usize);
+        let rows: &[Row] = &[
+            ("0600 0304 0a000202", &[6], 1, 0),
+            ("0603 0a0002 0604 0a000203", &[6], 0, 1),
+            ("0303 0a0002 0608 0a000203 0a000204", &[3], 0, 2),
+            ("3a02 0001 3b05 0000000100", &[58, 59], 0, 0),
+            ("7902 2001 0304 0a000202", &[121], 1, 0),
+            ("7906 21 0a000000 00", &[121], 0, 0),
+        ];
+        for (options, skipped, routers, dns) in rows {
+            let mut p = slirp_reply(5)[..240].to_vec();
+            p.extend(hex(&format!("350105 3604 0a000202 {options} ff")));
+            let m = decode(&p).unwrap_or_else(|e| panic!("{options}: {e}"));
+            let codes: Vec<u8> = m.skipped.iter().map(|s| s.code).collect();
+            assert_eq!(&codes, skipped, "{options}");
+            assert_eq!(
+                (m.routers.len(), m.dns.len()),
+                (*routers, *dns),
+                "{options}"
+            );
+            assert_eq!((m.t1, m.t2), (None, None), "{options}");
+        }
+        assert_eq!(option_name(6), "DNS servers");
+    }
+
+    #[test]
+    fn classless_routes_parse() {
+        type Row = (
+            &'static str,
+            Result<Vec<(&'static str, u8, &'static str)>, ()>,
+        );
+        let rows: Vec<Row> = vec![
+            // RFC 3442's examples: a default route and 10.17/16.
+            (
+                "00 0a000001 10 0a11 0a000002",
+                Ok(vec![
+                    ("0.0.0.0", 0, "10.0.0.1"),
+                    ("10.17.0.0", 16, "10.0.0.2"),
+                ]),
+            ),
+            // /32 and /25 take all or part of a fourth octet; the bits
+            // past the length are dropped.
+            (
+                "20 c0000201 00000000 19 0a0000ff 0a000001",
+                Ok(vec![
+                    ("192.0.2.1", 32, "0.0.0.0"),
+                    ("10.0.0.128", 25, "10.0.0.1"),
+                ]),
+            ),
+            ("21 0a000000 0a000001", Err(())),
+            ("18 0a0000 0a00", Err(())),
+            ("00 0a00", Err(())),
+        ];
+        for (bytes, want) in rows {
+            let got = parse_classless(&hex(bytes)).map_err(|_| ());
+            let want = want.map(|v| {
+                v.into_iter()
+                    .map(|(d, p, g)| (d.parse().unwrap(), p, g.parse().unwrap()))
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(got, want, "{bytes}");
+        }
+        // 249 counts only without 121.
+        let mut p = slirp_reply(5)[..240].to_vec();
+        p.extend(hex("350105 f905 00 0a000009 7905 00 0a000001 ff"));
+        assert_eq!(
+            decode(&p).unwrap().classless,
+            [(Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::new(10, 0, 0, 1))]
+        );
+        let mut p = slirp_reply(5)[..240].to_vec();
+        p.extend(hex("350105 f905 00 0a000009 ff"));
+        assert_eq!(
+            decode(&p).unwrap().classless,
+            [(Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::new(10, 0, 0, 9))]
+        );
     }
 
     #[test]

@@ -291,10 +291,17 @@ pub fn decide_facts(kernel: &Kernel, leased: &[IpAddr]) -> NetworkFacts {
             } else {
                 AddressOrigin::Static
             };
+            let failed = a.flags & ifa::F_DADFAILED != 0;
+            let address = format!("{}/{}", a.address, a.prefix);
+            if failed {
+                // The kernel leaves the tentative flag on a failed
+                // address too: it is not waiting, it is unusable.
+                facts.problems.push(decide_dad_failed(&f.name, &address));
+            }
             f.addresses.push(AddressFacts {
-                address: format!("{}/{}", a.address, a.prefix),
+                address,
                 origin,
-                tentative: a.flags & ifa::F_TENTATIVE != 0,
+                tentative: a.flags & ifa::F_TENTATIVE != 0 && !failed,
             });
         }
         facts.links.push(f);
@@ -316,12 +323,19 @@ pub fn decide_facts(kernel: &Kernel, leased: &[IpAddr]) -> NetworkFacts {
     facts
 }
 
-/// Whether any address is still in duplicate address detection.
+/// The problem an address whose duplicate address detection failed
+/// (IFA_F_DADFAILED) is: another host on the link answers for it.
+pub fn decide_dad_failed(link: &str, address: &str) -> String {
+    format!("{link}: {address} failed duplicate address detection: another host uses it")
+}
+
+/// Whether any address is still in duplicate address detection (one
+/// whose detection failed is done with it).
 pub fn any_tentative(kernel: &Kernel) -> bool {
     kernel
         .addresses
         .iter()
-        .any(|a| a.flags & ifa::F_TENTATIVE != 0)
+        .any(|a| a.flags & ifa::F_TENTATIVE != 0 && a.flags & ifa::F_DADFAILED == 0)
 }
 
 #[cfg(test)]
@@ -450,7 +464,13 @@ mod tests {
                 &v6("fd50::10"),
                 ifa::F_PERMANENT | ifa::F_TENTATIVE,
             ),
-            addr_msg(AF_INET6, 64, 2, &v6("fd77::5054:ff:fe00:1"), 0),
+            addr_msg(
+                AF_INET6,
+                64,
+                2,
+                &v6("fd77::5054:ff:fe00:1"),
+                ifa::F_TENTATIVE | ifa::F_DADFAILED,
+            ),
             addr_msg(
                 AF_INET6,
                 64,
@@ -562,6 +582,11 @@ mod tests {
                 ("fd77::5054:ff:fe00:1/64", AddressOrigin::Slaac, false),
                 ("fe80::5054:ff:fe00:1/64", AddressOrigin::LinkLocal, false),
             ]
+        );
+        // The failed one is a problem, not tentative for ever.
+        assert_eq!(
+            facts.problems,
+            [decide_dad_failed("eth1", "fd77::5054:ff:fe00:1/64")]
         );
         let eth2 = facts.link("eth2").unwrap();
         assert_eq!(eth2.master.as_deref(), Some("bond0"));

@@ -23,6 +23,20 @@
 //! A lease without an end (no option 51, or 0xffffffff) is never
 //! renewed.
 //!
+//! Floors, so an odd server cannot make a storm: a lease shorter than
+//! [`MIN_LEASE`] (20 s, dhcpcd's DHCP_MIN_LEASE; busybox udhcpc uses
+//! 2 × 61 s) counts as [`MIN_LEASE`], and a server's T1 under
+//! [`MIN_T1`] is ignored for half the lease. A lease that expires, is
+//! refused or is never granted counts as a failure, and the DISCOVERs
+//! after it start further apart ([`decide_discover_wait`]) until a
+//! renewal succeeds, so a server that grants and forgets leases is not
+//! asked at the first back-off step over and over. A renewal ACK that
+//! leaves out the mask or the lease time keeps the lease's known ones
+//! ([`decide_renewed`]). A lease whose address, mask or router no host
+//! can use is refused ([`decide_refusal`]). A link that comes back up
+//! asks its server whether the lease still stands (INIT-REBOOT, RFC
+//! 2131 section 3.2), as the link may now be on another network.
+//!
 //! The keeper holds a fixed amount of state whatever happens, so a
 //! machine renewing for months allocates nothing more as it goes.
 
@@ -43,6 +57,13 @@ const REQUEST_TRIES: u32 = 4;
 const AFTER_NAK: Duration = Duration::from_secs(2);
 /// A lease time meaning "no end".
 const INFINITE: u32 = u32::MAX;
+/// The shortest lease the keeper believes: a lease time of 0 or a few
+/// seconds (a misconfigured server) counts as this (dhcpcd's
+/// DHCP_MIN_LEASE).
+pub const MIN_LEASE: Duration = Duration::from_secs(20);
+/// The earliest renewal: a server's T1 under this is ignored, and the
+/// renewal falls at half the lease (at least half of [`MIN_LEASE`]).
+pub const MIN_T1: Duration = Duration::from_secs(10);
 
 /// A lease held since `granted` (monotonic time).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +87,9 @@ pub enum State {
     Renewing(Held),
     /// Past T2: asking any server.
     Rebinding(Held),
+    /// The link came back up: asking whether the lease still stands
+    /// on the network it is on now (INIT-REBOOT).
+    Rebooting(Held),
 }
 
 /// Where a message goes.
@@ -111,14 +135,15 @@ pub struct Times {
 }
 
 /// The timers of `lease`: the server's T1 and T2 when they are in order
-/// (T1 < T2 < lease), else 1/2 and 7/8 of the lease.
+/// (T1 < T2 < lease) and T1 is at least [`MIN_T1`], else 1/2 and 7/8 of
+/// the lease; a lease under [`MIN_LEASE`] counts as [`MIN_LEASE`].
 pub fn decide_times(lease: &Lease) -> Option<Times> {
     let secs = lease.lease_secs.filter(|s| *s != INFINITE)?;
-    let total = u64::from(secs);
+    let total = u64::from(secs).max(MIN_LEASE.as_secs());
     let t1 = lease
         .t1
         .map(u64::from)
-        .filter(|t| *t < total)
+        .filter(|t| *t < total && *t >= MIN_T1.as_secs())
         .unwrap_or(total / 2);
     let t2 = lease
         .t2
@@ -131,6 +156,64 @@ pub fn decide_times(lease: &Lease) -> Option<Times> {
         t2: Duration::from_secs(t2),
         expiry: Duration::from_secs(total),
     })
+}
+
+/// The lease a renewal ACK `m` grants over the one `held`: what the
+/// ACK leaves out (the mask, the lease time, the server id) keeps the
+/// known value, rather than moving the address to a class prefix or
+/// making the lease endless.
+pub fn decide_renewed(held: &Lease, m: &Message) -> Lease {
+    let mut lease = dhcp::lease_from_ack(m);
+    if m.subnet.is_none() {
+        lease.prefix = held.prefix;
+    }
+    if m.lease_secs.is_none() {
+        lease.lease_secs = held.lease_secs;
+    }
+    if m.server_id.is_none() {
+        lease.server = held.server;
+    }
+    lease
+}
+
+/// Why the lease offered or granted in `m` cannot be used, if it
+/// cannot: an address no host may hold, a zero mask, a zero router.
+pub fn decide_refusal(m: &Message) -> Option<String> {
+    let a = m.your_ip;
+    let host_bits = m
+        .subnet
+        .and_then(dhcp::mask_prefix)
+        .filter(|p| *p < 31)
+        .map_or(0, |p| 32u32.saturating_sub(u32::from(p)));
+    let host_mask = u32::MAX.checked_shl(host_bits).map_or(u32::MAX, |m| !m);
+    let host = u32::from(a) & host_mask;
+    let why = if a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback() {
+        "no host may hold that address"
+    } else if m.subnet.is_some_and(|s| s.is_unspecified()) {
+        "the subnet mask is 0.0.0.0"
+    } else if m.routers.first().is_some_and(|r| r.is_unspecified()) {
+        "the router is 0.0.0.0"
+    } else if host_bits > 0 && (host == host_mask || host == 0) {
+        "it is its subnet's network or broadcast address"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "refused the lease of {a} from {}: {why}",
+        m.server_id.unwrap_or(Ipv4Addr::UNSPECIFIED)
+    ))
+}
+
+/// How long after failure number `failures` (an expiry, a refusal, a
+/// request never answered) the first DISCOVER waits: at once after the
+/// first, then along the back-off, so the back-off is not forgotten
+/// when a lease is lost again.
+pub fn decide_discover_wait(failures: u32) -> Duration {
+    if failures <= 1 {
+        Duration::ZERO
+    } else {
+        decide_backoff(failures.saturating_sub(1))
+    }
 }
 
 /// The wait before DISCOVER number `tries` (1 for the first) is
@@ -168,6 +251,11 @@ pub struct Keeper {
     pub last: Option<Ipv4Addr>,
     /// Extensions granted since boot.
     pub renewals: u32,
+    /// Leases lost or never granted since the last renewal.
+    failures: u32,
+    /// The optional options last said to be skipped, so a server that
+    /// always sends them is named once, not at every renewal.
+    said_skipped: Vec<u8>,
 }
 
 impl Keeper {
@@ -183,13 +271,17 @@ impl Keeper {
             tries: 0,
             last: None,
             renewals: 0,
+            failures: 0,
+            said_skipped: Vec::new(),
         }
     }
 
     /// The lease held, if any.
     pub fn held(&self) -> Option<&Held> {
         match &self.state {
-            State::Bound(h) | State::Renewing(h) | State::Rebinding(h) => Some(h),
+            State::Bound(h) | State::Renewing(h) | State::Rebinding(h) | State::Rebooting(h) => {
+                Some(h)
+            }
             State::Selecting | State::Requesting(_) => None,
         }
     }
@@ -206,6 +298,54 @@ impl Keeper {
         self.next = Some(at);
     }
 
+    /// Starts over after a lost or refused lease, `at` or later along
+    /// the back-off kept across failures.
+    fn start_over_failed(&mut self, at: Duration) {
+        self.failures = self.failures.saturating_add(1);
+        self.start_over(at.saturating_add(decide_discover_wait(self.failures)));
+    }
+
+    /// The link came (back) up at `now`: a held lease is checked with
+    /// the server (INIT-REBOOT), and a keeper without one asks at once
+    /// rather than at the end of its back-off.
+    pub fn on_link_up(&mut self, now: Duration) -> Vec<Effect> {
+        match self.state.clone() {
+            State::Bound(held)
+            | State::Renewing(held)
+            | State::Rebinding(held)
+            | State::Rebooting(held) => {
+                self.new_xid();
+                self.state = State::Rebooting(held);
+                self.next = Some(now);
+            }
+            State::Selecting | State::Requesting(_) => {
+                self.start_over(now);
+            }
+        }
+        self.on_timer(now)
+    }
+
+    /// Console lines for the optional options `m` left out, when they
+    /// differ from the last ones said.
+    fn say_skipped(&mut self, m: &Message, out: &mut Vec<Effect>) {
+        let codes: Vec<u8> = m.skipped.iter().map(|s| s.code).collect();
+        if codes == self.said_skipped {
+            return;
+        }
+        let server = m
+            .server_id
+            .map_or("the server".to_owned(), |s| format!("server {s}"));
+        for skipped in &m.skipped {
+            out.push(Effect::Say(format!(
+                "skipped the {} (option {}) from {server}: {}",
+                dhcp::option_name(skipped.code),
+                skipped.code,
+                skipped.why
+            )));
+        }
+        self.said_skipped = codes;
+    }
+
     /// What to do now that the timer (at [`Keeper::next`]) is due.
     /// Nothing when it is not.
     pub fn on_timer(&mut self, now: Duration) -> Vec<Effect> {
@@ -220,11 +360,28 @@ impl Keeper {
                     dhcp::discover(self.xid, self.mac),
                     To::Broadcast,
                 ));
+                let step = self.tries.saturating_add(self.failures);
+                self.next = Some(now.saturating_add(decide_backoff(step)));
+            }
+            State::Rebooting(held) => {
+                if self.tries >= REQUEST_TRIES {
+                    // No server answered: the lease's own timers go on.
+                    self.tries = 0;
+                    self.state = State::Bound(held.clone());
+                    self.on_lease_timer(held, now, &mut out);
+                    return out;
+                }
+                self.tries = self.tries.saturating_add(1);
+                let l = &held.lease;
+                out.push(Effect::Send(
+                    dhcp::reboot(l.address, self.xid, self.mac),
+                    To::Broadcast,
+                ));
                 self.next = Some(now.saturating_add(decide_backoff(self.tries)));
             }
             State::Requesting(request) => {
                 if self.tries >= REQUEST_TRIES {
-                    self.start_over(now);
+                    self.start_over_failed(now);
                     return self.on_timer(now);
                 }
                 self.tries = self.tries.saturating_add(1);
@@ -254,7 +411,7 @@ impl Keeper {
                 held.lease.prefix
             )));
             self.last = Some(address);
-            self.start_over(now);
+            self.start_over_failed(now);
             out.extend(self.on_timer(now));
         } else if now >= at(times.t2) {
             if !matches!(self.state, State::Rebinding(_)) {
@@ -286,14 +443,24 @@ impl Keeper {
         }
         let mut out = Vec::new();
         match (self.state.clone(), m.kind) {
-            (State::Selecting, Kind::Offer) if !m.your_ip.is_unspecified() => {
+            (State::Selecting, Kind::Offer) | (State::Requesting(_), Kind::Ack)
+                if decide_refusal(m).is_some() =>
+            {
+                // Another server may offer something usable; the
+                // back-off goes on meanwhile.
+                out.extend(decide_refusal(m).map(Effect::Say));
+                if matches!(self.state, State::Requesting(_)) {
+                    self.start_over_failed(now);
+                }
+            }
+            (State::Selecting, Kind::Offer) => {
                 let request = dhcp::request(m, self.mac);
                 out.push(Effect::Send(request.clone(), To::Broadcast));
                 self.state = State::Requesting(request);
                 self.tries = 1;
                 self.next = Some(now.saturating_add(decide_backoff(1)));
             }
-            (State::Requesting(sent), Kind::Ack) if !m.your_ip.is_unspecified() => {
+            (State::Requesting(sent), Kind::Ack) => {
                 // An ACK from another server than the one asked is for
                 // someone else's REQUEST in a shared broadcast domain.
                 if sent.server_id.is_some()
@@ -304,6 +471,7 @@ impl Keeper {
                 }
                 let lease = dhcp::lease_from_ack(m);
                 out.push(Effect::Say(self.describe_grant(&lease)));
+                self.say_skipped(m, &mut out);
                 out.push(Effect::Apply {
                     old: None,
                     new: lease.clone(),
@@ -313,12 +481,22 @@ impl Keeper {
             (State::Requesting(sent), Kind::Nak)
                 if sent.server_id.is_none() || m.server_id == sent.server_id =>
             {
-                self.start_over(now.saturating_add(AFTER_NAK));
+                self.failures = self.failures.saturating_add(1);
+                let wait = decide_discover_wait(self.failures).max(AFTER_NAK);
+                self.start_over(now.saturating_add(wait));
             }
-            (State::Renewing(held) | State::Rebinding(held), Kind::Ack)
-                if !m.your_ip.is_unspecified() =>
+            (State::Renewing(_) | State::Rebinding(_) | State::Rebooting(_), Kind::Ack)
+                if decide_refusal(m).is_some() =>
             {
-                let lease = dhcp::lease_from_ack(m);
+                // The lease held is kept until its own timers end it.
+                out.extend(decide_refusal(m).map(Effect::Say));
+            }
+            (
+                State::Renewing(held) | State::Rebinding(held) | State::Rebooting(held),
+                Kind::Ack,
+            ) => {
+                let lease = decide_renewed(&held.lease, m);
+                self.say_skipped(m, &mut out);
                 if lease.address != held.lease.address {
                     out.push(Effect::Say(self.describe_grant(&lease)));
                 }
@@ -327,9 +505,13 @@ impl Keeper {
                     new: lease.clone(),
                 });
                 self.renewals = self.renewals.saturating_add(1);
+                self.failures = 0;
                 self.bind(lease, now);
             }
-            (State::Renewing(held) | State::Rebinding(held), Kind::Nak) => {
+            (
+                State::Renewing(held) | State::Rebinding(held) | State::Rebooting(held),
+                Kind::Nak,
+            ) => {
                 let l = &held.lease;
                 out.push(Effect::Remove(
                     l.clone(),
@@ -341,7 +523,7 @@ impl Keeper {
                     l.address, l.prefix
                 )));
                 self.last = Some(l.address);
-                self.start_over(now);
+                self.start_over_failed(now);
                 out.extend(self.on_timer(now));
             }
             _ => {}
@@ -427,6 +609,7 @@ mod tests {
             server: Some(SERVER),
             t1: None,
             t2: None,
+            classless: Vec::new(),
         }
     }
 
@@ -655,6 +838,7 @@ mod tests {
                 State::Bound(_) => "bound",
                 State::Renewing(_) => "renewing",
                 State::Rebinding(_) => "rebinding",
+                State::Rebooting(_) => "rebooting",
             };
             assert_eq!(
                 (name, summary(&got)),
@@ -767,5 +951,272 @@ mod tests {
         }
         assert_eq!(k.renewals, 100);
         assert!(matches!(k.state, State::Bound(_)));
+    }
+
+    /// (lease time, T1, T2) as the server sent them, and the timers
+    /// the keeper runs, in seconds.
+    #[test]
+    fn floors_keep_odd_lease_times_from_storming() {
+        type Row = (
+            Option<u32>,
+            Option<u32>,
+            Option<u32>,
+            Option<(u64, u64, u64)>,
+        );
+        let rows: &[Row] = &[
+            (Some(0), None, None, Some((10, 17, 20))),
+            (Some(1), None, None, Some((10, 17, 20))),
+            (Some(20), None, None, Some((10, 17, 20))),
+            (Some(120), Some(0), None, Some((60, 105, 120))),
+            (Some(120), Some(9), Some(0), Some((60, 105, 120))),
+            (Some(120), Some(10), Some(20), Some((10, 20, 120))),
+            (Some(0), Some(0), Some(0), Some((10, 17, 20))),
+            (Some(3600), Some(1800), Some(3150), Some((1800, 3150, 3600))),
+            (None, Some(5), None, None),
+            (Some(u32::MAX), None, None, None),
+        ];
+        for (secs, t1, t2, want) in rows {
+            let mut l = lease([10, 0, 0, 2], 0);
+            (l.lease_secs, l.t1, l.t2) = (*secs, *t1, *t2);
+            let got =
+                decide_times(&l).map(|t| (t.t1.as_secs(), t.t2.as_secs(), t.expiry.as_secs()));
+            assert_eq!(got, *want, "{secs:?} {t1:?} {t2:?}");
+        }
+    }
+
+    /// A server that grants a lease of 0 with T1 0 and never answers a
+    /// renewal: over ten minutes the keeper sends a bounded number of
+    /// messages, and the DISCOVERs after each expiry spread out.
+    #[test]
+    fn a_zero_lease_does_not_storm() {
+        let mut k = Keeper::new(MAC, 7, s(0));
+        let mut sent = 0;
+        let mut discovers_at = Vec::new();
+        let mut t = s(0);
+        while t < s(600) {
+            for e in k.on_timer(t) {
+                if let Effect::Send(m, _) = e {
+                    sent += 1;
+                    if m.kind == Kind::Discover {
+                        discovers_at.push(t.as_secs());
+                        let mut offer = reply(&k, Kind::Offer, [10, 77, 0, 53], 0);
+                        offer.t1 = Some(0);
+                        let req = k.on_message(&offer, t);
+                        assert_eq!(req.len(), 1);
+                        let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 0);
+                        ack.t1 = Some(0);
+                        k.on_message(&ack, t);
+                    }
+                }
+            }
+            t = k.next.unwrap().max(t);
+        }
+        // Each 20-second lease costs a handful of renewal tries.
+        assert!(sent < 200, "{sent} messages in ten minutes");
+        let gaps: Vec<u64> = discovers_at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| *g >= 20), "{gaps:?}");
+        assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "{gaps:?}");
+        assert_eq!(decide_discover_wait(1), s(0));
+        assert_eq!(decide_discover_wait(2), s(1));
+        assert_eq!(decide_discover_wait(3), s(2));
+        assert_eq!(decide_discover_wait(50), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_renewal_without_mask_or_lease_time_keeps_them() {
+        let mut held = lease([10, 77, 0, 53], 120);
+        held.prefix = 26;
+        type Row = (bool, bool, u8, Option<u32>);
+        let rows: &[Row] = &[
+            (true, true, 24, Some(300)),
+            (false, true, 26, Some(300)),
+            (true, false, 24, Some(120)),
+            (false, false, 26, Some(120)),
+        ];
+        let k = bound();
+        for (mask, time, prefix, secs) in rows {
+            let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 300);
+            if !mask {
+                ack.subnet = None;
+            }
+            if !time {
+                ack.lease_secs = None;
+            }
+            let got = decide_renewed(&held, &ack);
+            assert_eq!(
+                (got.prefix, got.lease_secs),
+                (*prefix, *secs),
+                "{mask} {time}"
+            );
+        }
+        // Through the keeper: the renewal applies the known prefix.
+        let mut k = bound();
+        k.on_timer(s(70));
+        let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
+        ack.subnet = None;
+        ack.lease_secs = None;
+        let got = k.on_message(&ack, s(71));
+        let Some(Effect::Apply { new, .. }) = got.last() else {
+            panic!("{got:?}");
+        };
+        assert_eq!((new.prefix, new.lease_secs), (24, Some(120)));
+        assert_eq!(k.next, Some(s(131)));
+    }
+
+    #[test]
+    fn leases_no_host_can_use_are_refused() {
+        type Row = (
+            [u8; 4],
+            Option<[u8; 4]>,
+            Option<[u8; 4]>,
+            Option<&'static str>,
+        );
+        let rows: &[Row] = &[
+            (
+                [10, 77, 0, 53],
+                Some([255, 255, 255, 0]),
+                Some([10, 77, 0, 1]),
+                None,
+            ),
+            ([0, 0, 0, 0], None, None, Some("no host may hold")),
+            ([255, 255, 255, 255], None, None, Some("no host may hold")),
+            ([224, 0, 0, 5], None, None, Some("no host may hold")),
+            ([127, 0, 0, 2], None, None, Some("no host may hold")),
+            (
+                [10, 77, 0, 53],
+                Some([0, 0, 0, 0]),
+                None,
+                Some("the subnet mask is 0.0.0.0"),
+            ),
+            (
+                [10, 77, 0, 53],
+                None,
+                Some([0, 0, 0, 0]),
+                Some("the router is 0.0.0.0"),
+            ),
+            (
+                [10, 77, 0, 255],
+                Some([255, 255, 255, 0]),
+                None,
+                Some("network or broadcast address"),
+            ),
+            (
+                [10, 77, 0, 0],
+                Some([255, 255, 255, 0]),
+                None,
+                Some("network or broadcast address"),
+            ),
+            // /31 and /32 have no broadcast address.
+            ([10, 77, 0, 1], Some([255, 255, 255, 254]), None, None),
+            ([203, 0, 113, 7], Some([255, 255, 255, 255]), None, None),
+        ];
+        let k = Keeper::new(MAC, 7, s(0));
+        for (address, mask, router, why) in rows {
+            let mut m = reply(&k, Kind::Ack, *address, 120);
+            m.subnet = mask.map(Ipv4Addr::from);
+            m.routers = router.map(Ipv4Addr::from).into_iter().collect();
+            let got = decide_refusal(&m);
+            match why {
+                None => assert_eq!(got, None, "{address:?}"),
+                Some(w) => {
+                    let line = got.unwrap_or_else(|| panic!("{address:?} was taken"));
+                    assert!(
+                        line.contains(w) && line.contains("from 10.77.0.1"),
+                        "{line}"
+                    );
+                }
+            }
+        }
+        // An offer of one is not requested; an ACK of one is not applied.
+        let mut k = Keeper::new(MAC, 7, s(0));
+        k.on_timer(s(0));
+        let offer = reply(&k, Kind::Offer, [127, 0, 0, 2], 120);
+        assert_eq!(summary(&k.on_message(&offer, s(1))), ["say"]);
+        assert_eq!(k.state, State::Selecting);
+        let offer = reply(&k, Kind::Offer, [10, 77, 0, 53], 120);
+        k.on_message(&offer, s(1));
+        let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
+        ack.routers = vec![Ipv4Addr::UNSPECIFIED];
+        assert_eq!(summary(&k.on_message(&ack, s(2))), ["say"]);
+        assert_eq!(k.state, State::Selecting);
+    }
+
+    #[test]
+    fn skipped_options_are_named_once() {
+        let mut k = bound();
+        k.on_timer(s(70));
+        let mut ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
+        ack.skipped = vec![dhcp::Skipped {
+            code: 6,
+            why: "its length is not a non-zero multiple of 4",
+        }];
+        let got = k.on_message(&ack, s(71));
+        let Effect::Say(line) = &got[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            line,
+            "skipped the DNS servers (option 6) from server 10.77.0.1: its length is not a \
+             non-zero multiple of 4"
+        );
+        let t = k.next.unwrap();
+        k.on_timer(t);
+        let mut again = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
+        again.skipped = ack.skipped.clone();
+        assert_eq!(
+            summary(&k.on_message(&again, t)),
+            ["apply 10.77.0.53 (was 10.77.0.53)"]
+        );
+    }
+
+    #[test]
+    fn a_link_back_up_checks_its_lease() {
+        let mut k = bound();
+        let got = k.on_link_up(s(30));
+        assert_eq!(summary(&got), ["send Request ciaddr 0.0.0.0 to broadcast"]);
+        let Effect::Send(m, _) = &got[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (m.requested_ip, m.server_id),
+            (Some(Ipv4Addr::new(10, 77, 0, 53)), None)
+        );
+        assert!(matches!(k.state, State::Rebooting(_)));
+        // Confirmed: bound again from now.
+        let ack = reply(&k, Kind::Ack, [10, 77, 0, 53], 120);
+        assert_eq!(
+            summary(&k.on_message(&ack, s(31))),
+            ["apply 10.77.0.53 (was 10.77.0.53)"]
+        );
+        assert_eq!(k.next, Some(s(91)));
+        // Refused (another network now): removed and asked for anew.
+        k.on_link_up(s(40));
+        let nak = reply(&k, Kind::Nak, [0, 0, 0, 0], 0);
+        assert_eq!(
+            summary(&k.on_message(&nak, s(41))),
+            [
+                "remove 10.77.0.53",
+                "say",
+                "send Discover ciaddr 0.0.0.0 to broadcast"
+            ]
+        );
+        // Unanswered: after the tries the lease's timers go on.
+        let mut k = bound();
+        k.on_link_up(s(30));
+        for _ in 1..REQUEST_TRIES {
+            let t = k.next.unwrap();
+            assert_eq!(summary(&k.on_timer(t)).len(), 1);
+        }
+        let t = k.next.unwrap();
+        assert!(k.on_timer(t).is_empty());
+        assert!(matches!(k.state, State::Bound(_)));
+        assert_eq!(k.next, Some(s(70)));
+        // Without a lease, a link up asks at once.
+        let mut k = Keeper::new(MAC, 7, s(0));
+        k.on_timer(s(0));
+        assert_eq!(
+            summary(&k.on_link_up(Duration::from_millis(300))),
+            ["send Discover ciaddr 0.0.0.0 to broadcast"]
+        );
     }
 }

@@ -36,6 +36,7 @@ pub mod daemon;
 pub mod dhcp;
 pub mod facts;
 pub mod lease;
+pub mod routes;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -156,6 +157,8 @@ pub enum Action {
         prefix: u8,
         /// Gateway, of the destination's family.
         gateway: IpAddr,
+        /// The interface's route metric.
+        metric: u32,
     },
     /// Keep a DHCP lease on the interface (the network thread does).
     Dhcp(DhcpLink),
@@ -178,6 +181,12 @@ pub struct DhcpLink {
     /// again after each new one (the kernel drops a route with the
     /// address that made its gateway reachable).
     pub routes: Vec<StaticRoute>,
+    /// The metric of its routes, leased and static.
+    pub metric: u32,
+    /// The destinations the entry routes statically (either family):
+    /// a lease's route to one of them is left out, so a static route
+    /// is never replaced by a leased one.
+    pub statics: Vec<(IpAddr, u8)>,
 }
 
 /// A static route of a [`DhcpLink`].
@@ -331,16 +340,17 @@ pub fn decide_network(spec: &NetworkSpec, found: &[Found]) -> Vec<Action> {
             mtu: None,
         });
     }
-    let is_vlan = |i: &&InterfaceSpec| {
+    let is_vlan = |(_, i): &(usize, &InterfaceSpec)| {
         i.name
             .as_ref()
             .is_some_and(|n| spec.vlans.iter().any(|v| v.name == *n))
     };
-    let (vlans, others): (Vec<&InterfaceSpec>, Vec<&InterfaceSpec>) =
-        spec.interfaces.iter().partition(is_vlan);
+    type Entries<'a> = Vec<(usize, &'a InterfaceSpec)>;
+    let (vlans, others): (Entries, Entries) = spec.interfaces.iter().enumerate().partition(is_vlan);
     let mut used = BTreeSet::new();
-    for iface in others.into_iter().chain(vlans) {
-        decide_interface(iface, found, &mut used, &mut actions);
+    for (position, iface) in others.into_iter().chain(vlans) {
+        let metric = iface.route_metric(position);
+        decide_interface(iface, metric, found, &mut used, &mut actions);
     }
     // A VLAN no entry names still comes up, once its parent is.
     for vlan in &spec.vlans {
@@ -359,6 +369,7 @@ pub fn decide_network(spec: &NetworkSpec, found: &[Found]) -> Vec<Action> {
 
 fn decide_interface(
     iface: &InterfaceSpec,
+    metric: u32,
     found: &[Found],
     used: &mut BTreeSet<u32>,
     actions: &mut Vec<Action>,
@@ -440,6 +451,7 @@ fn decide_interface(
                         destination,
                         prefix,
                         gateway,
+                        metric,
                     })
                 }
             }
@@ -456,6 +468,12 @@ fn decide_interface(
                 index,
                 mac,
                 routes: leased_routes,
+                metric,
+                statics: iface
+                    .routes
+                    .iter()
+                    .filter_map(|r| parse_cidr(&r.to))
+                    .collect(),
             })),
             None => actions.push(Action::Problem(format!(
                 "{name}: DHCP needs a hardware address and this interface has none; give it static addresses"
@@ -630,13 +648,15 @@ pub fn apply(
                 destination,
                 prefix,
                 gateway,
+                metric,
             } => {
                 let add = Request::Route {
                     op: Op::Add,
                     index: *index,
                     destination: *destination,
                     prefix: *prefix,
-                    gateway: *gateway,
+                    gateway: Some(*gateway),
+                    metric: *metric,
                     protocol: rta::PROTO_BOOT,
                 };
                 request(

@@ -89,6 +89,8 @@ fn dhcp_by_mac_accepts_router_advertisements() {
                 index: 2,
                 mac: MAC,
                 routes: vec![],
+                metric: 100,
+                statics: vec![],
             }),
         ]
     );
@@ -119,6 +121,7 @@ fn ipv4_routes_of_a_dhcp_entry_wait_for_its_lease() {
         destination: ip("192.0.2.0"),
         prefix: 24,
         gateway: ip("10.0.2.2"),
+        metric: 100,
     };
     let now_v6 = Action::Route {
         name: "eth0".into(),
@@ -126,6 +129,7 @@ fn ipv4_routes_of_a_dhcp_entry_wait_for_its_lease() {
         destination: ip("fd99::"),
         prefix: 64,
         gateway: ip("fd00:1::1"),
+        metric: 100,
     };
     type Row = (&'static [&'static str], Vec<StaticRoute>, Vec<Action>);
     let rows: Vec<Row> = vec![
@@ -181,14 +185,16 @@ fn static_by_name_both_families() {
                 index: 2,
                 destination: ip("0.0.0.0"),
                 prefix: 0,
-                gateway: ip("192.168.1.1")
+                gateway: ip("192.168.1.1"),
+                metric: 100,
             },
             Action::Route {
                 name: "eth0".into(),
                 index: 2,
                 destination: ip("fd99::"),
                 prefix: 64,
-                gateway: ip("fd00:1::1")
+                gateway: ip("fd00:1::1"),
+                metric: 100,
             },
         ]
     );
@@ -475,6 +481,8 @@ fn dhcp_interfaces_go_to_the_thread() {
             index: 2,
             mac: MAC,
             routes: vec![],
+            metric: 100,
+            statics: vec![],
         }]
     );
     assert_eq!(nl.applied(), [Request::up(1), Request::up(2)]);

@@ -43,9 +43,11 @@ const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
-const NLM_F_REPLACE: u16 = 0x100;
 const NLM_F_EXCL: u16 = 0x200;
 const NLM_F_CREATE: u16 = 0x400;
+
+/// A route's scope: the destination is on the link, no gateway.
+const RT_SCOPE_LINK: u8 = 253;
 
 const AF_UNSPEC: u8 = 0;
 const AF_INET: u8 = 2;
@@ -95,6 +97,9 @@ pub mod ifa {
     pub const BROADCAST: u16 = 4;
     /// The full 32-bit flags (the header holds only the low 8).
     pub const FLAGS: u16 = 8;
+    /// Duplicate address detection found another host using the
+    /// address: the kernel keeps it, unusable, until it is removed.
+    pub const F_DADFAILED: u32 = 0x08;
     /// Duplicate address detection has not finished.
     pub const F_TENTATIVE: u32 = 0x40;
     /// No lifetime: added by hand, not by autoconfiguration.
@@ -109,6 +114,9 @@ pub mod rta {
     pub const OIF: u16 = 4;
     /// Gateway.
     pub const GATEWAY: u16 = 5;
+    /// The route's metric (priority), u32: of two routes to one
+    /// destination the lower is used.
+    pub const PRIORITY: u16 = 6;
     /// The table, u32 (the header's byte says 252 when it does not fit).
     pub const TABLE: u16 = 15;
     /// The main table.
@@ -132,7 +140,7 @@ pub const MONITOR_GROUPS: u32 = 0x1 | 0x10 | 0x40 | 0x100 | 0x400;
 /// Whether a request adds or removes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Add (or replace, for a route).
+    /// Add (a route beside any other to the same destination).
     Add,
     /// Remove.
     Remove,
@@ -205,7 +213,7 @@ pub enum Request {
         /// Prefix length.
         prefix: u8,
     },
-    /// Add (or replace) or remove a route through a gateway.
+    /// Add or remove a route through a gateway, or on the link.
     Route {
         /// Add or remove.
         op: Op,
@@ -215,8 +223,12 @@ pub enum Request {
         destination: IpAddr,
         /// Destination prefix length; 0 is the default route.
         prefix: u8,
-        /// The gateway.
-        gateway: IpAddr,
+        /// The gateway; `None`: the destination is on the link (a
+        /// route of link scope, as `ip route add ... dev eth0`).
+        gateway: Option<IpAddr>,
+        /// The metric; each interface has its own, so two interfaces'
+        /// default routes are two routes, not one replacing the other.
+        metric: u32,
         /// Who added it ([`rta::PROTO_BOOT`], [`rta::PROTO_DHCP`]).
         protocol: u8,
     },
@@ -420,12 +432,19 @@ pub fn encode(request: &Request, seq: u32) -> Vec<u8> {
             destination,
             prefix,
             gateway,
+            metric,
             protocol,
         } => {
+            // No NLM_F_REPLACE: a route replaces another of the same
+            // destination and metric, whichever interface it leaves by,
+            // and a lease's default route must never take another
+            // interface's (or a static one's) place. An identical route
+            // is EEXIST, which is the state asked for.
             // Removal matches any protocol and scope (0 and
             // RT_SCOPE_NOWHERE), as `ip route del` does.
+            let on_link = if gateway.is_none() { RT_SCOPE_LINK } else { 0 };
             let (kind, flags, protocol, scope) = match op {
-                Op::Add => (RTM_NEWROUTE, create | NLM_F_REPLACE, *protocol, 0),
+                Op::Add => (RTM_NEWROUTE, create, *protocol, on_link),
                 Op::Remove => (RTM_DELROUTE, NLM_F_REQUEST | NLM_F_ACK, 0, 255),
             };
             push_header(&mut buf, kind, flags, seq);
@@ -443,8 +462,11 @@ pub fn encode(request: &Request, seq: u32) -> Vec<u8> {
             if *prefix > 0 {
                 push_attr(&mut buf, rta::DST, &dst);
             }
-            push_attr(&mut buf, rta::GATEWAY, &octets(*gateway).1);
+            if let Some(gateway) = gateway {
+                push_attr(&mut buf, rta::GATEWAY, &octets(*gateway).1);
+            }
             push_attr(&mut buf, rta::OIF, &index.to_ne_bytes());
+            push_attr(&mut buf, rta::PRIORITY, &metric.to_ne_bytes());
         }
     }
     finish(buf)
@@ -894,15 +916,16 @@ mod tests {
                 index: 2,
                 destination: Ipv4Addr::UNSPECIFIED.into(),
                 prefix: 0,
-                gateway: Ipv4Addr::new(10, 0, 2, 2).into(),
+                gateway: Some(Ipv4Addr::new(10, 0, 2, 2).into()),
+                metric: 100,
                 protocol: rta::PROTO_DHCP,
             },
             9,
         );
-        let want: [u8; 44] = [
-            44, 0, 0, 0, // nlmsg_len
+        let want: [u8; 52] = [
+            52, 0, 0, 0, // nlmsg_len
             24, 0, // RTM_NEWROUTE
-            0x05, 0x05, // REQUEST | ACK | REPLACE | CREATE
+            0x05, 0x04, // REQUEST | ACK | CREATE, never REPLACE
             9, 0, 0, 0, // seq
             0, 0, 0, 0, // pid
             2, 0, 0, 0, // AF_INET, dst_len 0, src_len, tos
@@ -910,6 +933,7 @@ mod tests {
             0, 0, 0, 0, // flags
             8, 0, 5, 0, 10, 0, 2, 2, // RTA_GATEWAY
             8, 0, 4, 0, 2, 0, 0, 0, // RTA_OIF
+            8, 0, 6, 0, 100, 0, 0, 0, // RTA_PRIORITY
         ];
         assert_eq!(got, want);
         let removal = encode(
@@ -918,7 +942,8 @@ mod tests {
                 index: 2,
                 destination: Ipv4Addr::UNSPECIFIED.into(),
                 prefix: 0,
-                gateway: Ipv4Addr::new(10, 0, 2, 2).into(),
+                gateway: Some(Ipv4Addr::new(10, 0, 2, 2).into()),
+                metric: 100,
                 protocol: rta::PROTO_DHCP,
             },
             9,
@@ -937,6 +962,32 @@ mod tests {
 
     #[test]
     #[cfg(target_endian = "little")]
+    fn on_link_route_has_link_scope_and_no_gateway() {
+        let got = encode(
+            &Request::Route {
+                op: Op::Add,
+                index: 2,
+                destination: Ipv4Addr::new(192, 0, 2, 1).into(),
+                prefix: 32,
+                gateway: None,
+                metric: 100,
+                protocol: rta::PROTO_DHCP,
+            },
+            1,
+        );
+        let want: Vec<u8> = [
+            &[52, 0, 0, 0, 24, 0, 0x05, 0x04, 1, 0, 0, 0, 0, 0, 0, 0][..],
+            &[2, 32, 0, 0, 254, 16, 253, 1, 0, 0, 0, 0], // scope link
+            &[8, 0, 1, 0, 192, 0, 2, 1],                 // RTA_DST
+            &[8, 0, 4, 0, 2, 0, 0, 0],                   // RTA_OIF
+            &[8, 0, 6, 0, 100, 0, 0, 0],                 // RTA_PRIORITY
+        ]
+        .concat();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
     fn ipv6_network_route_carries_destination() {
         let got = encode(
             &Request::Route {
@@ -944,12 +995,13 @@ mod tests {
                 index: 3,
                 destination: "fd99::".parse::<IpAddr>().unwrap(),
                 prefix: 64,
-                gateway: "fd50::1".parse::<IpAddr>().unwrap(),
+                gateway: Some("fd50::1".parse::<IpAddr>().unwrap()),
+                metric: 1024,
                 protocol: rta::PROTO_BOOT,
             },
             1,
         );
-        assert_eq!(got.len(), 28 + 20 + 20 + 8);
+        assert_eq!(got.len(), 28 + 20 + 20 + 8 + 8);
         assert_eq!(got.get(16..18), Some(&[10, 64][..]));
         assert_eq!(got.get(28..32), Some(&[20, 0, 1, 0][..]), "RTA_DST");
         assert_eq!(got.get(48..52), Some(&[20, 0, 5, 0][..]), "RTA_GATEWAY");
