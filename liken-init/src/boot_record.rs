@@ -49,7 +49,10 @@ pub fn build_version() -> Option<Version> {
 
 /// Writes the record into `dir`; returns the file's path.
 pub fn publish(dir: &Path, record: &BootRecord) -> io::Result<PathBuf> {
-    let mut bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+    // Compact JSON, as the network facts and the seeded ConfigMap: their
+    // readers are programs, and the pretty printer's code was about 3 kB
+    // of init's size budget.
+    let mut bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
     bytes.push(b'\n');
     let path = dir.join(FILE);
     if let Some(parent) = path.parent() {

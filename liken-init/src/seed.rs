@@ -202,7 +202,7 @@ pub fn decide_join(machine: &Machine, cluster: &Cluster, role: Role) -> Join {
 /// reads) under the key `cluster.yaml`, where the cluster operator's
 /// Deployment mounts it (images/manifests/cluster-operator.yaml).
 pub fn render_cluster_config_map(cluster: &Cluster) -> String {
-    let document = serde_json::to_string_pretty(&cluster.canonical()).unwrap_or_default();
+    let document = serde_json::to_string(&cluster.canonical()).unwrap_or_default();
     format!(
         "# Written by liken-init from the Cluster document this leader boots with.\n\
          apiVersion: v1\n\

@@ -611,7 +611,7 @@ impl<'a> Thread<'a> {
             out.problems.push(problem);
         }
         out.leases = self.slots.iter().map(|s| lease_facts(s, &at)).collect();
-        let mut bytes = serde_json::to_vec_pretty(&out).unwrap_or_default();
+        let mut bytes = serde_json::to_vec(&out).unwrap_or_default();
         bytes.push(b'\n');
         let path = self.setup.run_liken.join(liken_api::ondisk::NETWORK_FACTS);
         if let Some(parent) = path.parent() {
