@@ -12,6 +12,7 @@
 //! - [`meta`]: the group, `ObjectMeta`, the [`meta::Kind`] trait.
 //! - [`phase`], [`role`], [`condition`]: the status vocabulary.
 //! - [`version`], [`time`], [`digest`]: validated scalar types.
+//! - [`tzif`]: time zones from the tz database's compiled files.
 //! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
 //! - [`network`]: the running network init publishes for the machine
 //!   operator.
@@ -47,6 +48,7 @@ pub mod phase;
 pub mod release;
 pub mod role;
 pub mod time;
+pub mod tzif;
 pub mod validate;
 pub mod version;
 
