@@ -51,7 +51,9 @@ use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
 use super::status::{self, Extras};
 use super::steward::Steward;
 use super::watches::Watches;
+use super::windows;
 use crate::runtime::log;
+use crate::windows::{ZONEINFO, Zones};
 
 /// The intervals a sweep judges by.
 #[derive(Clone, Copy, Debug)]
@@ -112,6 +114,8 @@ pub struct Sweeper {
     operating: Option<String>,
     /// Whether the wait for a Cluster has been logged.
     waiting_logged: bool,
+    /// The tz database the maintenance windows are judged by.
+    zones: Zones,
 }
 
 impl Sweeper {
@@ -138,6 +142,7 @@ impl Sweeper {
             reported: BTreeMap::new(),
             operating: None,
             waiting_logged: false,
+            zones: Zones::new(ZONEINFO),
         }
     }
 
@@ -176,6 +181,8 @@ impl Sweeper {
             .collect();
         let fleet = decide_fleet_sweep(&judged);
         let template = self.template();
+        let zones = windows::load_zones(&mut self.zones, &cluster, &judged);
+        let gate = windows::decide_gate(&cluster, &judged, zones, now);
         let mut rollout = decide_rollout(&RolloutInput {
             cluster: &cluster,
             machines: &judged,
@@ -185,6 +192,7 @@ impl Sweeper {
             stale_after: self.limits.stale_after,
             stall_after: self.limits.stall_after,
             now,
+            windows: &gate,
         });
 
         let releases = cluster.spec.releases.as_ref();
