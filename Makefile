@@ -181,7 +181,7 @@ bench-smoke:
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ_ROOT := $(HOME)/.cache/liken/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION)
 FUZZ_CORPUS := $(HOME)/.cache/liken/fuzz-corpus
-FUZZ_TARGETS := manifest_machine manifest_cluster release_yaml channel_yaml http_request
+FUZZ_TARGETS := manifest_machine manifest_cluster release_yaml channel_yaml http_request tzif
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz fuzz-smoke fuzz-setup
 
@@ -231,7 +231,8 @@ K3S_AIRGAP_IMAGES ?=
 # else dev> (IMAGES_OUT/<binary>.tar, images/oci-image.sh), the names
 # their manifests (images/manifests/<name>.yaml) use; the system image
 # carries them for k3s to preload. Each is liken-ops's static binary, built
-# with the crash-only release-abort profile.
+# with the crash-only release-abort profile, and the tz database from
+# Debian's tzdata that maintenance windows are judged by (--tzdata).
 OPERATORS := liken-machine-operator liken-cluster-operator
 OPERATOR_IMAGES := $(foreach o,$(OPERATORS),$(IMAGES_OUT)/$(o).tar)
 .PHONY: images qemu-images
@@ -245,7 +246,7 @@ images:
 	  cp $(CARGO_TARGET_DIR)/$(TARGET)/release/liken $(IMAGES_OUT)/.liken.$$$$ && mv $(IMAGES_OUT)/.liken.$$$$ $(IMAGES_OUT)/liken; }
 	$(STATIC) cargo build --profile release-abort --target $(TARGET) -p liken-ops $(addprefix --bin ,$(OPERATORS))
 	@for o in $(OPERATORS); do \
-	  ./images/oci-image.sh $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$o liken.sh/$$o:$(or $(LIKEN_VERSION),dev) $(IMAGES_OUT)/$$o.tar; done
+	  ./images/oci-image.sh --tzdata $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$o liken.sh/$$o:$(or $(LIKEN_VERSION),dev) $(IMAGES_OUT)/$$o.tar; done
 	./images/build-system.sh $(addprefix --image ,$(OPERATOR_IMAGES)) $(addprefix --airgap ,$(K3S_AIRGAP_IMAGES)) $(IMAGES_OUT)/liken.sqfs $(K3S_BINARY)
 	./images/build-loaders.sh $(IMAGES_OUT)
 	./images/licenses.sh $(IMAGES_OUT)/licenses.md $(K3S_BINARY)

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Writes a minimal OCI image archive around one static binary:
 #
-#   oci-image.sh BINARY NAME OUT.tar
+#   oci-image.sh [--tzdata] BINARY NAME OUT.tar
 #
 # NAME is the image's full reference, registry host included
 # (`liken.sh/liken-ops:2026.12.02-001`), because containerd names an
 # imported image by it verbatim and a pod spec names the image the same
 # way. The image has no base: one layer holding BINARY at
-# /usr/bin/<its file name>, which is the entrypoint. This is what the
+# /usr/bin/<its file name>, which is the entrypoint.
+#
+# --tzdata adds the tz database from Debian's tzdata package (fetched by
+# deb.sh) at /usr/share/zoneinfo, with its copyright file: the operators
+# read maintenance windows' time zones there (liken-ops/src/windows.rs).
+# The image carries it rather than mount the host's, because the
+# operators take no host paths and the database then travels with the
+# release: every copy of an operator judges a window by the same rules.
+# The right/ tree (leap-second zones, which liken refuses) and the
+# posix/ duplicates are left out. This is what the
 # operators ship as: the system image carries the archives in
 # /usr/share/liken/images, and liken-init links them into k3s's airgap
 # images directory, from which k3s imports them into containerd.
@@ -32,7 +41,13 @@
 set -euo pipefail
 umask 022
 
-usage="usage: oci-image.sh BINARY NAME OUT.tar (NAME like liken.sh/liken-ops:<version>)"
+usage="usage: oci-image.sh [--tzdata] BINARY NAME OUT.tar (NAME like liken.sh/liken-ops:<version>)"
+here=$(cd "$(dirname "$0")" && pwd)
+tzdata=
+if [ "${1:-}" = --tzdata ]; then
+  tzdata=1
+  shift
+fi
 binary=${1:?$usage}
 name=${2:?$usage}
 out=${3:?$usage}
@@ -107,6 +122,20 @@ store() {
 mkdir -p "$work/root/usr/bin"
 cp "$binary" "$work/root/usr/bin/$prog"
 chmod 0755 "$work/root/usr" "$work/root/usr/bin" "$work/root/usr/bin/$prog"
+if [ -n "$tzdata" ]; then
+  read -r _ tz_version tz_dir < <("$here/deb.sh" tzdata)
+  [ -f "$tz_dir/root/usr/share/zoneinfo/Europe/Berlin" ] || {
+    echo "images: tzdata $tz_version has no usr/share/zoneinfo/Europe/Berlin; is it Debian's tzdata?" >&2
+    exit 1
+  }
+  mkdir -p "$work/root/usr/share/doc/tzdata"
+  cp -a "$tz_dir/root/usr/share/zoneinfo" "$work/root/usr/share/zoneinfo"
+  rm -rf "$work/root/usr/share/zoneinfo/right" "$work/root/usr/share/zoneinfo/posix"
+  cp "$tz_dir/root/usr/share/doc/tzdata/copyright" "$work/root/usr/share/doc/tzdata/copyright"
+  find "$work/root/usr/share" -type d -exec chmod 0755 {} +
+  find "$work/root/usr/share" -type f -exec chmod 0644 {} +
+  echo "images: adding tzdata $tz_version at /usr/share/zoneinfo" >&2
+fi
 tar -C "$work/root" "${det[@]}" -cf "$work/layer" usr
 layer_size=$(size "$work/layer")
 # Uncompressed, so the layer's digest is also its diff_id.

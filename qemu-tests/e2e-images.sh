@@ -97,7 +97,7 @@ for i in "${!versions[@]}"; do
   for bin in "$@"; do
     name=$(basename "$bin")
     [ -x "$bin" ] || { echo "e2e-images: $bin is missing; run make images" >&2; exit 1; }
-    "$here/images/oci-image.sh" "$bin" "liken.sh/$name:$v" "$dir/$name.tar"
+    "$here/images/oci-image.sh" --tzdata "$bin" "liken.sh/$name:$v" "$dir/$name.tar"
     args+=(--image "$dir/$name.tar")
   done
   instruction=node

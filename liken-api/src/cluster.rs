@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::condition::Condition;
 use crate::digest::{Digest, Sha256Hex};
 use crate::hash::document_hash;
+use crate::maintenance::{self, MaintenanceSpec};
 use crate::meta::{API_VERSION, Kind, ObjectMeta, is_dns_label, is_dns_subdomain};
 use crate::phase::Phase;
 use crate::time::Time;
@@ -70,6 +71,9 @@ pub struct ClusterSpec {
     /// How many machines planned reboots may take down at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budget: Option<DisruptionBudget>,
+    /// When reboot turns may be granted: the fleet's weekly windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
 }
 
 /// A feature's configuration, free-form: each feature reads its own keys.
@@ -535,6 +539,10 @@ impl Validate for Cluster {
                 "0 would let no machine ever reboot for an update; use 1 or more",
             );
         }
+        p.0.extend(maintenance::validate(
+            spec.maintenance.as_ref(),
+            "spec.maintenance",
+        ));
         p.0
     }
 }

@@ -31,6 +31,7 @@ use crate::cluster::HaltCause;
 use crate::condition::ConditionStatus;
 use crate::digest::{DIGEST_PATTERN, SHA256_PATTERN};
 use crate::machine::{BondMode, DisruptionKind, RebootPolicy};
+use crate::maintenance::{DURATION_PATTERN, MAX_WINDOWS, START_PATTERN, Weekday, ZONE_PATTERN};
 use crate::meta::{GROUP, GROUP_VERSION};
 use crate::phase::Phase;
 use crate::role::Role;
@@ -101,6 +102,32 @@ fn conditions() -> Value {
     })
 }
 
+/// `spec.maintenance` of both kinds. The patterns keep out what is
+/// plainly not a window; the strict decoder and the operators judge the
+/// rest (a duration past 168h, overlaps, a zone the tz database lacks).
+fn maintenance() -> Value {
+    let window = object(
+        json!({
+            "days": {
+                "type": "array",
+                "items": enum_of(Weekday::ALL.iter().map(|d| d.as_str())),
+                "minItems": 1,
+                "maxItems": 7,
+            },
+            "start": {"type": "string", "pattern": START_PATTERN},
+            "duration": {"type": "string", "pattern": DURATION_PATTERN, "minLength": 2, "maxLength": 16},
+            "timeZone": {"type": "string", "pattern": ZONE_PATTERN, "maxLength": 255},
+        }),
+        &["days", "start", "duration", "timeZone"],
+    );
+    object(
+        json!({
+            "windows": {"type": "array", "items": window, "minItems": 1, "maxItems": MAX_WINDOWS},
+        }),
+        &[],
+    )
+}
+
 fn phase() -> Value {
     enum_of(Phase::ALL.iter().map(|p| p.as_str()))
 }
@@ -157,6 +184,7 @@ pub fn machine_spec_schema() -> Value {
                 "nodeLabels": string_map(),
                 "nodeTaints": string_array(),
             }), &[]),
+            "maintenance": maintenance(),
         }),
         &[],
     )
@@ -220,6 +248,7 @@ pub fn cluster_spec_schema() -> Value {
             "disruptionBudget": object(json!({
                 "maxUnavailable": {"type": "integer", "format": "int32", "minimum": 1},
             }), &[]),
+            "maintenance": maintenance(),
         }),
         &["endpoint", "leaders"],
     );

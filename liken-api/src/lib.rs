@@ -12,7 +12,10 @@
 //! - [`meta`]: the group, `ObjectMeta`, the [`meta::Kind`] trait.
 //! - [`phase`], [`role`], [`condition`]: the status vocabulary.
 //! - [`version`], [`time`], [`digest`]: validated scalar types.
+//! - [`tzif`]: time zones from the tz database's compiled files.
 //! - [`machine`], [`cluster`], [`release`], [`boot`]: the documents.
+//! - [`maintenance`]: the weekly windows in which reboot turns may be
+//!   granted, and the decision whether one is open.
 //! - [`network`]: the running network init publishes for the machine
 //!   operator.
 //! - [`annotations`]: one-shot request names.
@@ -40,6 +43,7 @@ pub mod decode;
 pub mod digest;
 pub mod hash;
 pub mod machine;
+pub mod maintenance;
 pub mod meta;
 pub mod network;
 pub mod ondisk;
@@ -47,6 +51,7 @@ pub mod phase;
 pub mod release;
 pub mod role;
 pub mod time;
+pub mod tzif;
 pub mod validate;
 pub mod version;
 

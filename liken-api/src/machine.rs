@@ -19,6 +19,7 @@ use crate::boot::BootStatus;
 use crate::condition::Condition;
 use crate::digest::Sha256Hex;
 use crate::hash::document_hash;
+use crate::maintenance::{self, MaintenanceSpec};
 use crate::meta::{API_VERSION, Kind, ObjectMeta, is_dns_subdomain};
 use crate::phase::Phase;
 use crate::role::Role;
@@ -97,6 +98,10 @@ pub struct MachineSpec {
     /// What k3s registers the node with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k3s: Option<K3sSpec>,
+    /// This machine's own maintenance windows, which replace the
+    /// Cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
 }
 
 /// The machine's network.
@@ -540,6 +545,10 @@ impl Validate for Machine {
                 }
             }
         }
+        p.0.extend(maintenance::validate(
+            self.spec.maintenance.as_ref(),
+            "spec.maintenance",
+        ));
         p.0
     }
 }

@@ -88,11 +88,11 @@ pub fn is_real_date(year: i64, month: u32, day: u32) -> bool {
     (1..=12).contains(&month) && day >= 1 && day <= days_in_month(year, month)
 }
 
-fn is_leap(year: i64) -> bool {
+pub(crate) fn is_leap(year: i64) -> bool {
     (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
 }
 
-fn days_in_month(year: i64, month: u32) -> u32 {
+pub(crate) fn days_in_month(year: i64, month: u32) -> u32 {
     match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
@@ -104,7 +104,7 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 
 // Howard Hinnant's days-from-civil and civil-from-days: exact for the
 // whole i64 range we can reach from four-digit years, with no tables.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
@@ -114,7 +114,7 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -125,6 +125,12 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// The proleptic Gregorian year of the day holding `seconds` (counted
+/// from the epoch in whatever clock the caller means).
+pub(crate) fn year_of(seconds: i64) -> i64 {
+    civil_from_days(seconds.div_euclid(86_400)).0
 }
 
 impl fmt::Display for Time {

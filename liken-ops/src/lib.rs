@@ -23,9 +23,12 @@
 //!   deployment.
 //! - [`kinds`]: the core Kubernetes kinds the operators read (Node, Pod).
 //! - [`machine`]: the machine operator.
+//! - [`windows`]: maintenance windows: zones from the tz database and
+//!   each machine's verdict, for both operators.
 
 pub mod cluster;
 pub mod fleet_cluster;
 pub mod kinds;
 pub mod machine;
 pub mod runtime;
+pub mod windows;

@@ -335,3 +335,64 @@ fn a_name_without_a_registry_host_or_tag_is_refused() {
         assert!(!out.exists());
     }
 }
+
+/// `--tzdata` puts Debian's tz database in the layer at
+/// /usr/share/zoneinfo, where the operators read maintenance windows'
+/// zones; the reader they use (liken-api's TZif parser) reads it there,
+/// and the leap-second zones it refuses are left out.
+#[test]
+fn the_tzdata_option_carries_the_zones_the_operators_read() {
+    let dir = scratch("oci-image-tzdata");
+    let hello = static_hello(&dir);
+    let out = dir.join("liken-ops.tar");
+    let run = Command::new(workspace().join("images/oci-image.sh"))
+        .arg("--tzdata")
+        .arg(&hello)
+        .arg(NAME)
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run images/oci-image.sh: {e}"));
+    assert!(
+        run.status.success(),
+        "oci-image.sh --tzdata failed:\n{}",
+        text(&run)
+    );
+    let layout = dir.join("layout");
+    std::fs::create_dir_all(&layout).unwrap();
+    check(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&layout)
+            .arg("-xf")
+            .arg(&out),
+    );
+    let index = json(&layout.join("index.json"));
+    let manifest_hex =
+        index["manifests"][0]["digest"].as_str().unwrap()["sha256:".len()..].to_owned();
+    let manifest = json(&layout.join("blobs/sha256").join(manifest_hex));
+    let layer_hex = manifest["layers"][0]["digest"].as_str().unwrap()["sha256:".len()..].to_owned();
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(&root).unwrap();
+    check(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-xf")
+            .arg(layout.join("blobs/sha256").join(layer_hex)),
+    );
+    let zoneinfo = root.join("usr/share/zoneinfo");
+    for (zone, january, july) in [
+        ("Europe/Berlin", 3600, 7200),
+        ("America/New_York", -18_000, -14_400),
+        ("UTC", 0, 0),
+    ] {
+        let bytes = std::fs::read(zoneinfo.join(zone)).unwrap_or_else(|e| panic!("{zone}: {e}"));
+        let z = liken_api::tzif::parse(&bytes).unwrap_or_else(|e| panic!("{zone}: {e}"));
+        // 2030-01-15 and 2030-07-15, past the transitions the file lists
+        // for some zones: the footer rule decides.
+        assert_eq!(z.offset_at(1_894_665_600), january, "{zone}");
+        assert_eq!(z.offset_at(1_910_390_400), july, "{zone}");
+    }
+    assert!(!zoneinfo.join("right").exists());
+    assert!(root.join("usr/share/doc/tzdata/copyright").is_file());
+}

@@ -22,6 +22,7 @@
 //! - [`flux`]: the flux feature: the deploy key, the engine seed, the
 //!   ordered teardown of a retracted feature.
 //! - [`janitor`]: the workloads of retracted features.
+//! - [`windows`]: the maintenance-window gate on new grants.
 //! - [`steward`]: the OS's own DaemonSet pods, refreshed on machines that
 //!   already run the template's release.
 //!
@@ -48,3 +49,4 @@ pub mod status;
 pub mod steward;
 pub mod sweep;
 pub mod watches;
+pub mod windows;

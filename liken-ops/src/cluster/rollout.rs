@@ -109,6 +109,8 @@ pub struct RolloutInput<'a> {
     pub stall_after: Duration,
     /// The wall clock, for ledger times.
     pub now: Time,
+    /// The maintenance-window gate: machines that get no new turn now.
+    pub windows: &'a super::windows::Gate,
 }
 
 /// A grant to write onto a Machine after the ledger holding it is stored.
@@ -394,8 +396,13 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
 
     let mut grants = Vec::new();
     let mut waiting = Vec::new();
+    let mut outside = Vec::new();
     for j in candidates {
         let name = j.name();
+        if !input.windows.allows(name) {
+            outside.push(name);
+            continue;
+        }
         let release = turn_release(j.machine);
         let leader = cluster.is_leader(name);
         let counted = down.contains(name);
@@ -453,6 +460,7 @@ pub fn decide_rollout(input: &RolloutInput<'_>) -> Rollout {
         stalled: &stalled,
         turns: &turns,
         waiting: &waiting,
+        outside: &outside,
         hold: hold.as_deref(),
         lags,
     });
@@ -473,6 +481,7 @@ struct ProgressFacts<'a> {
     stalled: &'a [&'a str],
     turns: &'a [RebootTurn],
     waiting: &'a [&'a str],
+    outside: &'a [&'a str],
     hold: Option<&'a str>,
     lags: bool,
 }
@@ -539,7 +548,10 @@ fn progressing(f: &ProgressFacts<'_>) -> Condition {
         };
         parts.push(format!("waiting for a turn: {}{why}", name_list(&waiting)));
     }
-    if !f.turns.is_empty() || !f.waiting.is_empty() || behind {
+    if !f.outside.is_empty() {
+        parts.push(f.input.windows.waiting_text(f.outside));
+    }
+    if !f.turns.is_empty() || !f.waiting.is_empty() || !f.outside.is_empty() || behind {
         return Condition::new(
             PROGRESSING,
             ConditionStatus::True,

@@ -167,6 +167,7 @@ mod tests {
             stale_after: Duration::from_secs(40),
             stall_after: Duration::from_secs(1800),
             now: Time::from_unix(now),
+            windows: &crate::cluster::windows::Gate::open(),
         });
         compose_status(c, &fleet, &rollout, extras, Time::from_unix(now))
     }

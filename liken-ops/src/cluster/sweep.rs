@@ -54,7 +54,9 @@ use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
 use super::status::{self, Extras};
 use super::steward::Steward;
 use super::watches::Watches;
+use super::windows;
 use crate::runtime::log;
+use crate::windows::{ZONEINFO, Zones};
 
 /// The intervals a sweep judges by.
 #[derive(Clone, Copy, Debug)]
@@ -117,6 +119,8 @@ pub struct Sweeper {
     operating: Option<String>,
     /// Whether the wait for a Cluster has been logged.
     waiting_logged: bool,
+    /// The tz database the maintenance windows are judged by.
+    zones: Zones,
 }
 
 impl Sweeper {
@@ -146,6 +150,7 @@ impl Sweeper {
             reported: BTreeMap::new(),
             operating: None,
             waiting_logged: false,
+            zones: Zones::new(ZONEINFO),
         }
     }
 
@@ -188,6 +193,8 @@ impl Sweeper {
             super::watches::SweepGate::NoGrants(why) => Template::Unreadable(why),
             _ => self.template(),
         };
+        let zones = windows::load_zones(&mut self.zones, &cluster, &judged);
+        let windows_gate = windows::decide_gate(&cluster, &judged, zones, now);
         let mut rollout = decide_rollout(&RolloutInput {
             cluster: &cluster,
             machines: &judged,
@@ -197,6 +204,7 @@ impl Sweeper {
             stale_after: self.limits.stale_after,
             stall_after: self.limits.stall_after,
             now,
+            windows: &windows_gate,
         });
 
         let releases = cluster.spec.releases.as_ref();

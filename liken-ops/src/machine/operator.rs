@@ -48,6 +48,7 @@ use crate::machine::turn::{
 use crate::runtime::log;
 use crate::runtime::signals::{self, Stop};
 use crate::runtime::start;
+use crate::windows::{ZONEINFO, Zones, machine_note};
 
 /// The component name in logs, metrics, the User-Agent and Events.
 pub const COMPONENT: &str = "liken-machine-operator";
@@ -232,6 +233,8 @@ struct Operator {
     written: Option<Machine>,
     metrics: OperatorMetrics,
     owner: Option<Arc<Mutex<Owner>>>,
+    /// The tz database the maintenance windows are judged by.
+    zones: Zones,
 }
 
 /// Runs the operator until SIGTERM.
@@ -272,6 +275,7 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
         written: None,
         metrics,
         owner: None,
+        zones: Zones::new(ZONEINFO),
         cfg: cfg.clone(),
         client: client.clone(),
         recorder,
@@ -509,6 +513,7 @@ impl Operator {
             .as_ref()
             .map_or(Worker::Idle, Downloads::state);
         let now = Time::from_system(std::time::SystemTime::now());
+        let window = machine_note(&mut self.zones, cluster.as_ref(), &machine, now);
         let mut pass = decide_pass(PassInput {
             machine: &machine,
             cluster: cluster.as_ref(),
@@ -516,6 +521,7 @@ impl Operator {
             facts: &facts,
             worker: &worker,
             now,
+            window: window.as_deref(),
         });
 
         if !pass.blind {

@@ -66,6 +66,9 @@ pub struct PassInput<'a> {
     pub worker: &'a Worker,
     /// Now, on this machine's clock.
     pub now: Time,
+    /// When the machine is outside its maintenance windows, the clause
+    /// naming the next opening ([`crate::windows::machine_note`]).
+    pub window: Option<&'a str>,
 }
 
 /// A document to put in staged/ or take out of it.
@@ -379,6 +382,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         facts,
         worker,
         now,
+        window,
     } = input;
     let unknown = ConditionStatus::Unknown;
     let init = match &facts.init {
@@ -696,6 +700,16 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         };
         conditions.push(c);
     }
+    // Outside its maintenance windows the machine still asks, and says
+    // when the cluster can next grant it a turn.
+    if let Some(why) = window {
+        for c in conditions
+            .iter_mut()
+            .filter(|c| c.status != ConditionStatus::True && c.reason == reason::AWAITING_TURN)
+        {
+            c.message = format!("{}; {why}", c.message);
+        }
+    }
     let phase = decide_phase(&conditions);
     conditions.push(decide_ready(&conditions, phase));
 
@@ -952,6 +966,7 @@ mod tests {
             facts,
             worker: &Worker::Idle,
             now: NOW,
+            window: None,
         })
     }
 
@@ -1057,6 +1072,48 @@ mod tests {
             p.conditions
         );
         assert_eq!(p.release.as_ref().unwrap().running, record().version);
+    }
+
+    #[test]
+    fn outside_its_windows_a_machine_says_when_the_next_opens() {
+        let auto = api(swappiness);
+        let f = facts(&running());
+        let why = "outside the maintenance windows; the next opens Sun 2026-12-06 02:00 CET \
+                   (Europe/Berlin)";
+        let c = cluster();
+        let p = decide_pass(PassInput {
+            machine: &auto,
+            cluster: Some(&c),
+            node: Some(&node()),
+            facts: &f,
+            worker: &Worker::Idle,
+            now: NOW,
+            window: Some(why),
+        });
+        // Still UpdatePending and still asking: the cluster decides.
+        assert_eq!(p.phase, Phase::UpdatePending);
+        assert_eq!(p.wanted, Some(DisruptionKind::Reboot));
+        let c = p
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SYSCTLS_APPLIED)
+            .unwrap();
+        assert_eq!(c.reason, reason::AWAITING_TURN);
+        assert!(
+            c.message.ends_with(&format!(
+                "waiting for the cluster to grant a reboot turn; {why}"
+            )),
+            "{}",
+            c.message
+        );
+        // Converged conditions say nothing of windows.
+        let quiet = pass(&running(), &f, Some(&node()));
+        assert!(
+            quiet
+                .conditions
+                .iter()
+                .all(|c| !c.message.contains("maintenance"))
+        );
     }
 
     #[test]
@@ -1452,6 +1509,7 @@ mod tests {
             facts: &f,
             worker: &Worker::Idle,
             now: NOW,
+            window: None,
         });
         let [
             Staging::Write {
@@ -1485,6 +1543,7 @@ mod tests {
             facts: &f,
             worker: &Worker::Idle,
             now: NOW,
+            window: None,
         });
         assert_eq!(reason_of(&p, K3S_CONFIGURED), reason::CONVERGED);
         assert_eq!(reason_of(&p, RELEASE_CURRENT), reason::DOWNLOADING);

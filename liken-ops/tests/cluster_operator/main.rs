@@ -11,6 +11,7 @@
 //! state; writes are counted in the apiserver's audit log.
 
 mod harness;
+mod windows;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

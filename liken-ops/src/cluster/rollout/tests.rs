@@ -228,6 +228,7 @@ fn decide_on(cluster: &Cluster, built: &[(Machine, bool)], s: &Scenario) -> Roll
         stale_after: STALE,
         stall_after: STALL,
         now: Time::from_unix(NOW),
+        windows: &crate::cluster::windows::Gate::open(),
     })
 }
 
