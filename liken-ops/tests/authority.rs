@@ -19,6 +19,59 @@ use support::*;
 const POLICY: &str = "ValidatingAdmissionPolicy 'liken-machine-operator-own-machine'";
 const OPERATOR: &str = "system:serviceaccount:liken-system:liken-machine-operator";
 
+/// The shared control plane, once the admission policy is in force.
+///
+/// kube-apiserver compiles a ValidatingAdmissionPolicy and its binding
+/// from its own informer, a moment after they are applied, and admits
+/// everything until then: an attack tried in that moment was seen admitted
+/// once. So before any attack, a probe the policy refuses (node
+/// auth-probe's operator creating a Lease under another name) is tried
+/// until it is refused; an admitted probe is deleted and tried again.
+fn cp() -> &'static liken_testenv::ControlPlane {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let cp = support::cp();
+    READY.get_or_init(|| {
+        cp.create_node("auth-probe", &[]).unwrap();
+        let kc = operator_kubeconfig("auth-probe");
+        let probe = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"name": "auth-probe-other", "namespace": "liken-system"},
+                           "spec": {"holderIdentity": "auth-probe"}});
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let path =
+            std::env::temp_dir().join(format!("authority-{}-probe.json", std::process::id()));
+        std::fs::write(&path, probe.to_string()).unwrap();
+        loop {
+            // Not create_as: that reaches this function again, whose
+            // initialisation is under way.
+            let out = cp
+                .kubectl_as(&kc)
+                .args(["create", "-f", path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            let (ok, err) = (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+            if !ok && err.contains(POLICY) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the admission policy was not in force within 60 s: {err}"
+            );
+            if ok {
+                let _ = cp
+                    .kubectl()
+                    .args(["-n", "liken-system", "delete", "lease", "auth-probe-other"])
+                    .output();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = std::fs::remove_file(&path);
+    });
+    cp
+}
+
 /// Runs kubectl with a kubeconfig; answers (success, stderr).
 fn kubectl_as(kc: &Path, args: &[&str]) -> (bool, String) {
     let out = cp().kubectl_as(kc).args(args).output().unwrap();
