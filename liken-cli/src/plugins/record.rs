@@ -52,7 +52,7 @@ impl Record {
 
 /// The directory of records beside the plugin directory's `bin`.
 pub fn dir(bin: &Path) -> PathBuf {
-    crate::files::parent(bin).join("records")
+    liken_releases::files::parent(bin).join("records")
 }
 
 /// The record file of `domain`.
@@ -78,11 +78,11 @@ pub fn read(bin: &Path, domain: &str) -> Result<Record, (PathBuf, String)> {
 /// Writes `domain`'s record atomically.
 pub fn write(bin: &Path, domain: &str, record: &Record) -> Result<(), (PathBuf, String)> {
     let d = dir(bin);
-    crate::files::create_dirs(&d, 0o755).map_err(|e| (d.clone(), e.to_string()))?;
+    liken_releases::files::create_dirs(&d, 0o755).map_err(|e| (d.clone(), e.to_string()))?;
     let p = path(bin, domain);
     let mut bytes = serde_json::to_vec_pretty(record).map_err(|e| (p.clone(), e.to_string()))?;
     bytes.push(b'\n');
-    crate::files::replace(&p, &bytes, 0o644).map_err(|e| (p, e.to_string()))
+    liken_releases::files::replace(&p, &bytes, 0o644).map_err(|e| (p, e.to_string()))
 }
 
 /// How `sync` may come by a digest for a reference.
