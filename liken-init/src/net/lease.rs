@@ -61,9 +61,13 @@ const INFINITE: u32 = u32::MAX;
 /// seconds (a misconfigured server) counts as this (dhcpcd's
 /// DHCP_MIN_LEASE).
 pub const MIN_LEASE: Duration = Duration::from_secs(20);
-/// The earliest renewal: a server's T1 under this is ignored, and the
-/// renewal falls at half the lease (at least half of [`MIN_LEASE`]).
-pub const MIN_T1: Duration = Duration::from_secs(10);
+/// The earliest renewal: a server's T1 under this (0, 1 or 2 s, a
+/// server asking for a renewal storm) is ignored, and the renewal falls
+/// at half the lease (at least half of [`MIN_LEASE`]). It stays this
+/// low because a T1 of a few seconds under a longer lease is a real
+/// setting (it is how the QEMU tests and `make bench` make dnsmasq,
+/// whose shortest lease is 2 minutes, renew often), not a misconfiguration.
+pub const MIN_T1: Duration = Duration::from_secs(3);
 
 /// A lease held since `granted` (monotonic time).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -968,8 +972,9 @@ mod tests {
             (Some(1), None, None, Some((10, 17, 20))),
             (Some(20), None, None, Some((10, 17, 20))),
             (Some(120), Some(0), None, Some((60, 105, 120))),
-            (Some(120), Some(9), Some(0), Some((60, 105, 120))),
-            (Some(120), Some(10), Some(20), Some((10, 20, 120))),
+            (Some(120), Some(2), Some(0), Some((60, 105, 120))),
+            (Some(120), Some(3), Some(0), Some((3, 105, 120))),
+            (Some(120), Some(9), Some(20), Some((9, 20, 120))),
             (Some(0), Some(0), Some(0), Some((10, 17, 20))),
             (Some(3600), Some(1800), Some(3150), Some((1800, 3150, 3600))),
             (None, Some(5), None, None),
