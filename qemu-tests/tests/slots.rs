@@ -163,6 +163,10 @@ fn expect_leader_files(vm: &mut Vm) {
             "config.yaml| cluster-init: true",
             "config.yaml| tls-san:",
             "config.yaml|   - \"10.0.2.15\"",
+            // Pod Security by default on leaders: the admission
+            // configuration init writes (docs/security.md).
+            "config.yaml| kube-apiserver-arg:",
+            "config.yaml|   - \"admission-control-config-file=/run/rancher/k3s/pod-security.yaml\"",
         ]
     );
     assert_eq!(
