@@ -12,7 +12,10 @@
 //!   waits for a person says [`reason::REBOOT_PENDING`] or
 //!   [`reason::RESTART_PENDING`]; one that is using a turn says
 //!   [`reason::DRAINING`], [`reason::DRAIN_BLOCKED`],
-//!   [`reason::REBOOTING`] or [`reason::RESTARTING`].
+//!   [`reason::REBOOTING`] or [`reason::RESTARTING`], and, once it has
+//!   rebooted into the target release, [`reason::ON_TRIAL`] until init
+//!   blesses that boot: the turn ends when the machine is known to stay
+//!   up, not when it first comes back.
 //! - **The grant.** The cluster operator gives a machine its turn by
 //!   setting [`REBOOT_APPROVED`] (True, [`GRANT_REASON`]) on that
 //!   Machine's status, after it has stored the turn in the Cluster's
@@ -121,6 +124,12 @@ pub mod reason {
     pub const FACTS_UNREADABLE: &str = "FactsUnreadable";
     /// init has not published this boot's record yet.
     pub const BOOTING: &str = "Booting";
+    /// The machine booted the target release and init has not blessed
+    /// the boot yet (k3s has not proven healthy on it). A trial that
+    /// fails reboots into the other slot, so the machine is still in
+    /// the middle of its turn: a grant it holds is not spent until the
+    /// blessing.
+    pub const ON_TRIAL: &str = "OnTrial";
     /// The target release's rollout is halted (the Cluster's
     /// `status.rolloutHalt`): it is not written into the inactive slot,
     /// and a copy written before the halt is disarmed.
@@ -163,14 +172,19 @@ pub fn awaits_approval(conditions: &[Condition]) -> bool {
     })
 }
 
-/// Whether the machine is in the middle of its turn (draining, or init
-/// was asked to reboot or restart k3s): a grant it holds is not spent.
+/// Whether the machine is in the middle of its turn (draining, init was
+/// asked to reboot or restart k3s, or the release it rebooted into is
+/// still on trial): a grant it holds is not spent.
 pub fn using_turn(conditions: &[Condition]) -> bool {
     conditions.iter().any(|c| {
         c.status != ConditionStatus::True
             && matches!(
                 c.reason.as_str(),
-                reason::DRAINING | reason::DRAIN_BLOCKED | reason::REBOOTING | reason::RESTARTING
+                reason::DRAINING
+                    | reason::DRAIN_BLOCKED
+                    | reason::REBOOTING
+                    | reason::RESTARTING
+                    | reason::ON_TRIAL
             )
     })
 }
@@ -344,6 +358,7 @@ mod tests {
             reason::DRAIN_BLOCKED,
             reason::REBOOTING,
             reason::RESTARTING,
+            reason::ON_TRIAL,
         ] {
             let mid = [
                 c(REBOOT_APPROVED, True, GRANT_REASON),

@@ -202,25 +202,12 @@ fn judge(fleet: &Fleet, history: &History, from: Instant, after: &str) -> downti
     for l in &lines {
         step(&format!("  {l}"));
     }
-    // Overlaps are printed, not failed, until the known bug they found is
-    // fixed: the cluster operator frees a turn when the machine's Node is
-    // Ready, a few seconds before init blesses the trial boot, so the
-    // next machine can shut down while the first is still on trial (first
-    // seen as node-1 blessing 4 s after node-2's shutdown; docs/testing.md,
-    // "The end-to-end budget, judged independently"). The two sources
-    // disagreeing still fails, and so does the operators' own view below.
-    for o in &j.overlaps {
-        step(&format!(
-            "  FINDING (known bug, turn freed before blessing): {}",
-            o.line()
-        ));
-    }
-    let doubts: Vec<String> = j.failures().into_iter().skip(j.overlaps.len()).collect();
+    let failures = j.failures();
     assert!(
-        doubts.is_empty(),
-        "the machines' own consoles and their Nodes disagree (after {after}):\n{}\nevery \
-         downtime:\n{}",
-        doubts.join("\n"),
+        failures.is_empty(),
+        "more than {MAX_UNAVAILABLE} machine(s) down at once, or the machines' own consoles and \
+         their Nodes disagree (after {after}):\n{}\nevery downtime:\n{}",
+        failures.join("\n"),
         lines.join("\n")
     );
     no_two_disrupted(history);

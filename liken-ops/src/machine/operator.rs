@@ -576,7 +576,10 @@ impl Operator {
                 self.disrupt(&machine, &pass, kind, now);
             }
         }
+        // A boot on trial is busy too: its blessing ends the turn, and
+        // the next machine waits for this one to notice it.
         !matches!(pass.turn, TurnStep::Idle | TurnStep::Await)
+            || coordination::using_turn(&pass.conditions)
             || matches!(worker, Worker::Downloading { .. } | Worker::Writing { .. })
     }
 

@@ -68,6 +68,12 @@ pub const TABLE: &[Row] = &[
         why: "init was asked to restart k3s",
     },
     Row {
+        reason: reason::ON_TRIAL,
+        phase: Phase::Updating,
+        why: "the machine booted the target release and init has not blessed the boot yet; \
+              a failed trial reboots into the other slot, so the turn is still in use",
+    },
+    Row {
         reason: reason::REBOOT_PENDING,
         phase: Phase::UpdatePending,
         why: "a reboot-class change is staged and waits for a person's approval",

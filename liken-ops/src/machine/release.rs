@@ -143,6 +143,15 @@ pub fn progress(version: &Version, done: u64, total: Option<u64>) -> String {
     }
 }
 
+/// Whether this boot is on trial: counted by the bootloader and not
+/// blessed by init yet.
+fn on_trial(record: &BootRecord) -> bool {
+    record
+        .assessment
+        .as_ref()
+        .is_some_and(|a| a.counted && !a.blessed)
+}
+
 /// Decides ReleaseCurrent. `staged` is the status's last word on what the
 /// other slot holds (kept across boots), `written` what this boot wrote.
 pub fn decide_release(
@@ -169,6 +178,23 @@ pub fn decide_release(
              it cannot tell whether it runs {target}: install a released build"
         ));
     };
+    if running == target && on_trial(record) {
+        // Not converged yet: a trial that fails falls back, so the
+        // machine may still go down for this release, and the turn that
+        // rebooted it stays in use (coordination::using_turn).
+        let slot = record
+            .slot
+            .map_or_else(|| "this slot".to_owned(), |s| format!("slot {s}"));
+        return verdict(
+            ConditionStatus::False,
+            reason::ON_TRIAL,
+            format!(
+                "runs {target} from {slot} on trial: init blesses the boot once k3s is healthy; \
+                 until then the reboot turn stays in use, and a trial that fails boots the \
+                 other slot again"
+            ),
+        );
+    }
     if running == target {
         return verdict(
             ConditionStatus::True,
@@ -266,11 +292,7 @@ pub fn decide_release(
                     entry.digest
                 ));
             }
-            let on_trial = record
-                .assessment
-                .as_ref()
-                .is_some_and(|a| a.counted && !a.blessed);
-            if on_trial {
+            if on_trial(record) {
                 return downloading(
                     format!(
                         "{target} is downloaded and verified; waiting for init to bless this boot \
@@ -424,6 +446,28 @@ mod tests {
                 worker: Worker::Idle,
                 reason: reason::CONVERGED,
                 says: "runs 2026.11.01-001",
+                intent: Intent::None,
+            },
+            // Back on the target release, on trial: not converged until
+            // init blesses the boot, so the turn stays in use.
+            Case {
+                cluster: good.clone(),
+                record: record(Some(NEW), Some(Slot::B), Some(on_trial.clone())),
+                staged: Some(v(NEW)),
+                written: None,
+                worker: Worker::Idle,
+                reason: reason::ON_TRIAL,
+                says: "runs 2026.12.02-001 from slot B on trial",
+                intent: Intent::None,
+            },
+            Case {
+                cluster: good.clone(),
+                record: record(Some(NEW), Some(Slot::B), Some(blessed.clone())),
+                staged: Some(v(NEW)),
+                written: None,
+                worker: Worker::Idle,
+                reason: reason::CONVERGED,
+                says: "runs 2026.12.02-001, the Cluster's target",
                 intent: Intent::None,
             },
             Case {

@@ -286,7 +286,7 @@ pub fn decide_cordons(records: &[Record]) -> Cordons {
 
 /// Whether a Machine (its JSON) is disrupted by a reboot turn: it holds
 /// a grant (RebootApproved True), uses one (a convergence condition
-/// Draining, DrainBlocked, Rebooting or Restarting), or its phase is one
+/// Draining, DrainBlocked, Rebooting, Restarting or OnTrial), or its phase is one
 /// the budget counts as unavailable (Updating, Booting, Lost).
 pub fn disrupted(machine: &Value) -> Option<String> {
     use liken_api::coordination::{self, reason};
@@ -312,6 +312,7 @@ pub fn disrupted(machine: &Value) -> Option<String> {
             reason::DRAIN_BLOCKED,
             reason::REBOOTING,
             reason::RESTARTING,
+            reason::ON_TRIAL,
         ]
         .contains(&why)
         {

@@ -38,6 +38,8 @@ struct M {
     staged: Option<&'static str>,
     boot: i64,
     blocked: bool,
+    /// Rebooted into its release, which init has not blessed yet.
+    trial: bool,
     asked_at: i64,
     /// The grant names this purpose instead of what the machine asks.
     grant_names: Option<TurnPurpose>,
@@ -56,6 +58,7 @@ fn m(name: &'static str) -> M {
         staged: None,
         boot: 1000,
         blocked: false,
+        trial: false,
         asked_at: 500,
         grant_names: None,
     }
@@ -105,6 +108,9 @@ impl M {
         }
         if self.blocked {
             cond(RELEASE_CURRENT, ConditionStatus::False, reason::BLOCKED);
+        }
+        if self.trial {
+            cond(RELEASE_CURRENT, ConditionStatus::False, reason::ON_TRIAL);
         }
         if self.granted {
             let staged = self.staged.filter(|s| Some(*s) != self.running);
@@ -655,6 +661,34 @@ fn a_release_reported_blocked_halts_and_a_good_boot_does_not() {
     let mut s = scenario(vec![fell_back()]);
     s.ledger = vec![turn("a", "9", Some(OLD), 1000, NOW - 60)];
     assert_eq!(s.decide().halt, None);
+}
+
+#[test]
+fn a_turn_stays_in_use_until_the_new_boot_is_blessed() {
+    // Back up on NEW, but on trial: a failed trial reboots into the
+    // other slot, so the machine keeps its turn and the next waits.
+    let mut a = m("a").phase(Phase::Updating);
+    a.granted = true;
+    a.boot = 2000;
+    a.running = Some(NEW);
+    a.trial = true;
+    let mut s = scenario(vec![a.clone(), m("b").for_release()]);
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 60)];
+    let r = s.decide();
+    assert!(r.reclaims.is_empty(), "{:?}", r.reclaims);
+    assert_eq!(r.halt, None);
+    assert_eq!(ledger(&r), ["a"]);
+    assert!(granted(&r).is_empty(), "{:?}", granted(&r));
+
+    // Blessed: converged, the turn goes back. The entry counts until
+    // the grant is gone, so b waits one more sweep.
+    a.trial = false;
+    a.phase = Phase::Ready;
+    let mut s = scenario(vec![a, m("b").for_release()]);
+    s.ledger = vec![turn("a", "9", Some(NEW), 1000, NOW - 60)];
+    let r = s.decide();
+    assert_eq!(r.reclaims, ["a"]);
+    assert!(granted(&r).is_empty(), "{:?}", granted(&r));
 }
 
 #[test]
