@@ -23,7 +23,12 @@
 //! Deletion is by name with background propagation (the garbage
 //! collector removes the pods), conditioned on the resourceVersion the
 //! janitor judged, so an object re-annotated in between is judged again
-//! on the next sweep rather than deleted on an old reading.
+//! rather than deleted on an old reading. A DaemonSet's resourceVersion
+//! also moves with every status write its controller makes while pods
+//! come and go, so a conflict is common and says nothing about the
+//! annotation: the sweep lists again at once and judges the fresh copy,
+//! up to [`ROUNDS`] times, rather than leaving a busy DaemonSet running
+//! until some later sweep happens to catch it between status writes.
 //!
 //! The swept kinds are [`SWEPT`]: features ship DaemonSets today. A
 //! feature that ships another kind adds it there, with its list and
@@ -81,52 +86,75 @@ pub fn decide_retractions<'a>(cluster: &Cluster, workloads: &'a [Workload]) -> V
         .collect()
 }
 
+/// How many times one sweep lists a kind while deletes keep meeting
+/// newer resourceVersions.
+pub const ROUNDS: usize = 3;
+
 /// One pass: list each swept kind in liken-system and delete the
 /// workloads of retracted features.
 pub fn sweep(client: &Client, cluster: &Cluster) {
     for resource in SWEPT {
         let api = Api::namespaced(*resource, HEARTBEAT_NAMESPACE);
-        let listed = match client.list::<DynamicObject>(&api, &ListParams::default()) {
-            Ok(list) => list.items,
-            Err(e) => {
-                log::warn(
-                    "listing workloads for the feature janitor",
-                    &[("kind", &resource.kind), ("error", &e)],
-                );
-                continue;
-            }
-        };
-        let workloads: Vec<Workload> = listed.iter().map(Workload::of).collect();
-        for w in decide_retractions(cluster, &workloads) {
-            let feature = w.feature.as_deref().unwrap_or_default();
-            let params = DeleteParams {
-                propagation: Some(Propagation::Background),
-                precondition_resource_version: Some(w.resource_version.clone()),
-            };
-            match client.delete(&api, &w.name, &params) {
-                Ok(()) => log::info(
-                    "the Cluster no longer declares this workload's feature; deleted it",
-                    &[
-                        ("kind", &resource.kind),
-                        ("name", &w.name),
-                        ("feature", &feature),
-                    ],
-                ),
-                // Gone already, or changed since it was judged: the next
-                // sweep judges what is there.
-                Err(e) if e.is_not_found() || e.is_conflict() => {}
-                Err(e) => log::warn(
-                    "deleting the workload of a retracted feature",
-                    &[
-                        ("kind", &resource.kind),
-                        ("name", &w.name),
-                        ("feature", &feature),
-                        ("error", &e),
-                    ],
-                ),
+        for _ in 0..ROUNDS {
+            if sweep_once(client, cluster, resource, &api) == Round::Settled {
+                break;
             }
         }
     }
+}
+
+/// What one list-and-delete round of a kind left behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// Every retraction judged was carried out, or failed for a reason
+    /// another round in this sweep would not change.
+    Settled,
+    /// A delete met a newer resourceVersion: judge a fresh listing.
+    Changed,
+}
+
+fn sweep_once(client: &Client, cluster: &Cluster, resource: &Resource, api: &Api) -> Round {
+    let listed = match client.list::<DynamicObject>(api, &ListParams::default()) {
+        Ok(list) => list.items,
+        Err(e) => {
+            log::warn(
+                "listing workloads for the feature janitor",
+                &[("kind", &resource.kind), ("error", &e)],
+            );
+            return Round::Settled;
+        }
+    };
+    let workloads: Vec<Workload> = listed.iter().map(Workload::of).collect();
+    let mut round = Round::Settled;
+    for w in decide_retractions(cluster, &workloads) {
+        let feature = w.feature.as_deref().unwrap_or_default();
+        let params = DeleteParams {
+            propagation: Some(Propagation::Background),
+            precondition_resource_version: Some(w.resource_version.clone()),
+        };
+        match client.delete(api, &w.name, &params) {
+            Ok(()) => log::info(
+                "the Cluster no longer declares this workload's feature; deleted it",
+                &[
+                    ("kind", &resource.kind),
+                    ("name", &w.name),
+                    ("feature", &feature),
+                ],
+            ),
+            Err(e) if e.is_not_found() => {}
+            Err(e) if e.is_conflict() => round = Round::Changed,
+            Err(e) => log::warn(
+                "deleting the workload of a retracted feature",
+                &[
+                    ("kind", &resource.kind),
+                    ("name", &w.name),
+                    ("feature", &feature),
+                    ("error", &e),
+                ],
+            ),
+        }
+    }
+    round
 }
 
 #[cfg(test)]
