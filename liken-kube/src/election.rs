@@ -39,6 +39,7 @@
 //! but has not renewed for the lease duration plus a tolerance is stuck
 //! and should be restarted.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -197,6 +198,11 @@ pub struct ElectionConfig {
     pub identity: String,
     /// The durations.
     pub timings: Timings,
+    /// Labels the Lease carries: set when this candidate creates it, and
+    /// put back on every takeover and renewal, so a watch that selects by
+    /// them (the cluster operator's, which judges its own freshness by
+    /// this Lease) sees a Lease made by an older build too.
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Default)]
@@ -224,6 +230,29 @@ impl Shared {
         let s = self.lock();
         s.leading && s.valid_until.is_some_and(|v| Instant::now() < v)
     }
+}
+
+/// `metadata`'s other fields with `labels` set among its labels; every
+/// other label and field is kept as read.
+fn label_map(
+    labels: &BTreeMap<String, String>,
+    mut other: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    if labels.is_empty() {
+        return other;
+    }
+    let entry = other
+        .entry("labels")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    if !entry.is_object() {
+        *entry = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let Some(map) = entry.as_object_mut() {
+        for (k, v) in labels {
+            map.insert(k.clone(), serde_json::Value::String(v.clone()));
+        }
+    }
+    other
 }
 
 /// The liveness verdict: `Err` when this candidate believes it leads but
@@ -306,6 +335,16 @@ impl Callbacks {
 /// The write guard of an elector, for [`Client::with_write_guard`].
 #[derive(Clone)]
 pub struct LeaderGuard(Arc<Shared>);
+
+impl LeaderGuard {
+    /// When this candidate's last successful renewal started, while it
+    /// leads: each one wrote a new renewTime, so a watch of the Lease
+    /// that is alive delivers it shortly after.
+    pub fn renewed_at(&self) -> Option<Instant> {
+        let s = self.0.lock();
+        if s.leading { s.renewed_at } else { None }
+    }
+}
 
 impl WriteGuard for LeaderGuard {
     fn may_write(&self) -> bool {
@@ -653,6 +692,7 @@ impl Run {
                     metadata: Meta {
                         name: self.config.name.clone(),
                         namespace: self.config.namespace.clone(),
+                        other: label_map(&self.config.labels, serde_json::Map::new()),
                         ..Meta::default()
                     },
                     spec: LeaseSpec {
@@ -677,6 +717,10 @@ impl Run {
                         Some(lease.spec.lease_transitions.unwrap_or(0) + 1);
                     lease.spec.acquire_time = Some(stamp.clone());
                 }
+                lease.metadata.other = label_map(
+                    &self.config.labels,
+                    std::mem::take(&mut lease.metadata.other),
+                );
                 lease.spec.holder_identity = Some(me);
                 lease.spec.lease_duration_seconds = Some(duration);
                 lease.spec.renew_time = Some(stamp);

@@ -73,6 +73,7 @@
 //!         name: "liken-machine-operator".into(),
 //!         identity: "pod-a".into(),
 //!         timings: Timings::default(),
+//!         labels: Default::default(),
 //!     },
 //!     Callbacks::default()
 //!         .on_started_leading(move || { let _ = leading_tx.try_send(true); })

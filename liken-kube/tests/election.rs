@@ -27,6 +27,7 @@ fn elect(c: &Client, lease: &str, id: &str, timings: Timings) -> Elector {
             name: lease.into(),
             identity: id.into(),
             timings,
+            labels: Default::default(),
         },
         quiet(),
     )
@@ -244,6 +245,7 @@ fn callbacks_gauge_and_liveness() {
                 name: lease.into(),
                 identity: id.into(),
                 timings,
+                labels: Default::default(),
             },
             callbacks(id),
         )
@@ -353,4 +355,70 @@ fn renewals_keep_what_the_lease_carries() {
     e.shutdown();
     let l = check("after release");
     assert!(l.0["spec"]["holderIdentity"].is_null(), "{l:?}");
+}
+
+/// The labels a candidate is configured with are on the Lease it creates,
+/// come back after anyone removes them (the next renewal restores them),
+/// and leave every other label alone; the guard reports the renewals.
+#[test]
+fn the_lease_keeps_its_labels_across_renewals() {
+    let c = admin();
+    let timings = Timings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(300),
+    };
+    let e = Elector::start(
+        c.clone(),
+        ElectionConfig {
+            namespace: "default".into(),
+            name: "liken-test-labels".into(),
+            identity: "a".into(),
+            timings,
+            labels: [("liken.sh/heartbeat".to_owned(), "election".to_owned())].into(),
+        },
+        quiet(),
+    )
+    .unwrap();
+    assert!(e.wait_leading(Duration::from_secs(10)));
+    let leases = Api::namespaced(LEASES, "default");
+    let label = |l: &Lease, key: &str| l.metadata.other["labels"][key].as_str().map(str::to_owned);
+    let lease: Lease = c.get(&leases, "liken-test-labels").unwrap();
+    assert_eq!(
+        label(&lease, "liken.sh/heartbeat").as_deref(),
+        Some("election")
+    );
+
+    // A person drops the label and adds one of their own.
+    c.merge_patch::<Lease>(
+        &leases,
+        "liken-test-labels",
+        &json!({"metadata": {"labels": {"liken.sh/heartbeat": null, "team": "ops"}}}),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let restored = loop {
+        let lease: Lease = c.get(&leases, "liken-test-labels").unwrap();
+        if label(&lease, "liken.sh/heartbeat").is_some() || Instant::now() > deadline {
+            break lease;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        label(&restored, "liken.sh/heartbeat").as_deref(),
+        Some("election"),
+        "the renewal did not put the label back"
+    );
+    assert_eq!(label(&restored, "team").as_deref(), Some("ops"));
+
+    let guard = e.guard();
+    let first = guard.renewed_at().expect("a leader has renewed");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(guard.renewed_at().unwrap() > first, "renewals go on");
+    e.shutdown();
+    assert_eq!(
+        guard.renewed_at(),
+        None,
+        "no renewal claimed after shutdown"
+    );
 }

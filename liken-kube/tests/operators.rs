@@ -410,6 +410,7 @@ fn promtool_accepts_every_exposition_liken_kube_serves() {
             name: "liken-test-promtool".into(),
             identity: "promtool".into(),
             timings: Timings::default(),
+            labels: Default::default(),
         },
         Callbacks::default(),
     )

@@ -58,6 +58,7 @@ pub struct ClusterMetrics {
     awaiting_approval: Gauge,
     turns: Gauge,
     halted: Gauge,
+    lease_watch_behind: Gauge,
     errors: BTreeMap<ErrorKind, Counter>,
 }
 
@@ -109,6 +110,12 @@ impl ClusterMetrics {
                 "1 while a failed release halts the rollout, else 0.",
                 &[],
             ),
+            lease_watch_behind: registry.gauge(
+                "liken_cluster_lease_watch_behind",
+                "1 while the heartbeat Lease watch is behind this copy's own election Lease \
+                 renewals and sweeps read the Leases directly, else 0.",
+                &[],
+            ),
             errors,
         }
     }
@@ -123,6 +130,11 @@ impl ClusterMetrics {
         self.turns.set(rollout.turns.len() as f64);
         self.halted
             .set(if rollout.halt.is_some() { 1.0 } else { 0.0 });
+    }
+
+    /// Publishes whether the heartbeat watch is behind.
+    pub fn lease_watch(&self, behind: bool) {
+        self.lease_watch_behind.set(if behind { 1.0 } else { 0.0 });
     }
 
     /// Counts one failure.

@@ -14,6 +14,8 @@
 //!
 //! Module map, decisions first:
 //! - [`heartbeat`]: renewals seen on this program's own clock.
+//! - [`freshness`]: whether the heartbeat watch is alive, judged by this
+//!   copy's own election Lease.
 //! - [`fleet`]: Lost verdicts, the tally, MachinesReady.
 //! - [`rollout`]: reboot turns under the budget, the ledger, stalls,
 //!   reclaims, and the halt of a failed release.
@@ -40,6 +42,7 @@ pub mod deployment;
 pub mod events;
 pub mod fleet;
 pub mod flux;
+pub mod freshness;
 pub mod heartbeat;
 pub mod janitor;
 pub mod metrics;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, bounded, select, tick};
-use liken_api::coordination::{CLUSTER_OPERATOR, HEARTBEAT_NAMESPACE};
+use liken_api::coordination::{CLUSTER_OPERATOR, HEARTBEAT_LABEL, HEARTBEAT_NAMESPACE};
 use liken_kube::election::{Callbacks, ElectionConfig, Elector, Timings};
 use liken_kube::events::{Recorder, RecorderConfig};
 use liken_kube::metrics;
@@ -243,6 +243,13 @@ pub fn run(options: Options, stop: Receiver<Stop>) -> Result<(), Error> {
             name: CLUSTER_OPERATOR.into(),
             identity: options.identity.clone(),
             timings: options.timings,
+            // The heartbeat watch delivers this Lease too, and the sweep
+            // judges the watch by it (super::freshness).
+            labels: [(
+                HEARTBEAT_LABEL.to_owned(),
+                super::freshness::ELECTION_LABEL_VALUE.to_owned(),
+            )]
+            .into(),
         },
         Callbacks::default()
             .on_started_leading(|| log::info("took the leader Lease; acting", &[]))
@@ -313,6 +320,7 @@ pub fn run(options: Options, stop: Receiver<Stop>) -> Result<(), Error> {
             stall_after: options.stall_after,
         },
         super::deployment::Deployment::new(options.cluster.clone()),
+        elector.guard(),
     );
 
     let ticker = tick(options.sweep_interval);

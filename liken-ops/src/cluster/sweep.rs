@@ -25,6 +25,12 @@
 //!    version read; a conflict means the machine came back, which is the
 //!    outcome this write exists to allow.
 //!
+//! Before any of it, the heartbeat watch is judged by this copy's own
+//! election Lease ([`freshness`](super::freshness)): when the watch is
+//! behind, the heartbeat Leases are read directly and recorded as the
+//! watch would have, and a sweep whose direct read fails too does
+//! nothing, so no machine is judged from a silent watch.
+//!
 //! A Machine or Cluster the wire decoder refuses is skipped with one Event
 //! and one log line naming the field (once per object and reason, however
 //! often it is written), and the sweep goes on with the rest.
@@ -35,11 +41,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use liken_api::annotations::CHECK_RELEASES;
 use liken_api::condition::{self, Condition};
-use liken_api::coordination::{self, GRANT_REASON, REBOOT_APPROVED, VERSION_LABEL};
+use liken_api::coordination::{
+    self, GRANT_REASON, HEARTBEAT_NAMESPACE, REBOOT_APPROVED, VERSION_LABEL,
+};
 use liken_api::{Cluster, ConditionStatus, Machine, Phase, Time, Version};
+use liken_kube::election::{LeaderGuard, Lease};
 use liken_kube::events::{EventType, ObjectReference, Recorder};
-use liken_kube::request::{CLUSTERS, MACHINES};
-use liken_kube::{Api, Client, DynamicObject, Error};
+use liken_kube::request::{CLUSTERS, LEASES, ListParams, MACHINES};
+use liken_kube::{Api, Client, DynamicObject, Error, Object};
 use serde_json::json;
 
 use super::channel::Poller;
@@ -47,13 +56,14 @@ use super::deployment::Deployment;
 use super::events;
 use super::fleet::{self, FleetSweep, Judged, decide_fleet_sweep};
 use super::flux::Flux;
+use super::freshness::{self, LeaseWatch};
 use super::heartbeat::Sightings;
 use super::janitor;
 use super::metrics::{ClusterMetrics, ErrorKind};
 use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
 use super::status::{self, Extras};
 use super::steward::Steward;
-use super::watches::Watches;
+use super::watches::{self, Watches};
 use super::windows;
 use crate::runtime::log;
 use crate::windows::{ZONEINFO, Zones};
@@ -77,6 +87,14 @@ pub enum SweepError {
         /// What failed.
         error: Error,
     },
+    /// The heartbeat watch is behind and the direct read of the Leases
+    /// failed: nothing can be judged.
+    ReadLeases {
+        /// How long the watch has been silent.
+        silent_for: Duration,
+        /// What failed.
+        error: Error,
+    },
 }
 
 impl std::fmt::Display for SweepError {
@@ -85,6 +103,12 @@ impl std::fmt::Display for SweepError {
             SweepError::ReadMachine { name, error } => write!(
                 f,
                 "reading machine {name}, which holds a reboot turn, before deciding its turn: {error}"
+            ),
+            SweepError::ReadLeases { silent_for, error } => write!(
+                f,
+                "the heartbeat Lease watch has been silent for {}s and reading the Leases \
+                 directly failed, so this sweep judges no machine: {error}",
+                silent_for.as_secs()
             ),
         }
     }
@@ -121,6 +145,12 @@ pub struct Sweeper {
     waiting_logged: bool,
     /// The tz database the maintenance windows are judged by.
     zones: Zones,
+    /// The election's guard: when this copy last renewed its Lease.
+    renewals: LeaderGuard,
+    /// The heartbeat watch's state at the last sweep.
+    lease_watch: LeaseWatch,
+    /// The oldest renewal of the election Lease the watch owes.
+    owed: freshness::Owed,
 }
 
 impl Sweeper {
@@ -135,6 +165,7 @@ impl Sweeper {
         metrics: ClusterMetrics,
         limits: Limits,
         deployment: Deployment,
+        renewals: LeaderGuard,
     ) -> Sweeper {
         Sweeper {
             client,
@@ -151,6 +182,9 @@ impl Sweeper {
             operating: None,
             waiting_logged: false,
             zones: Zones::new(ZONEINFO),
+            renewals,
+            lease_watch: LeaseWatch::Current,
+            owed: freshness::Owed::default(),
         }
     }
 
@@ -167,6 +201,7 @@ impl Sweeper {
         let mono = Instant::now();
         let now = Time::from_system(SystemTime::now());
 
+        self.check_lease_watch(mono)?;
         let machines = self.machines_for(&cluster)?;
         let unreadable: BTreeSet<String> = lock(&self.watches.unreadable_machines)
             .keys()
@@ -249,6 +284,51 @@ impl Sweeper {
         self.mark_lost(&fleet, &judged, now);
 
         self.metrics.observe(&fleet, &rollout);
+        Ok(())
+    }
+
+    /// Judges the heartbeat watch by this copy's election Lease and, while
+    /// it is behind, records a direct read of the Leases in the sightings
+    /// as the watch would have (a changed renewTime is a renewal now).
+    fn check_lease_watch(&mut self, mono: Instant) -> Result<(), SweepError> {
+        let probe = *lock(&self.watches.probe);
+        let (state, owed) = freshness::decide_lease_watch(
+            probe,
+            self.renewals.renewed_at(),
+            self.owed,
+            mono,
+            freshness::behind_after(self.limits.stale_after),
+        );
+        self.owed = owed;
+        if let Some(line) = freshness::decide_report(self.lease_watch, state) {
+            log::warn(&line, &[]);
+        }
+        self.lease_watch = state;
+        self.metrics
+            .lease_watch(matches!(state, LeaseWatch::Behind { .. }));
+        let LeaseWatch::Behind { silent_for } = state else {
+            return Ok(());
+        };
+        let leases = self
+            .client
+            .list_all::<Lease>(
+                &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+                &ListParams::labels(watches::lease_selector()),
+            )
+            .map_err(|error| {
+                self.metrics.error(ErrorKind::Read);
+                SweepError::ReadLeases { silent_for, error }
+            })?;
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let mut s = lock(&self.sightings);
+        for l in leases.items.iter().filter(|l| !watches::is_election(l)) {
+            s.observe(
+                l.name(),
+                l.spec.renew_time.as_deref().unwrap_or_default(),
+                now,
+                wall,
+            );
+        }
         Ok(())
     }
 

@@ -6,9 +6,12 @@
 //! - **Clusters**: every change wakes the sweep (a new target, a budget,
 //!   an annotation asking for a poll or lifting a halt).
 //! - **Heartbeat Leases** in `liken-system`, selected by the
-//!   `liken.sh/heartbeat` label (so the election Lease is not one): each
-//!   event is recorded in the [`Sightings`] on the watch thread the moment
-//!   it arrives, on this program's clock. A renewal wakes nobody: it
+//!   `liken.sh/heartbeat` label: each machine's event is recorded in the
+//!   [`Sightings`] on the watch thread the moment it arrives, on this
+//!   program's clock. This copy's own election Lease carries the label
+//!   too (value `election`), and its deliveries go to the [`Probe`] by
+//!   which the sweep judges whether the watch is alive
+//!   ([`freshness`](super::freshness)). A renewal wakes nobody: it
 //!   changes no verdict until it stops coming, which the sweep's ticker
 //!   catches, and at 1,000 machines renewing every ten seconds a wake per
 //!   renewal would be a sweep every 10 ms. A Lease that appears or goes
@@ -26,7 +29,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::Sender;
-use liken_api::coordination::{HEARTBEAT_LABEL, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR};
+use liken_api::coordination::{
+    CLUSTER_OPERATOR, HEARTBEAT_LABEL, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR,
+};
 use liken_api::{Cluster, Machine};
 use liken_kube::election::Lease;
 use liken_kube::metrics::Registry;
@@ -34,6 +39,7 @@ use liken_kube::object::Unreadable;
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES, Resource};
 use liken_kube::{Api, Client, DynamicObject, Event, Informer, Object, Store, Watcher};
 
+use super::freshness::{ELECTION_LABEL_VALUE, Probe};
 use super::heartbeat::Sightings;
 
 /// DaemonSets (`apps/v1`).
@@ -54,6 +60,8 @@ pub struct Watches {
     clusters: Informer<Cluster>,
     leases: Informer<Lease>,
     daemon_set: Informer<DynamicObject>,
+    /// What the Lease watch delivered of this copy's election Lease.
+    pub probe: Arc<Mutex<Probe>>,
     /// Machines the decoder refused.
     pub unreadable_machines: Unreadables,
     /// Clusters the decoder refused.
@@ -79,20 +87,46 @@ fn track<T: Object>(unreadable: &Unreadables) -> impl FnMut(&Event<T>) -> bool +
     }
 }
 
-/// Records each heartbeat as it arrives; wakes only when a Lease appears
+/// The Lease watch's selector: the machines' heartbeats and this copy's
+/// election Lease.
+pub fn lease_selector() -> String {
+    format!("{HEARTBEAT_LABEL} in (true,{ELECTION_LABEL_VALUE})")
+}
+
+/// Whether a Lease the watch delivered is the cluster operator's election
+/// Lease rather than a machine's heartbeat.
+pub fn is_election(l: &Lease) -> bool {
+    l.name() == CLUSTER_OPERATOR
+}
+
+/// Records each heartbeat as it arrives, and each delivery of the
+/// election Lease in the probe; wakes only when a machine's Lease appears
 /// or goes.
-fn record(sightings: Arc<Mutex<Sightings>>) -> impl FnMut(&Event<Lease>) -> bool + Send + 'static {
+fn record(
+    sightings: Arc<Mutex<Sightings>>,
+    probe: Arc<Mutex<Probe>>,
+) -> impl FnMut(&Event<Lease>) -> bool + Send + 'static {
     move |event| {
         let now = Instant::now();
         let wall = SystemTime::now();
+        let delivered = match event {
+            Event::Restarted(leases) => leases.iter().any(is_election),
+            Event::Applied(l) => is_election(l),
+            _ => false,
+        };
+        if delivered {
+            probe.lock().unwrap_or_else(|p| p.into_inner()).delivered = Some(now);
+        }
         let mut s = sightings.lock().unwrap_or_else(|p| p.into_inner());
         match event {
             Event::Restarted(leases) => {
-                for l in leases {
+                for l in leases.iter().filter(|l| !is_election(l)) {
                     s.observe(l.name(), renew_time(l), now, wall);
                 }
                 true
             }
+            Event::Applied(l) if is_election(l) => false,
+            Event::Deleted(l) if is_election(l) => false,
             Event::Applied(l) => {
                 let new = !s.knows(l.name());
                 s.observe(l.name(), renew_time(l), now, wall);
@@ -173,12 +207,13 @@ impl Watches {
             wake.clone(),
             track::<Cluster>(&unreadable_clusters),
         );
+        let probe = Arc::new(Mutex::new(Probe::default()));
         let leases = Informer::spawn_observed(
             Watcher::new(client.clone(), Api::namespaced(LEASES, HEARTBEAT_NAMESPACE))
-                .labels(&format!("{HEARTBEAT_LABEL}=true"))
+                .labels(&lease_selector())
                 .report(report.clone()),
             wake.clone(),
-            record(sightings),
+            record(sightings, probe.clone()),
         );
         let daemon_set = Informer::spawn(
             Watcher::new(
@@ -198,6 +233,7 @@ impl Watches {
             clusters,
             leases,
             daemon_set,
+            probe,
             unreadable_machines,
             unreadable_clusters,
         }

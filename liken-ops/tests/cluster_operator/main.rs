@@ -542,7 +542,64 @@ fn settled_fleet_writes_nothing(env: &Env, op: &Operator) {
         writes.is_empty(),
         "a settled fleet was written to: {writes:?}"
     );
+    the_watch_delivers_the_election_lease(env, op);
     drop(player);
+}
+
+/// The heartbeat watch judges itself by the operator's own election
+/// Lease: the Lease bears the label the watch selects, the apiserver's
+/// selector returns it beside the machines' heartbeats, and over a
+/// settled stretch (renewals every 2 s, a 1.5 s limit on an owed one)
+/// the watch delivered each renewal in time, so the sweeps never fell
+/// back to direct reads. A Lease the watch did not deliver would leave
+/// the gauge at 1 from the first seconds and log the fallback.
+fn the_watch_delivers_the_election_lease(env: &Env, op: &Operator) {
+    let listed = env
+        .admin
+        .list::<DynamicObject>(
+            &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
+            &liken_kube::request::ListParams::labels("liken.sh/heartbeat in (true,election)"),
+        )
+        .unwrap();
+    let labelled: BTreeMap<String, String> = listed
+        .items
+        .iter()
+        .map(|l| {
+            let v = serde_json::to_value(l).unwrap();
+            (
+                v["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                v["metadata"]["labels"]["liken.sh/heartbeat"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        labelled.get("liken-cluster-operator").map(String::as_str),
+        Some("election"),
+        "the watch's selector does not return the election Lease: {labelled:?}"
+    );
+    assert_eq!(
+        labelled.get("a").map(String::as_str),
+        Some("true"),
+        "nor the heartbeats: {labelled:?}"
+    );
+    assert_eq!(
+        metric(&metrics_text(op), "liken_cluster_lease_watch_behind"),
+        0.0,
+        "{}",
+        op.log_text()
+    );
+    assert!(
+        !op.log_text()
+            .contains("has not delivered this copy's own Lease renewal"),
+        "{}",
+        op.log_text()
+    );
 }
 
 /// The exposition passes promtool's checks, and carries the operator's
