@@ -922,6 +922,7 @@ impl Operator {
                 asked.refused = Some(Refused {
                     times: refusals.saturating_add(1),
                     message: e.to_string(),
+                    by_init: matches!(e, InitError::Refused(_)),
                 });
                 if let Err(err) = host::record_asked(&self.cfg.paths, &asked) {
                     log::warn("recording init's refusal failed", &[("err", &err)]);

@@ -275,7 +275,11 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
 /// operator would take the turn back before the machine went down, and
 /// could grant the next one while this machine reboots. Otherwise
 /// nothing can be judged (FactsUnreadable). A k3s restart keeps init
-/// answering, so silence during one is not explained by it.
+/// answering, so silence during one is not explained by it; nor is a
+/// reboot init itself answered with a refusal (busy writing a release,
+/// say): that machine is not going down, and saying Rebooting would both
+/// misreport it and keep a turn it cannot use. An ask whose answer was
+/// lost may have been carried out, so it still explains the silence.
 fn init_silent(facts: &Facts, error: &str) -> Pass {
     let boot = facts
         .record
@@ -286,7 +290,8 @@ fn init_silent(facts: &Facts, error: &str) -> Pass {
     let rebooting = boot
         .as_ref()
         .and_then(|b| Asked::in_boot(facts.asked.as_ref(), b))
-        .filter(|a| a.kind == DisruptionKind::Reboot);
+        .filter(|a| a.kind == DisruptionKind::Reboot)
+        .filter(|a| !a.refused.as_ref().is_some_and(|r| r.by_init));
     match rebooting {
         Some(asked) => blind(
             facts,
@@ -1028,11 +1033,26 @@ mod tests {
         assert!(coordination::using_turn(&p.conditions));
         assert!(p.conditions[0].message.contains("shutting down"));
         assert_eq!(p.turn, TurnStep::Idle);
+        // An ask whose answer was lost may have been carried out: still
+        // the reboot.
+        let refused = |by_init| Asked {
+            refused: Some(crate::machine::turn::Refused {
+                times: 1,
+                message: "init refused: busy writing a release".into(),
+                by_init,
+            }),
+            ..asked(DisruptionKind::Reboot, record().boot_id())
+        };
+        f.asked = Some(refused(false));
+        let p = pass(&m, &f, Some(&node()));
+        assert_eq!(reason_of(&p, RELEASE_CURRENT), reason::REBOOTING);
         // Asked in an earlier boot, or a restart (init answers through
-        // one): the silence says nothing, so nothing is judged.
+        // one), or a reboot init itself refused (the machine is not going
+        // down): the silence says nothing, so nothing is judged.
         for other in [
             asked(DisruptionKind::Reboot, sha256(b"an earlier boot")),
             asked(DisruptionKind::Restart, record().boot_id()),
+            refused(true),
         ] {
             f.asked = Some(other);
             let p = pass(&m, &f, Some(&node()));

@@ -43,6 +43,12 @@ pub struct Refused {
     pub times: u32,
     /// What init said the last time.
     pub message: String,
+    /// Whether init itself answered the last ask with a refusal, rather
+    /// than the exchange failing (no socket, no answer, a malformed
+    /// one). Only then is it known that no reboot is under way: an ask
+    /// whose answer was lost may have been carried out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_init: bool,
 }
 
 /// What was asked of init this boot.
@@ -429,6 +435,7 @@ mod tests {
             refused: Some(Refused {
                 times,
                 message: "k3s is still stopping".into(),
+                by_init: true,
             }),
         };
         let at = |times: u32, after: i64| {
