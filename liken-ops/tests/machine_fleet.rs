@@ -9,10 +9,12 @@
 #[path = "machine/support.rs"]
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+#[path = "machine/cluster_op.rs"]
+mod cluster_op;
+
 use std::time::Duration;
 
+use cluster_op::ClusterOperator;
 use liken_api::control::Request;
 use liken_api::coordination::{
     self, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR, SYSCTLS_APPLIED, reason,
@@ -21,68 +23,6 @@ use liken_api::{Phase, annotations};
 use liken_testenv::audit::service_account_user;
 use serde_json::json;
 use support::*;
-
-/// The cluster operator's binary, fast intervals, its own token.
-struct ClusterOperator {
-    child: Child,
-    log: PathBuf,
-}
-
-impl ClusterOperator {
-    fn start() -> ClusterOperator {
-        for file in ["liken-system.yaml", "cluster-operator.yaml"] {
-            apply_manifest(cp(), file);
-        }
-        let kc = cp()
-            .kubeconfig_for(HEARTBEAT_NAMESPACE, "liken-cluster-operator")
-            .unwrap();
-        let log = cp().dir().join("cluster-operator.log");
-        // The deployment's copy of the Cluster, as the Deployment mounts it.
-        let copy = cp().dir().join("fleet-cluster.yaml");
-        std::fs::write(
-            &copy,
-            serde_json::to_string(&cluster_doc(&["lead-1"]).canonical()).unwrap(),
-        )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_liken-cluster-operator"))
-            .arg(format!("--kubeconfig={}", kc.display()))
-            .arg(format!("--cluster-file={}", copy.display()))
-            .args([
-                "--metrics-address=127.0.0.1:0",
-                "--identity=cluster-operator-0",
-                "--sweep-interval=1s",
-                "--heartbeat-stale-after=8s",
-                "--lease-duration=3s",
-                "--renew-deadline=2s",
-                "--retry-period=500ms",
-            ])
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        ClusterOperator { child, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for ClusterOperator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// How many of these machines hold a grant now.
-fn grants(names: &[&str]) -> usize {
-    names
-        .iter()
-        .filter(|n| machine(n).is_some_and(|m| coordination::holds_grant(&m.status.conditions)))
-        .count()
-}
 
 #[test]
 fn auto_machines_take_turns_from_the_cluster_operator_and_drain_under_a_budget() {

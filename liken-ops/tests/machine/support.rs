@@ -180,6 +180,12 @@ pub struct DoubleState {
     pub written: Option<Version>,
     /// k3s's pid as the double reports it; a restart gives it another.
     pub k3s_pid: u32,
+    /// When the double accepted a disruption (a reboot or a k3s
+    /// restart), on the test's clock: the machine is down from here.
+    pub disrupted: Vec<(Instant, Request)>,
+    /// When the test carried out a reboot ([`Host::reboot`]): the
+    /// machine is up again from here.
+    pub rebooted: Vec<Instant>,
 }
 
 /// A scratch host: /run/liken, /var/lib/liken, /proc, /sys.
@@ -227,6 +233,8 @@ impl Host {
                 refuse_disrupt: None,
                 written: None,
                 k3s_pid: 42,
+                disrupted: Vec::new(),
+                rebooted: Vec::new(),
             })),
             root,
             node: node.to_owned(),
@@ -370,6 +378,11 @@ impl Host {
                     (Request::RestartK3s, _) => {
                         // init stops k3s and starts it again: a new pid.
                         st.k3s_pid += 1;
+                        st.disrupted.push((Instant::now(), req.clone()));
+                        Response::Accepted
+                    }
+                    (Request::Reboot, _) => {
+                        st.disrupted.push((Instant::now(), req.clone()));
                         Response::Accepted
                     }
                     _ => Response::Accepted,
@@ -416,7 +429,11 @@ impl Host {
         let cluster = read("cluster.yaml")
             .map(|t| liken_api::decode::strict::<Cluster>(&t, "promoted").unwrap())
             .unwrap_or_else(|| old_cluster.clone());
-        let written = self.state.lock().unwrap().written.take();
+        let written = {
+            let mut st = self.state.lock().unwrap();
+            st.rebooted.push(Instant::now());
+            st.written.take()
+        };
         let (version, slot) = match written {
             Some(v) => (v, Slot::B),
             None => (self.record().version.unwrap(), self.record().slot.unwrap()),
@@ -836,4 +853,79 @@ pub fn release_reason(name: &str, op: &Operator, want: &str, says: &str) -> like
                 .is_some_and(|(_, r, msg)| r == want && msg.contains(says))
         },
     )
+}
+
+impl Host {
+    /// When this machine was down, judged from what its init double
+    /// accepted and when the test brought it back, never from anything an
+    /// operator wrote: from an accepted reboot to the reboot the test
+    /// carried out next (or to now, if it has not), and a k3s restart as
+    /// the instant it was accepted. Overlapping spans are merged.
+    pub fn down_intervals(&self) -> Vec<(Instant, Instant)> {
+        let st = self.state.lock().unwrap();
+        let now = Instant::now();
+        let mut spans: Vec<(Instant, Instant)> = st
+            .disrupted
+            .iter()
+            .map(|(at, req)| match req {
+                Request::Reboot => {
+                    let up = st.rebooted.iter().find(|r| **r >= *at).copied();
+                    (*at, up.unwrap_or(now))
+                }
+                _ => (*at, *at),
+            })
+            .collect();
+        spans.sort();
+        let mut merged: Vec<(Instant, Instant)> = Vec::new();
+        for (from, to) in spans {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        merged
+    }
+}
+
+/// Fails unless, at every moment since `start`, at most `max` of `hosts`
+/// were down by [`Host::down_intervals`]; the message lists every span,
+/// in seconds since `start`.
+pub fn assert_down_within(hosts: &[&Host], max: usize, start: Instant) {
+    let mut edges: Vec<(Instant, i32, &str)> = Vec::new();
+    let mut listing = String::new();
+    for h in hosts {
+        for (from, to) in h.down_intervals() {
+            listing += &format!(
+                "  {}: down {:.1}s .. {:.1}s\n",
+                h.node,
+                from.duration_since(start).as_secs_f64(),
+                to.duration_since(start).as_secs_f64()
+            );
+            // An instant disruption still counts while it lasts.
+            edges.push((from, 1, &h.node));
+            edges.push((to, -1, &h.node));
+        }
+    }
+    // At equal times the start sorts first, so a span ending exactly when
+    // another begins counts as an overlap.
+    edges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut down = 0i32;
+    for (at, step, node) in &edges {
+        down += step;
+        assert!(
+            usize::try_from(down).unwrap() <= max,
+            "{down} machines down at {:.1}s ({node} went down), over the budget of {max}:\n{listing}",
+            at.duration_since(start).as_secs_f64()
+        );
+    }
+}
+
+/// How many of these machines hold a grant now.
+pub fn grants(names: &[&str]) -> usize {
+    names
+        .iter()
+        .filter(|n| {
+            machine(n).is_some_and(|m| liken_api::coordination::holds_grant(&m.status.conditions))
+        })
+        .count()
 }
