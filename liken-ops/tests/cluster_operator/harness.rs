@@ -256,6 +256,18 @@ impl Env {
 /// Starts `binary` as the operator's ServiceAccount, with [`FAST`] and
 /// then `extra` (a later flag wins).
 pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> Operator {
+    operator_binary_via(env, binary, name, &env.operator_kubeconfig, extra)
+}
+
+/// [`operator_binary`] with another kubeconfig for the same
+/// ServiceAccount (one that points at a proxy, say).
+pub fn operator_binary_via(
+    env: &Env,
+    binary: &str,
+    name: &str,
+    kubeconfig: &std::path::Path,
+    extra: &[&str],
+) -> Operator {
     let log = env.cp.dir().join(format!("{name}.log"));
     // The deployment's copy of the Cluster, as the Deployment mounts it
     // from the ConfigMap init seeds: the fleet's Cluster is "home".
@@ -267,19 +279,16 @@ pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> O
     )
     .unwrap();
     let mut cmd = Command::new(binary);
-    cmd.arg(format!(
-        "--kubeconfig={}",
-        env.operator_kubeconfig.display()
-    ))
-    .arg(format!("--cluster-file={}", copy.display()))
-    .arg("--metrics-address=127.0.0.1:0")
-    .arg(format!("--identity={name}"))
-    .args(FAST)
-    .args(extra)
-    .env_remove("KUBECONFIG")
-    .stdin(Stdio::null())
-    .stdout(File::create(&log).unwrap())
-    .stderr(File::create(&log).unwrap());
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cluster-file={}", copy.display()))
+        .arg("--metrics-address=127.0.0.1:0")
+        .arg(format!("--identity={name}"))
+        .args(FAST)
+        .args(extra)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(File::create(&log).unwrap())
+        .stderr(File::create(&log).unwrap());
     let proc = spawn(name, cmd).unwrap();
     Operator { proc, log }
 }

@@ -10,6 +10,7 @@
 //! Cluster, recorded from before a scenario starts, never from the end
 //! state; writes are counted in the apiserver's audit log.
 
+mod freeze_proxy;
 mod harness;
 mod windows;
 
@@ -124,6 +125,7 @@ fn the_fleet_under_the_shipped_rbac() {
         op.log_text()
     );
     assert_eq!(lease_holder(&env), "", "the Lease was not released");
+    a_silent_lease_watch_loses_no_machine(&env);
 
     rbac_is_exactly_what_was_used(&env, start);
 }
@@ -600,6 +602,126 @@ fn the_watch_delivers_the_election_lease(env: &Env, op: &Operator) {
         "{}",
         op.log_text()
     );
+}
+
+/// The heartbeat watch goes silent without closing (a proxy stops the
+/// server side of the operator's open streams; its reads and its election
+/// go through fresh connections): the operator notices that the watch did
+/// not deliver its own election Lease's renewals and judges heartbeats
+/// from direct reads. A machine that keeps renewing stays Ready well past
+/// the stale limit (a watch-only operator would mark it Lost from its
+/// frozen copy of the Leases), and one that stops is still found Lost.
+fn a_silent_lease_watch_loses_no_machine(env: &Env) {
+    env.clear();
+    env.create_cluster("home", &["a"], NEW, 1);
+    let player = Player::start(env, sims(&[("a", Sim::ready(NEW)), ("b", Sim::ready(NEW))]));
+    let upstream = env
+        .cp
+        .server()
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = freeze_proxy::FreezeProxy::start(&upstream);
+    let kubeconfig = env.cp.dir().join("operator-via-proxy.kubeconfig");
+    let text = std::fs::read_to_string(&env.operator_kubeconfig).unwrap();
+    assert!(text.contains(env.cp.server()), "{text}");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // It holds the ServiceAccount's token: 0600, as every kubeconfig.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&kubeconfig)
+            .unwrap()
+            .write_all(
+                text.replace(env.cp.server(), &format!("https://{}", proxy.address))
+                    .as_bytes(),
+            )
+            .unwrap();
+    }
+    let mut op = operator_binary_via(
+        env,
+        env!("CARGO_BIN_EXE_liken-cluster-operator"),
+        "copy-behind-a-proxy",
+        &kubeconfig,
+        &[
+            "--lease-duration=15s",
+            "--renew-deadline=10s",
+            "--retry-period=2s",
+        ],
+    );
+    env.wait_cluster("home", "the fleet settles", Duration::from_secs(30), |c| {
+        condition_reason(c, "MachinesReady") == "AllMachinesReady"
+    });
+    assert_eq!(
+        metric(&metrics_text(&op), "liken_cluster_lease_watch_behind"),
+        0.0
+    );
+
+    // The watches opened a moment ago; the freeze only takes connections
+    // the client has left alone for a second (see freeze_proxy).
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.freeze();
+    assert!(
+        proxy.frozen() >= 3,
+        "the freeze took {} streams",
+        proxy.frozen()
+    );
+    player.with("b", |s| s.up = false);
+    let frozen = Instant::now();
+    let mut behind = false;
+    let mut b_lost = false;
+    while frozen.elapsed() < STALE * 4 {
+        assert_ne!(
+            env.machine("a").status.phase,
+            Some(Phase::Lost),
+            "a kept renewing but was marked Lost from the silent watch
+{}",
+            op.log_text()
+        );
+        b_lost |= env.machine("b").status.phase == Some(Phase::Lost);
+        behind |= metric(&metrics_text(&op), "liken_cluster_lease_watch_behind") == 1.0;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The fault was real: streams stayed frozen with data held back.
+    assert!(
+        proxy.frozen() >= 1 && proxy.held() >= 1,
+        "the freeze silenced nothing ({} frozen, {} chunks held)",
+        proxy.frozen(),
+        proxy.held()
+    );
+    assert!(
+        behind,
+        "the gauge never showed the watch behind
+{}",
+        op.log_text()
+    );
+    assert!(
+        op.log_text()
+            .contains("has not delivered this copy's own Lease renewal"),
+        "{}",
+        op.log_text()
+    );
+    assert!(
+        b_lost,
+        "b stopped renewing and was not marked Lost
+{}",
+        op.log_text()
+    );
+
+    proxy.thaw();
+    player.with("b", |s| s.up = true);
+    env.wait_cluster(
+        "home",
+        "the fleet reads ready again",
+        Duration::from_secs(30),
+        |c| condition_reason(c, "MachinesReady") == "AllMachinesReady",
+    );
+    let status = op.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}\n{}", op.log_text());
+    drop(player);
 }
 
 /// The exposition passes promtool's checks, and carries the operator's
