@@ -181,7 +181,7 @@ bench-smoke:
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ_ROOT := $(HOME)/.cache/liken/tools/cargo-fuzz-$(CARGO_FUZZ_VERSION)
 FUZZ_CORPUS := $(HOME)/.cache/liken/fuzz-corpus
-FUZZ_TARGETS := manifest_machine manifest_cluster release_yaml channel_yaml http_request tzif
+FUZZ_TARGETS := manifest_machine manifest_cluster release_yaml channel_yaml http_request tzif signature trust_root
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz fuzz-smoke fuzz-setup
 

@@ -22,6 +22,8 @@
 //! - [`coordination`]: the condition types, reasons, grant and heartbeat
 //!   names the machine operators and the cluster operator share.
 //! - [`control`]: init's control-socket requests, responses and framing.
+//! - [`signing`]: release keys, detached signatures, the trust root and
+//!   rollback permits, and the ed25519 check.
 //! - [`hash`]: the canonical document hash for staged changes.
 //! - [`ondisk`]: the files init and the machine operator hand each other
 //!   (staged documents and their checksums, the boot record, releases).
@@ -50,6 +52,7 @@ pub mod ondisk;
 pub mod phase;
 pub mod release;
 pub mod role;
+pub mod signing;
 pub mod time;
 pub mod tzif;
 pub mod validate;

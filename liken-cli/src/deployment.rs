@@ -152,11 +152,15 @@ pub fn read_manifests(dir: &Path) -> Result<Manifests, DeploymentError> {
     }
     top.sort();
     for name in &top {
-        if name != CLUSTER_FILE && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+        let top_level = [CLUSTER_FILE, liken_api::signing::TRUST_FILE];
+        if !top_level.contains(&name.as_str())
+            && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        {
             problems.push(format!(
-                "{}: only {CLUSTER_FILE} belongs at the top of the deployment; \
+                "{}: only {CLUSTER_FILE} and {} belong at the top of the deployment; \
                  a Machine goes in {MACHINES_DIR}/<name>.yaml",
-                dir.join(name).display()
+                dir.join(name).display(),
+                liken_api::signing::TRUST_FILE,
             ));
         }
     }
@@ -299,7 +303,7 @@ mod tests {
         .unwrap();
         let msg = read_manifests(d).unwrap_err().to_string();
         for want in [
-            "node-3.yaml: only cluster.yaml belongs",
+            "node-3.yaml: only cluster.yaml and trust.yaml belong",
             "metadata.name is \"other\"",
             "node-4.yml: machines/ holds only",
             "unknown field `spec.role`",

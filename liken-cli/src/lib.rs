@@ -14,6 +14,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 
 pub mod args;
 pub mod cluster;
@@ -27,6 +28,7 @@ pub mod plugin;
 pub mod plugins;
 pub mod releases;
 pub mod scaffold;
+pub mod signing;
 #[cfg(test)]
 pub(crate) mod testdir;
 pub mod usage;
@@ -104,6 +106,8 @@ pub enum Error {
     Cluster(cluster::ClusterError),
     /// `plugins` failed.
     Plugins(plugins::PluginsError),
+    /// `keygen`, `trust` or `sign` failed.
+    Signing(signing::SigningError),
 }
 
 impl fmt::Display for Error {
@@ -150,6 +154,7 @@ impl fmt::Display for Error {
             Error::Media(e) => write!(f, "{e}"),
             Error::Cluster(e) => write!(f, "{e}"),
             Error::Plugins(e) => write!(f, "plugins: {e}"),
+            Error::Signing(e) => write!(f, "{e}"),
         }
     }
 }
@@ -207,6 +212,12 @@ impl From<cluster::ClusterError> for Error {
 impl From<plugins::PluginsError> for Error {
     fn from(e: plugins::PluginsError) -> Error {
         Error::Plugins(e)
+    }
+}
+
+impl From<signing::SigningError> for Error {
+    fn from(e: signing::SigningError) -> Error {
+        Error::Signing(e)
     }
 }
 
@@ -276,6 +287,42 @@ fn dispatch(first: &OsStr, rest: Vec<OsString>, io: &mut Io) -> Result<(), Error
         "flux" => cluster::passthrough::command(&usage::FLUX, "flux", rest, io),
         "plugins" => plugins::command(rest, io),
         "layer" => layer::command(args::parse(&usage::LAYER, rest)?, io),
+        "keygen" => {
+            let [dir] = args::parse(&usage::KEYGEN, rest)?.paths()?;
+            Ok(signing::keygen_command(&dir, io.out)?)
+        }
+        "trust" => {
+            let parsed = args::parse(&usage::TRUST, rest)?;
+            let words: Vec<PathBuf> = parsed.positionals().iter().map(PathBuf::from).collect();
+            match words.split_first() {
+                Some((out, keys)) if !keys.is_empty() => Ok(signing::trust_command(
+                    out,
+                    keys,
+                    parsed.value("sign").map(Path::new),
+                    io.out,
+                )?),
+                _ => Err(parsed.usage()),
+            }
+        }
+        "sign" => {
+            let parsed = args::parse(&usage::SIGN, rest)?;
+            let [file] = parsed.paths()?;
+            let key = parsed.value("key").ok_or_else(|| parsed.usage())?;
+            let rollback = parsed
+                .value("allow-rollback")
+                .map(|version| signing::PermitWords {
+                    version,
+                    cluster: parsed.value("cluster"),
+                    machines: parsed.values("machine"),
+                    expires: parsed.value("expires"),
+                });
+            Ok(signing::sign_command(
+                &file,
+                Path::new(key),
+                rollback,
+                io.out,
+            )?)
+        }
         "fetch" => releases::cli::fetch(&args::parse(&usage::FETCH, rest)?, io),
         "bundle" => releases::cli::bundle(&args::parse(&usage::BUNDLE, rest)?, io),
         "serve" => releases::cli::serve(&args::parse(&usage::SERVE, rest)?, io),

@@ -223,14 +223,67 @@ marks drift, and never runs a plugin. remove deletes one installed CLI.",
 /// `liken layer`.
 pub const LAYER: Entry = Entry {
     name: "layer",
-    synopsis: "liken layer <manifests-dir> <identity-dir> <output.cpio>",
+    synopsis: "liken layer [-unsigned] <manifests-dir> <identity-dir> <output.cpio>",
     about: "\
 Pack the part of the operating system that is yours into one small
-archive: cluster.yaml, machines/*.yaml and the identity, under
-/etc/liken/. Every manifest is checked strictly first. The same inputs
-always give the same bytes. Kernel modules are not part of it: the
-system image carries the kernel's whole module tree.",
+archive: cluster.yaml, machines/*.yaml, trust.yaml (the release keys
+the fleet accepts, from `liken trust`) and the identity, under
+/etc/liken/. Without a trust.yaml it refuses unless -unsigned is given,
+which lets machines write any release the catalog names, signed or
+not. Every manifest is checked strictly first. The same inputs always
+give the same bytes. Kernel modules are not part of it: the system
+image carries the kernel's whole module tree.",
+    options: &[Opt::switch("unsigned")],
+    hidden: false,
+};
+
+/// `liken keygen`.
+pub const KEYGEN: Entry = Entry {
+    name: "keygen",
+    synopsis: "liken keygen <dir>",
+    about: "\
+Make a release-signing key pair: <dir>/release.key (the private key,
+0600: keep it off machines, offline if you can) and <dir>/release.pub
+(the public key). Prints the key's id, the first 12 hex digits of the
+SHA-256 of the public key. Never overwrites a key.",
     options: &[],
+    hidden: false,
+};
+
+/// `liken trust`.
+pub const TRUST: Entry = Entry {
+    name: "trust",
+    synopsis: "liken trust [-sign release.key] <trust.yaml> <release.pub>...",
+    about: "\
+Write a trust root listing the given public keys: the release keys a
+fleet accepts. Put it in the deployment directory as trust.yaml, and
+`liken layer` packs it. To rotate keys on running machines, list the
+new key beside the old one and -sign with the old key (trust.yaml.sig):
+a machine takes a new trust root only when a key it trusts signed it.",
+    options: &[Opt::value("sign", "release.key")],
+    hidden: false,
+};
+
+/// `liken sign`.
+pub const SIGN: Entry = Entry {
+    name: "sign",
+    synopsis: "liken sign -key release.key <release.yaml|channel.yaml|trust.yaml>\n\
+liken sign -key release.key -allow-rollback <version> -cluster <name> -machine <name>... [-expires <time>] <permit.yaml>",
+    about: "\
+Sign an existing release.yaml, channel.yaml or trust.yaml: writes the
+detached signature <file>.sig (ed25519 over the file's exact bytes,
+with the key's id). With -allow-rollback, write a rollback permit to
+<permit.yaml> and sign it: it lets the named machines of the named
+Cluster take <version> although it is older than the newest release
+they ever blessed, until -expires (an RFC 3339 time; 24 hours from now
+by default).",
+    options: &[
+        Opt::value("key", "release.key"),
+        Opt::value("allow-rollback", "version"),
+        Opt::value("cluster", "name"),
+        Opt::repeated("machine", "name"),
+        Opt::value("expires", "time"),
+    ],
     hidden: false,
 };
 
@@ -258,7 +311,7 @@ An interrupted download resumes where it stopped when run again.",
 /// `liken bundle`.
 pub const BUNDLE: Entry = Entry {
     name: "bundle",
-    synopsis: "liken bundle [-slot-size 1Gi] [-microcode microcode.cpio] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    synopsis: "liken bundle [-sign release.key] [-slot-size 1Gi] [-microcode microcode.cpio] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
 Publish a release into a channel directory: copy the files into
 <channel-dir>/<version>/, write release.yaml with each file's size and
@@ -269,8 +322,11 @@ boot slot (-slot-size) with 10% to spare. -microcode adds the CPU
 microcode initramfs, loaded before boot.cpio; a release without it
 boots on the firmware's microcode. component=version pairs
 record which upstream versions went in (linux=6.1.0-28 k3s=v1.31.4+k3s1).
-It prints the catalog entry for cluster.yaml.",
+It prints the catalog entry for cluster.yaml. -sign signs release.yaml
+and channel.yaml with that key (release.yaml.sig, channel.yaml.sig);
+machines whose trust root lists the key accept nothing else.",
     options: &[
+        Opt::value("sign", "release.key"),
         Opt::value("slot-size", "1Gi"),
         Opt::value("microcode", "microcode.cpio"),
     ],
@@ -309,7 +365,7 @@ from <url> when it is not there. Rendering again repairs a stale index.",
 /// `liken stick`.
 pub const STICK: Entry = Entry {
     name: "stick",
-    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] [-unsigned] <release-dir> <deployment-dir>",
     about: "\
 Write a disk image for a USB stick that installs the deployment: a GPT
 with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
@@ -323,13 +379,16 @@ needed. An existing output is replaced only with -force. Without -role
 keys, service-account key, both tokens), so that it can install any
 machine (a leader): keep it private and wipe the stick afterwards.
 -role follower lists only the followers and packs what a follower
-keeps: no private key and no server token.",
+keeps: no private key and no server token. The layer is packed as
+`liken layer` packs it: without the deployment's trust.yaml only with
+-unsigned.",
     options: &[
         Opt::value("output", "stick.img"),
         Opt::value("role", "leader|follower"),
         Opt::repeated("console", "ttyS0,115200"),
         Opt::repeated("kernel-arg", "ARG"),
         Opt::switch("force"),
+        Opt::switch("unsigned"),
     ],
     hidden: false,
 };
@@ -337,7 +396,7 @@ keeps: no private key and no server token.",
 /// `liken media`.
 pub const MEDIA: Entry = Entry {
     name: "media",
-    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] <release-dir> <deployment-dir>",
+    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] [-unsigned] <release-dir> <deployment-dir>",
     about: "\
 Write one netboot initramfs that installs the deployment: the release's
 boot.cpio (after its microcode.cpio, when it has one), the deployment
@@ -350,11 +409,14 @@ manifests, the agent token and the server CA certificate): no private
 key and no server token, so it is the image to hand to followers.
 -role leader, or no -role, packs every secret of the cluster (CA keys,
 service-account key, both tokens), so that it can install a leader (or
-any machine): serve it only to the machines being installed.",
+any machine): serve it only to the machines being installed. The layer
+is packed as `liken layer` packs it: without a trust.yaml only with
+-unsigned.",
     options: &[
         Opt::value("output", "install.cpio"),
         Opt::value("role", "leader|follower"),
         Opt::switch("force"),
+        Opt::switch("unsigned"),
     ],
     hidden: false,
 };
@@ -411,6 +473,9 @@ pub const ENTRIES: &[&Entry] = &[
     &FLUX,
     &PLUGINS,
     &LAYER,
+    &KEYGEN,
+    &TRUST,
+    &SIGN,
     &FETCH,
     &BUNDLE,
     &SERVE,

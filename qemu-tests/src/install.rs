@@ -27,7 +27,8 @@ pub fn stick(
 ) -> PathBuf {
     let stick = dir.join("stick.img");
     let out = stick.to_string_lossy().into_owned();
-    let mut args = vec!["stick", "-output", &out, "-console", "ttyS0"];
+    // Unsigned: the test channels' releases are (see cli_fleet).
+    let mut args = vec!["stick", "-unsigned", "-output", &out, "-console", "ttyS0"];
     for a in kernel_args {
         args.extend(["-kernel-arg", a]);
     }

@@ -334,7 +334,9 @@ spec:
 
 /// A layer packed by hand rather than by `liken layer` (which refuses a
 /// broken document, as an older or hand-made layer could hold one):
-/// [`CLUSTER`] and `machine` as node-1's Machine document.
+/// [`CLUSTER`] and `machine` as node-1's Machine document, and the
+/// `unsigned` marker `liken layer -unsigned` packs (no trust root: init
+/// writes unsigned releases).
 pub fn hand_layer(dir: &Path, machine: &str) -> PathBuf {
     cpio(
         dir,
@@ -342,6 +344,7 @@ pub fn hand_layer(dir: &Path, machine: &str) -> PathBuf {
         &[
             ("etc/liken/cluster.yaml", CLUSTER.as_bytes(), 0o644),
             ("etc/liken/machines/node-1.yaml", machine.as_bytes(), 0o644),
+            ("etc/liken/unsigned", b"packed by hand\n", 0o644),
         ],
         &[],
     )
@@ -375,7 +378,9 @@ pub fn cli_fleet(dir: &Path, cluster: &str, machines: &[(&str, &str)]) -> (PathB
     args.push(d.clone());
     liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
     liken(&["mint", &i]);
-    liken(&["layer", &d, &i, &layer.to_string_lossy()]);
+    // Unsigned: the fleets' channels (images/release.sh,
+    // qemu-tests/e2e-images.sh) publish unsigned releases.
+    liken(&["layer", "-unsigned", &d, &i, &layer.to_string_lossy()]);
     (deployment, layer)
 }
 

@@ -217,6 +217,7 @@ fn installs_a_follower_from_netboot_media_with_no_cluster_secret_on_its_disk() {
     let media = dir.join("install.cpio");
     liken(&[
         "media",
+        "-unsigned",
         "-output",
         &media.to_string_lossy(),
         &release.to_string_lossy(),

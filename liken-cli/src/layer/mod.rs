@@ -8,6 +8,8 @@
 //! ```text
 //! etc/liken/cluster.yaml
 //! etc/liken/machines/<name>.yaml
+//! etc/liken/trust.yaml                     the release keys (+ trust.yaml.sig)
+//! etc/liken/unsigned                       instead, with -unsigned
 //! etc/liken/identity/server/tls/...   (the identity, see crate::identity)
 //! etc/liken/identity/server/token          the server token (leaders)
 //! etc/liken/identity/server/agent-token    the agent token (followers)
@@ -46,6 +48,7 @@ use crate::deployment::{self, DeploymentError, Manifests};
 use crate::identity::{self, IdentityError};
 use crate::{Io, args::Parsed};
 use cpio::{Archive, Body, CpioError, Entry};
+use liken_api::signing::{TRUST_FILE, TrustRoot, UNSIGNED_FILE};
 
 /// Where the layer puts everything.
 pub const ROOT: &str = "etc/liken";
@@ -64,6 +67,13 @@ pub enum LayerError {
     },
     /// The identity's files are not usable.
     Identity(IdentityError),
+    /// The deployment has no trust.yaml and -unsigned was not given.
+    NoTrustRoot {
+        /// The deployment directory.
+        dir: PathBuf,
+    },
+    /// trust.yaml or its signature is not valid.
+    Trust(liken_api::DecodeError),
     /// An entry could not be archived.
     Archive(CpioError),
     /// Reading an input or writing the output failed.
@@ -101,6 +111,16 @@ impl fmt::Display for LayerError {
                 Ok(())
             }
             LayerError::Identity(e) => write!(f, "{e}"),
+            LayerError::NoTrustRoot { dir } => write!(
+                f,
+                "{} has no {TRUST_FILE}, so machines would have no way to tell a release you \
+                 published from one anybody put in the catalog; make one (`liken keygen <keys-dir>`, \
+                 then `liken trust {} <keys-dir>/release.pub`), or pack with -unsigned to give \
+                 that up",
+                dir.display(),
+                dir.join(TRUST_FILE).display()
+            ),
+            LayerError::Trust(e) => write!(f, "{e}"),
             LayerError::Archive(e) => write!(f, "{e}"),
             LayerError::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
@@ -112,7 +132,8 @@ impl std::error::Error for LayerError {}
 /// Runs `liken layer <manifests-dir> <identity-dir> <output.cpio>`.
 pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     let [manifests, identity_dir, output] = parsed.paths()?;
-    let (bytes, m) = build(&manifests, &identity_dir)?;
+    let unsigned = parsed.switch("unsigned");
+    let (bytes, m) = build(&manifests, &identity_dir, unsigned)?;
     crate::files::replace(&output, &bytes, crate::files::PRIVATE).map_err(|source| {
         LayerError::Io {
             path: output.clone(),
@@ -136,6 +157,14 @@ pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         io.out,
         "the layer holds the cluster's private keys: keep it as private as the identity"
     )?;
+    match read_trust(&manifests)? {
+        Some((trust, _)) => writeln!(
+            io.out,
+            "machines write only releases signed by {}",
+            trust.ids().join(", ")
+        )?,
+        None => writeln!(io.out, "{UNSIGNED_WARNING}")?,
+    }
     Ok(())
 }
 
@@ -150,13 +179,55 @@ pub fn follower_keeps(rel: &str) -> bool {
         .any(|f| *f == rel || f.strip_prefix(rel).is_some_and(|r| r.starts_with('/')))
 }
 
+/// What packing without a trust root gives up, said whenever it is done.
+pub const UNSIGNED_WARNING: &str = "WARNING: packed without a trust root (-unsigned): \
+machines write any release the Cluster's catalog names, signed or not, so whoever can edit \
+the catalog decides what the fleet boots, and nothing stops a rollback to an old release";
+
+/// The text of the `unsigned` marker packed in place of a trust root.
+const UNSIGNED_TEXT: &str = "This layer was packed with `liken layer -unsigned`: it has no \
+trust root, and its machines write releases without checking any signature.\n";
+
+/// The deployment's trust.yaml and its signature's text, if it has one.
+pub fn read_trust(dir: &Path) -> Result<Option<(TrustRoot, Option<String>)>, LayerError> {
+    let path = dir.join(TRUST_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(LayerError::Io { path, source }),
+    };
+    let origin = path.display().to_string();
+    let trust: TrustRoot = liken_api::decode::strict(&text, &origin).map_err(LayerError::Trust)?;
+    let sig_path = dir.join(liken_api::signing::signature_name(TRUST_FILE));
+    let sig = match std::fs::read_to_string(&sig_path) {
+        Ok(t) => {
+            liken_api::decode::strict::<liken_api::signing::DetachedSignature>(
+                &t,
+                &sig_path.display().to_string(),
+            )
+            .map_err(LayerError::Trust)?;
+            Some(t)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(LayerError::Io {
+                path: sig_path,
+                source,
+            });
+        }
+    };
+    Ok(Some((trust, sig)))
+}
+
 /// Checks everything and returns the archive's bytes and the manifests
-/// it holds.
+/// it holds. Without a trust.yaml in `manifests_dir` it refuses unless
+/// `unsigned`, and then packs the `unsigned` marker instead.
 pub fn build(
     manifests_dir: &Path,
     identity_dir: &Path,
+    unsigned: bool,
 ) -> Result<(Vec<u8>, Manifests), LayerError> {
-    build_for(manifests_dir, identity_dir, None)
+    build_for(manifests_dir, identity_dir, unsigned, None)
 }
 
 /// [`build`] for one role: a follower's layer holds the manifests and
@@ -166,10 +237,17 @@ pub fn build(
 pub fn build_for(
     manifests_dir: &Path,
     identity_dir: &Path,
+    unsigned: bool,
     role: Option<liken_api::Role>,
 ) -> Result<(Vec<u8>, Manifests), LayerError> {
     let keep = |rel: &str| role != Some(liken_api::Role::Follower) || follower_keeps(rel);
     let manifests = deployment::read_manifests(manifests_dir).map_err(LayerError::Deployment)?;
+    let trust = read_trust(manifests_dir)?;
+    if trust.is_none() && !unsigned {
+        return Err(LayerError::NoTrustRoot {
+            dir: manifests_dir.to_owned(),
+        });
+    }
     let identity_files = read_identity(identity_dir)?;
 
     let mut archive = Archive::new();
@@ -202,6 +280,30 @@ pub fn build_for(
             0o644,
             Body::File(m.text.clone().into_bytes()),
         )?;
+    }
+    match trust {
+        Some((_, sig)) => {
+            // Packed as written: init verifies trust.yaml.sig over these
+            // exact bytes.
+            let text =
+                std::fs::read(manifests_dir.join(TRUST_FILE)).map_err(|source| LayerError::Io {
+                    path: manifests_dir.join(TRUST_FILE),
+                    source,
+                })?;
+            add(format!("{ROOT}/{TRUST_FILE}"), 0o644, Body::File(text))?;
+            if let Some(sig) = sig {
+                add(
+                    format!("{ROOT}/{}", liken_api::signing::signature_name(TRUST_FILE)),
+                    0o644,
+                    Body::File(sig.into_bytes()),
+                )?;
+            }
+        }
+        None => add(
+            format!("{ROOT}/{UNSIGNED_FILE}"),
+            0o644,
+            Body::File(UNSIGNED_TEXT.as_bytes().to_vec()),
+        )?,
     }
     for (file, bytes) in identity_files {
         if !keep(&file.rel) {
@@ -268,7 +370,7 @@ mod tests {
         let tmp = TestDir::new("layer");
         let d = tmp.path();
         deployment(d);
-        let (a, _) = build(d, &d.join("identity")).unwrap();
+        let (a, _) = build(d, &d.join("identity"), true).unwrap();
         // Touch every input: new mtimes must not reach the archive.
         std::thread::sleep(std::time::Duration::from_millis(1100));
         for p in [
@@ -279,7 +381,7 @@ mod tests {
             let bytes = std::fs::read(d.join(p)).unwrap();
             std::fs::write(d.join(p), bytes).unwrap();
         }
-        let (b, _) = build(d, &d.join("identity")).unwrap();
+        let (b, _) = build(d, &d.join("identity"), true).unwrap();
         assert_eq!(a, b);
         assert!(
             a.windows(b"etc/liken/machines/node-2.yaml".len())
@@ -288,12 +390,43 @@ mod tests {
     }
 
     #[test]
+    fn a_trust_root_is_packed_and_its_absence_refused_unless_unsigned() {
+        let tmp = TestDir::new("layer-trust");
+        let d = tmp.path();
+        deployment(d);
+        let e = build(d, &d.join("identity"), false).unwrap_err();
+        assert!(matches!(e, LayerError::NoTrustRoot { .. }), "{e}");
+        assert!(e.to_string().contains("-unsigned to give that up"), "{e}");
+        let has =
+            |bytes: &[u8], path: &str| bytes.windows(path.len()).any(|w| w == path.as_bytes());
+        let (unsigned, _) = build(d, &d.join("identity"), true).unwrap();
+        assert!(has(&unsigned, "etc/liken/unsigned"));
+
+        let (key, public) = liken_api::signing::key_pair([7; 32]);
+        let trust = TrustRoot::new([public]);
+        let text = liken_api::decode::to_yaml(&trust).unwrap();
+        std::fs::write(d.join(TRUST_FILE), &text).unwrap();
+        let sig = liken_api::decode::to_yaml(&key.sign(text.as_bytes())).unwrap();
+        std::fs::write(d.join("trust.yaml.sig"), sig).unwrap();
+        let (signed, _) = build(d, &d.join("identity"), false).unwrap();
+        assert!(has(&signed, "etc/liken/trust.yaml"));
+        assert!(has(&signed, "etc/liken/trust.yaml.sig"));
+        assert!(!has(&signed, "etc/liken/unsigned"));
+        assert!(has(&signed, &text));
+
+        // A hand-edited trust root is refused, naming the field.
+        std::fs::write(d.join(TRUST_FILE), text.replace("keys:", "key:")).unwrap();
+        let e = build(d, &d.join("identity"), false).unwrap_err();
+        assert!(e.to_string().contains("key"), "{e}");
+    }
+
+    #[test]
     fn a_leader_without_a_machine_is_refused_and_nothing_written() {
         let tmp = TestDir::new("layer-leader");
         let d = tmp.path();
         deployment(d);
         std::fs::remove_file(d.join("machines/node-1.yaml")).unwrap();
-        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        let msg = build(d, &d.join("identity"), true).unwrap_err().to_string();
         assert!(msg.contains("spec.leaders[0] names \"node-1\""), "{msg}");
     }
 
@@ -304,11 +437,11 @@ mod tests {
         deployment(d);
         std::fs::remove_file(d.join("identity/server/token")).unwrap();
         std::fs::remove_file(d.join("identity/server/tls/etcd/peer-ca.crt")).unwrap();
-        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        let msg = build(d, &d.join("identity"), true).unwrap_err().to_string();
         assert!(msg.contains("server/token is missing"), "{msg}");
         assert!(!msg.contains("agent-token"), "{msg}");
         std::fs::remove_file(d.join("identity/server/agent-token")).unwrap();
-        let msg = build(d, &d.join("identity")).unwrap_err().to_string();
+        let msg = build(d, &d.join("identity"), true).unwrap_err().to_string();
         assert!(msg.contains("server/agent-token is missing"), "{msg}");
         assert!(msg.contains("copies it and mints one"), "{msg}");
         assert!(
@@ -338,11 +471,17 @@ mod tests {
         let tmp = TestDir::new("layer-follower");
         let d = tmp.path();
         deployment(d);
-        let (all, _) = build(d, &d.join("identity")).unwrap();
-        let (leader, _) = build_for(d, &d.join("identity"), Some(liken_api::Role::Leader)).unwrap();
+        let (all, _) = build(d, &d.join("identity"), true).unwrap();
+        let (leader, _) =
+            build_for(d, &d.join("identity"), true, Some(liken_api::Role::Leader)).unwrap();
         assert_eq!(all, leader);
-        let (follower, _) =
-            build_for(d, &d.join("identity"), Some(liken_api::Role::Follower)).unwrap();
+        let (follower, _) = build_for(
+            d,
+            &d.join("identity"),
+            true,
+            Some(liken_api::Role::Follower),
+        )
+        .unwrap();
         let has = |a: &[u8], s: &str| a.windows(s.len()).any(|w| w == s.as_bytes());
         for absent in [
             "PRIVATE KEY",

@@ -170,8 +170,13 @@ fn check(parsed: &Parsed, style: Style, role: Option<Role>) -> Result<Checked, c
     }
     let release =
         release::verify(&release_dir, &release::REQUIRED, style).map_err(MediaError::Release)?;
-    let (layer, manifests) = layer::build_for(&deployment, &deployment.join(IDENTITY_DIR), role)
-        .map_err(MediaError::Layer)?;
+    let (layer, manifests) = layer::build_for(
+        &deployment,
+        &deployment.join(IDENTITY_DIR),
+        parsed.switch("unsigned"),
+        role,
+    )
+    .map_err(MediaError::Layer)?;
     let cluster = &manifests.cluster.doc;
     let machines: Vec<String> = manifests
         .machines

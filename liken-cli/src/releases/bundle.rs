@@ -57,6 +57,8 @@ pub struct BundleRequest {
     pub components: Vec<Component>,
     /// How to show progress.
     pub progress: Style,
+    /// The key that signs release.yaml and channel.yaml, if any.
+    pub sign: Option<liken_api::signing::SigningKey>,
 }
 
 /// Why bundle refused or failed.
@@ -317,6 +319,11 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
         files::PUBLIC,
     )
     .map_err(io("writing release.yaml".to_owned()))?;
+    if let Some(key) = &req.sign {
+        // Signed in staging, so the release directory appears with its
+        // signature or not at all.
+        write_signature(key, text.as_bytes(), &staging.dir.join(RELEASE_FILE))?;
+    }
     let digest = Digest::from(stream::sha256(text.as_bytes()));
 
     match files::rename_noreplace(&staging.dir, &final_dir) {
@@ -337,6 +344,32 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
 
     let latest =
         channel::advance_latest(&req.channel, &req.version).map_err(BundleError::Channel)?;
+    let channel_file = req.channel.join(liken_api::release::CHANNEL_FILE);
+    let channel_sig = PathBuf::from(liken_api::signing::signature_name(
+        &channel_file.to_string_lossy(),
+    ));
+    match &req.sign {
+        Some(key) => {
+            let bytes = fs::read(&channel_file)
+                .map_err(io(format!("reading {}", channel_file.display())))?;
+            write_signature(key, &bytes, &channel_file)?;
+        }
+        // A signature left from a signed bundle no longer matches the
+        // channel.yaml just written: a stale one would read as tampering.
+        None => match fs::remove_file(&channel_sig) {
+            Ok(()) => writeln!(
+                out,
+                "removed {}: it signed the previous channel.yaml; sign this one with `liken sign`",
+                channel_sig.display()
+            )
+            .map_err(|error| BundleError::Io {
+                doing: "writing output".to_owned(),
+                error,
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(format!("removing {}", channel_sig.display()))(e)),
+        },
+    }
 
     let total: u64 = sizes.iter().sum();
     let w = |e| BundleError::Io {
@@ -368,6 +401,22 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     )
     .map_err(w)?;
     Ok(())
+}
+
+/// Writes `<file>.sig`, `key`'s signature over `bytes` (the file's).
+fn write_signature(
+    key: &liken_api::signing::SigningKey,
+    bytes: &[u8],
+    file: &Path,
+) -> Result<(), BundleError> {
+    let sig = key.sign(bytes);
+    let text = decode::to_yaml(&sig)
+        .map_err(|e| BundleError::Invalid(format!("writing a signature: {e}")))?;
+    let path = PathBuf::from(liken_api::signing::signature_name(&file.to_string_lossy()));
+    files::replace(&path, text.as_bytes(), files::PUBLIC).map_err(|error| BundleError::Io {
+        doing: format!("writing {}", path.display()),
+        error,
+    })
 }
 
 fn slot_bound(sizes: &[u64; 9]) -> Vec<u64> {
@@ -497,7 +546,51 @@ mod tests {
             slot_size: 1 << 20,
             components: parse_components(&["linux=6.1"]).unwrap(),
             progress: Style::Quiet,
+            sign: None,
         }
+    }
+
+    #[test]
+    fn a_signed_bundle_signs_release_and_channel_and_an_unsigned_one_drops_the_stale_channel_signature()
+     {
+        let dir = TestDir::new("bundle-signed");
+        let (key, public) = liken_api::signing::key_pair([5; 32]);
+        let trust = liken_api::signing::TrustRoot::new([public]);
+        let mut req = request(&dir, "2026.07.11-001", 1000);
+        req.sign = Some(key.clone());
+        run(&req, &mut Vec::new()).unwrap();
+        let sig = |p: PathBuf| {
+            let text = fs::read_to_string(p).unwrap();
+            decode::strict::<liken_api::signing::DetachedSignature>(&text, "sig").unwrap()
+        };
+        let rel = req.channel.join("2026.07.11-001");
+        let yaml = fs::read(rel.join(RELEASE_FILE)).unwrap();
+        assert_eq!(
+            trust
+                .verify(&yaml, Some(&sig(rel.join("release.yaml.sig"))))
+                .unwrap(),
+            key.id
+        );
+        let channel = fs::read(req.channel.join("channel.yaml")).unwrap();
+        let channel_sig = req.channel.join("channel.yaml.sig");
+        assert_eq!(
+            trust
+                .verify(&channel, Some(&sig(channel_sig.clone())))
+                .unwrap(),
+            key.id
+        );
+        let mut unsigned = request(&dir, "2026.07.11-002", 1000);
+        unsigned.channel = req.channel.clone();
+        let mut out = Vec::new();
+        run(&unsigned, &mut out).unwrap();
+        assert!(!channel_sig.exists());
+        assert!(String::from_utf8(out).unwrap().contains("removed"));
+        assert!(
+            !unsigned
+                .channel
+                .join("2026.07.11-002/release.yaml.sig")
+                .exists()
+        );
     }
 
     #[test]

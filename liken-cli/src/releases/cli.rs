@@ -53,6 +53,10 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
     let components = bundle::parse_components(&components).map_err(super::Error::Bundle)?;
     // Required inputs take the positional words in table order; an
     // optional one comes from its flag or is left out.
+    let sign = match parsed.value("sign") {
+        None => None,
+        Some(k) => Some(crate::signing::read_signing_key(std::path::Path::new(k))?),
+    };
     let mut positional = words.iter();
     let inputs = INPUTS.map(|input| match input.flag {
         Some(flag) => parsed.value(flag).map(PathBuf::from),
@@ -65,6 +69,7 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         slot_size,
         components,
         progress: Style::detect(),
+        sign,
     };
     bundle::run(&req, io.out).map_err(|e| super::Error::Bundle(e).into())
 }

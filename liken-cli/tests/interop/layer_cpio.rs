@@ -85,6 +85,7 @@ fn cpio_lists_and_extracts_the_layer_exactly() {
         "etc/liken/machines",
         "etc/liken/machines/node-1.yaml",
         "etc/liken/machines/node-2.yaml",
+        "etc/liken/trust.yaml",
     ]
     .iter()
     .map(|s| (*s).to_owned())

@@ -104,6 +104,17 @@ pub fn deployment(dir: &Path) {
         OsStr::new("mint"),
         dir.join("identity").as_os_str(),
     ]));
+    // The trust root `liken layer` wants: a key from keygen beside the
+    // deployment, listed by trust.
+    let mut keys = dir.as_os_str().to_owned();
+    keys.push("-keys");
+    let keys = std::path::PathBuf::from(keys);
+    ok(liken([OsStr::new("keygen"), keys.as_os_str()]));
+    ok(liken([
+        OsStr::new("trust"),
+        dir.join("trust.yaml").as_os_str(),
+        keys.join("release.pub").as_os_str(),
+    ]));
 }
 
 /// The permission bits of a file.

@@ -109,6 +109,17 @@ pub fn deployment(root: &Path) -> PathBuf {
     assert!(ok1, "{e}");
     let (ok2, _, e) = liken(&["mint", d.join("identity").to_str().unwrap()]);
     assert!(ok2, "{e}");
+    // A trust root, as `liken layer` wants one: a key made by keygen,
+    // listed by trust.
+    let keys = root.join("keys");
+    let (ok3, _, e) = liken(&["keygen", keys.to_str().unwrap()]);
+    assert!(ok3, "{e}");
+    let (ok4, _, e) = liken(&[
+        "trust",
+        d.join("trust.yaml").to_str().unwrap(),
+        keys.join("release.pub").to_str().unwrap(),
+    ]);
+    assert!(ok4, "{e}");
     d
 }
 

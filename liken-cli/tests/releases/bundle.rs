@@ -55,7 +55,7 @@ fn bundles_refuse_what_would_break_a_fleet() {
 
     let (ok, _, err) = run(&["bundle", "a", "b"]);
     assert!(
-        !ok && err.contains("usage: liken bundle [-slot-size 1Gi]"),
+        !ok && err.contains("usage: liken bundle [-sign release.key] [-slot-size 1Gi]"),
         "{err}"
     );
 }
