@@ -97,6 +97,27 @@ pub struct WriteRelease {
     /// The SHA-256 of that directory's release.yaml as the client
     /// verified it against the Cluster's catalog.
     pub release_sha256: Sha256Hex,
+    /// The text of release.yaml's detached signature
+    /// (`release.yaml.sig`), which init checks against its trust root
+    /// before writing anything. Absent for an unsigned release, which
+    /// only a machine whose layer was packed `-unsigned` writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// A rollback permit and its signature, for a release older than
+    /// the newest one this machine ever blessed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_permit: Option<SignedDocument>,
+}
+
+/// A small signed document carried in a request: its exact text and
+/// the text of its detached signature.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignedDocument {
+    /// The document, byte for byte as signed.
+    pub document: String,
+    /// Its `.sig` file's text.
+    pub signature: String,
 }
 
 /// What a finished [`Request::WriteRelease`] did.
@@ -301,6 +322,8 @@ mod tests {
         WriteRelease {
             directory: format!("{RELEASES_DIR}/2026.12.02-001"),
             release_sha256: Sha256Hex::parse(&"ab".repeat(32)).unwrap(),
+            signature: None,
+            rollback_permit: None,
         }
     }
 
@@ -321,6 +344,14 @@ mod tests {
             Request::Poweroff,
             Request::RestartK3s,
             Request::WriteRelease(write_request()),
+            Request::WriteRelease(WriteRelease {
+                signature: Some("kind: Signature".into()),
+                rollback_permit: Some(SignedDocument {
+                    document: "kind: RollbackPermit".into(),
+                    signature: "kind: Signature".into(),
+                }),
+                ..write_request()
+            }),
         ] {
             round_trip(&r);
         }

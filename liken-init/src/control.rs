@@ -287,6 +287,8 @@ mod tests {
         let write = Request::WriteRelease(liken_api::control::WriteRelease {
             directory: "/var/lib/liken/releases/2026.12.02-001".into(),
             release_sha256: liken_api::hash::sha256(b"release.yaml"),
+            signature: None,
+            rollback_permit: None,
         });
         let writer = {
             let path = path.clone();

@@ -54,6 +54,8 @@
 //!   install mode and the write-release request both run;
 //!   [`slot_image`]: the system image written raw into a slot and read
 //!   back, for both.
+//! - [`trust`]: the write-release request's signature, trust root,
+//!   floor and rollback permits, checked before the release writer runs.
 //! - [`bless`]: boot assessment, blessing a healthy boot's entry.
 //! - [`serve`]: the loop and the shutdown sequence; [`fatal`]: the last
 //!   resort.
@@ -118,6 +120,7 @@ pub mod steps;
 pub mod supervisor;
 pub mod sys;
 pub mod sysctls;
+pub mod trust;
 pub mod udp;
 
 use std::sync::{Arc, Mutex};

@@ -848,6 +848,13 @@ pub struct WorkerPaths {
     pub releases: PathBuf,
 }
 
+/// How the worker writes a release: the caller's checks, then
+/// [`write_release`]. The serve loop passes the trust module's check
+/// (signature, trust root, floor), which sits above this module, so
+/// this module does not import it.
+pub type WriteFn =
+    Box<dyn FnOnce(&Machine<'_>, &WriteRelease) -> Result<ReleaseWritten, String> + Send>;
+
 fn open_partition(sys: &Path, disk: Option<&str>, slot: Slot) -> Result<SlotTarget, WriteError> {
     let label = slot.partition_label();
     let device = match crate::sys::block::find_by_label(sys, disk, label) {
@@ -894,13 +901,14 @@ pub enum Job {
     Disarm,
 }
 
-/// Starts the write (or the disarm) on its own thread; the answer goes to
-/// `reply` when it is done, and `ticket` is released then. The milestone
-/// line says how it went.
+/// Starts the write (by `write`) or the disarm on its own thread; the
+/// answer goes to `reply` when it is done, and `ticket` is released then.
+/// The milestone line says how it went.
 pub fn spawn(
     job: Job,
     booted: Option<Slot>,
     paths: WorkerPaths,
+    write: WriteFn,
     ticket: WriteTicket,
     reply: Sender<Response>,
 ) -> io::Result<()> {
@@ -959,7 +967,7 @@ pub fn spawn(
                     return;
                 }
             };
-            let response = match write_release(&machine, &request) {
+            let response = match write(&machine, &request) {
                 Ok(done) => {
                     console::milestone(
                         MILESTONE,
@@ -970,8 +978,7 @@ pub fn spawn(
                     );
                     Response::ReleaseWritten(done)
                 }
-                Err(e) => {
-                    let message = e.to_string();
+                Err(message) => {
                     console::milestone(MILESTONE, &Outcome::Failed(message.clone()));
                     Response::Refused { message }
                 }
@@ -1235,6 +1242,8 @@ mod tests {
             WriteRelease {
                 directory: self.releases.join(VERSION).display().to_string(),
                 release_sha256: self.release_sha.clone(),
+                signature: None,
+                rollback_permit: None,
             }
         }
 

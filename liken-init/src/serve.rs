@@ -260,7 +260,19 @@ fn start_write(boot: &Boot, writes: &WriteGate, job: release_writer::Job, reply:
         esp_mount: boot.paths.run_liken.join("esp"),
         releases: RELEASES_DIR.into(),
     };
-    if let Err(e) = release_writer::spawn(job, booted, paths, ticket, reply.clone()) {
+    let trust = crate::trust::Context {
+        layer: boot.paths.etc_liken.clone(),
+        state: boot.paths.var_liken.join(crate::trust::TRUST_DIR),
+        booted: boot.record.as_ref().and_then(|r| r.version.clone()),
+        cluster: boot.cluster.as_ref().map(|c| c.metadata.name.clone()),
+        machine: boot.machine.as_ref().map(|m| m.metadata.name.clone()),
+        now: liken_api::Time::from_system(std::time::SystemTime::now()),
+    };
+    // Signature, trust root and floor first; the release writer after.
+    let write: release_writer::WriteFn = Box::new(move |machine, request| {
+        crate::trust::write_checked(machine, &trust, request).map_err(|e| e.to_string())
+    });
+    if let Err(e) = release_writer::spawn(job, booted, paths, write, ticket, reply.clone()) {
         refuse(format!(
             "cannot start the writer thread ({e}); the machine is short of memory, try again later"
         ));

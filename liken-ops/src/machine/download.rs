@@ -498,9 +498,17 @@ fn write(
         "asking init to write the release into the inactive slot",
         &[("release", version)],
     );
+    // init checks release.yaml's signature against its trust root; the
+    // operator hands it on as the channel published it.
+    let signature = std::fs::read_to_string(dir.join(liken_api::signing::signature_name(
+        liken_api::release::RELEASE_FILE,
+    )))
+    .ok();
     let state = match init.write_release(WriteRelease {
         directory: dir.display().to_string(),
         release_sha256: release_sha256.clone(),
+        signature,
+        rollback_permit: None,
     }) {
         Ok(w) => {
             log::info(

@@ -303,6 +303,9 @@ fn write_release(from: &str) {
     let request = Request::WriteRelease(WriteRelease {
         directory: dir.display().to_string(),
         release_sha256: liken_api::hash::sha256(&yaml),
+        // The signature beside release.yaml, when the channel is signed.
+        signature: std::fs::read_to_string(source.join("release.yaml.sig")).ok(),
+        rollback_permit: None,
     });
     match ask(&request) {
         Ok(r @ Response::ReleaseWritten(_)) => {
@@ -383,6 +386,8 @@ fn ask_write_on_trial() {
     let request = Request::WriteRelease(WriteRelease {
         directory: format!("{RELEASES_DIR}/{version}"),
         release_sha256: liken_api::hash::sha256(b""),
+        signature: None,
+        rollback_permit: None,
     });
     say("asking init to write a release while this boot is on trial");
     match ask(&request) {
