@@ -392,6 +392,14 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         });
     }
     check_names(&release)?;
+    // The detached signature, when the channel publishes one: kept beside
+    // release.yaml so the machine operator can hand it to init, which
+    // checks it against its trust root. A channel without one answers 404.
+    let signature = match client::get_document(&agent, &format!("{url}.sig")) {
+        Ok(b) => Some(b),
+        Err(client::ClientError::Status { status: 404, .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
 
     let dir = layout::release_dir(&req.channel, &version);
     let local_doc = dir.join(RELEASE_FILE);
@@ -429,6 +437,13 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         let how = fetch_artifact(&agent, &url, &dir, a, req.progress, observe)?;
         before = before.saturating_add(a.size);
         writeln!(out, "{} {}: {how}", a.name, escape(a.file.as_str())).map_err(w)?;
+    }
+    if let Some(sig) = &signature {
+        let path = dir.join(liken_api::signing::signature_name(RELEASE_FILE));
+        files::replace(&path, sig, files::PUBLIC).map_err(|error| FetchError::Io {
+            doing: format!("writing {}", path.display()),
+            error,
+        })?;
     }
     files::replace(&local_doc, &bytes, files::PUBLIC).map_err(|error| FetchError::Io {
         doing: format!("writing {}", local_doc.display()),
