@@ -179,8 +179,9 @@ pub struct LayerRoot {
     pub root: TrustRoot,
     /// Its bytes.
     pub bytes: Vec<u8>,
-    /// trust.yaml.sig, if any.
-    pub signature: Option<DetachedSignature>,
+    /// trust.yaml.sig, if any, and its exact bytes (kept as they are, so
+    /// the kept signature is the file the publisher wrote).
+    pub signature: Option<(DetachedSignature, Vec<u8>)>,
 }
 
 /// Which trust root holds: the kept one, unless the layer's is new and
@@ -210,7 +211,7 @@ pub fn decide_root(kept: Option<(TrustRoot, Vec<u8>)>, layer: Option<LayerRoot>)
                     note: None,
                 };
             }
-            match k.verify(&l.bytes, l.signature.as_ref()) {
+            match k.verify(&l.bytes, l.signature.as_ref().map(|(sig, _)| sig)) {
                 Ok(_) => RootChoice {
                     root: Some(l.root),
                     adopt: true,
@@ -359,7 +360,7 @@ fn read_layer(layer: &Path) -> Result<Option<LayerRoot>, TrustError> {
     let root = parse_doc(&bytes, &path)?;
     let sig_path = layer.join(signature_name(TRUST_FILE));
     let signature = match read_optional(&sig_path, MAX_SMALL_DOCUMENT)? {
-        Some(b) => Some(parse_doc(&b, &sig_path)?),
+        Some(b) => Some((parse_doc(&b, &sig_path)?, b)),
         None => None,
     };
     Ok(Some(LayerRoot {
@@ -406,13 +407,7 @@ pub fn load_root(ctx: &Context) -> Result<(Option<TrustRoot>, bool), TrustError>
         write_state(&ctx.state.join(TRUST_FILE), &bytes)?;
         let sig_path = ctx.state.join(signature_name(TRUST_FILE));
         match layer_sig.flatten() {
-            Some(sig) => {
-                let text = decode::to_yaml(&sig).map_err(|e| TrustError::Document {
-                    what: "trust.yaml.sig".into(),
-                    why: e.to_string(),
-                })?;
-                write_state(&sig_path, text.as_bytes())?;
-            }
+            Some((_, bytes)) => write_state(&sig_path, &bytes)?,
             None => {
                 let _ = std::fs::remove_file(&sig_path);
             }
@@ -846,16 +841,23 @@ mod tests {
         let e = w.run(&w.release(NEXT, Some(&c))).unwrap_err();
         assert!(e.to_string().starts_with("refused (unknown-key)"), "{e}");
         w.untouched();
-        // The same root signed by a: taken and kept, so c now signs.
+        // The same root signed by a: taken and kept, so c now signs. (The
+        // comment shows the signature file is kept as written, not
+        // written again from what was read.)
         std::fs::write(
             w.ctx.layer.join("trust.yaml.sig"),
-            yaml(&a.sign(to_c.as_bytes())),
+            format!("# rotation to c\n{}", yaml(&a.sign(to_c.as_bytes()))),
         )
         .unwrap();
         w.run(&w.release(NEXT, Some(&c))).unwrap();
         w.written();
         let kept = std::fs::read_to_string(w.ctx.state.join(TRUST_FILE)).unwrap();
         assert_eq!(kept, to_c);
+        // Its signature is kept byte for byte as the layer carries it.
+        assert_eq!(
+            std::fs::read(w.ctx.state.join("trust.yaml.sig")).unwrap(),
+            std::fs::read(w.ctx.layer.join("trust.yaml.sig")).unwrap()
+        );
         let e = w.run(&w.release("2026.12.04-001", Some(&a)));
         assert!(
             e.unwrap_err()
