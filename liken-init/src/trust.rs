@@ -22,10 +22,11 @@
 //!
 //! The floor: the newest release this machine ever blessed. A write
 //! starts only from a blessed boot (release_writer refuses one on
-//! trial), so the booted release raises it then; it is kept on the data
-//! partition and on the ESP (`liken/floor`), so a wiped data partition
-//! does not reset it, and is lowered only by a permit, once the write it
-//! allowed is done.
+//! trial), so the booted release raises it; the raised floor is kept
+//! once the write is done (a write refused because the booted entry is
+//! still counted keeps nothing), on the data partition and on the ESP
+//! (`liken/floor`), so a wiped data partition does not reset it. Only a
+//! permit lowers it, once the write it allowed is done.
 //!
 //! The decisions (`decide_*`) are pure; [`write_checked`] carries them
 //! out before handing the request to the release writer.
@@ -471,7 +472,10 @@ pub fn write_checked(
     };
     let key = decide_signature(root.as_ref(), unsigned_layer, &bytes, signature.as_ref())?;
 
-    // The floor, raised to the booted release and kept in both places.
+    // The floor, raised to the booted release. It is kept (in both
+    // places) only once the write is done: the release writer makes the
+    // last check that the booted entry is blessed, and a release that
+    // booted on trial must not become the floor.
     let floor_path = ctx.state.join(FLOOR_FILE);
     let kept_data = parse_floor(read_optional(&floor_path, 256)?);
     let esp = (m.esp)().map_err(TrustError::Esp)?;
@@ -480,19 +484,8 @@ pub fn write_checked(
     } else {
         None
     };
-    let floor = decide_floor([kept_data.as_ref(), kept_esp.as_ref()], ctx.booted.as_ref());
-    if let Some(f) = &floor {
-        let text = format!("{f}\n");
-        if kept_esp.as_ref() != Some(f) {
-            esp.create_dir_all("liken").map_err(TrustError::Esp)?;
-            esp.write(ESP_FLOOR, text.as_bytes())
-                .map_err(TrustError::Esp)?;
-        }
-        if kept_data.as_ref() != Some(f) {
-            write_state(&floor_path, text.as_bytes())?;
-        }
-    }
     esp.unmount().map_err(TrustError::Esp)?;
+    let floor = decide_floor([kept_data.as_ref(), kept_esp.as_ref()], ctx.booted.as_ref());
 
     let permit = request.rollback_permit.as_ref().map(|p| {
         check_permit(
@@ -514,17 +507,27 @@ pub fn write_checked(
     });
 
     let done = release_writer::write_release(m, request).map_err(TrustError::Write)?;
-    if by_permit {
-        let text = format!("{}\n", done.version);
-        let esp = (m.esp)().map_err(TrustError::Esp)?;
-        esp.write(ESP_FLOOR, text.as_bytes())
-            .map_err(TrustError::Esp)?;
-        esp.unmount().map_err(TrustError::Esp)?;
-        write_state(&floor_path, text.as_bytes())?;
-        (m.progress)(&format!(
-            "floor lowered to {} by a rollback permit",
-            done.version
-        ));
+    // A permit lowers the floor to the release it allowed.
+    let keep = if by_permit {
+        Some(done.version.clone())
+    } else {
+        floor
+    };
+    if let Some(f) = &keep {
+        let text = format!("{f}\n");
+        if kept_esp.as_ref() != Some(f) {
+            let esp = (m.esp)().map_err(TrustError::Esp)?;
+            esp.create_dir_all("liken").map_err(TrustError::Esp)?;
+            esp.write(ESP_FLOOR, text.as_bytes())
+                .map_err(TrustError::Esp)?;
+            esp.unmount().map_err(TrustError::Esp)?;
+        }
+        if kept_data.as_ref() != Some(f) {
+            write_state(&floor_path, text.as_bytes())?;
+        }
+        if by_permit {
+            (m.progress)(&format!("floor lowered to {f} by a rollback permit"));
+        }
     }
     Ok(done)
 }
@@ -864,6 +867,30 @@ mod tests {
                 .to_string()
                 .starts_with("refused (unknown-key)")
         );
+    }
+
+    /// The booted entry still counted on the ESP (a trial boot whose
+    /// record was not assessed): the release writer refuses, and the
+    /// booted release, not blessed, must not become the floor.
+    #[test]
+    fn a_write_refused_on_trial_leaves_the_floor_where_it_was() {
+        let a = key(1);
+        let w = world("trial", &[&a]);
+        std::fs::rename(
+            w.esp.join("loader/entries/liken-a.conf"),
+            w.esp.join("loader/entries/liken-a+2-1.conf"),
+        )
+        .unwrap();
+        let e = w.run(&w.release(NEXT, Some(&a))).unwrap_err();
+        assert!(
+            matches!(e, TrustError::Write(WriteError::OnTrial { .. })),
+            "{e}"
+        );
+        assert!(!w.ctx.state.join(FLOOR_FILE).exists());
+        assert!(!w.esp.join(ESP_FLOOR).exists());
+        // Below the booted release is still refused meanwhile.
+        let e = w.run(&w.release(OLDER, Some(&a))).unwrap_err();
+        assert!(e.to_string().starts_with("refused (below-floor)"), "{e}");
     }
 
     #[test]
