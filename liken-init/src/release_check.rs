@@ -199,6 +199,15 @@ pub fn hash_copy(
 /// Reads and decodes `dir`/release.yaml, refusing it unless its SHA-256
 /// is `trusted` (when given).
 pub fn read_release(dir: &Path, trusted: Option<&Sha256Hex>) -> Result<Release, CheckError> {
+    read_release_text(dir, trusted).map(|(release, _)| release)
+}
+
+/// [`read_release`], with the file's exact text (what a signature is
+/// checked over).
+pub fn read_release_text(
+    dir: &Path,
+    trusted: Option<&Sha256Hex>,
+) -> Result<(Release, String), CheckError> {
     let path = dir.join(RELEASE_FILE);
     let file_err = |why: String| CheckError::ReleaseFile {
         path: path.clone(),
@@ -224,8 +233,9 @@ pub fn read_release(dir: &Path, trusted: Option<&Sha256Hex>) -> Result<Release, 
         }
     }
     let text = String::from_utf8(bytes).map_err(|_| file_err("it is not UTF-8 text".into()))?;
-    decode::strict(&text, &path.display().to_string())
-        .map_err(|e| CheckError::Document(e.to_string()))
+    let release = decode::strict(&text, &path.display().to_string())
+        .map_err(|e| CheckError::Document(e.to_string()))?;
+    Ok((release, text))
 }
 
 /// Checks one artifact's size and digest, keeping its bytes when `keep`.

@@ -37,10 +37,9 @@ use std::path::{Path, PathBuf};
 
 use liken_api::control::{ReleaseWritten, SignedDocument, WriteRelease};
 use liken_api::decode;
-use liken_api::release::RELEASE_FILE;
 use liken_api::signing::{
-    DetachedSignature, KeyId, MAX_SIGNED, MAX_SMALL_DOCUMENT, PermitError, RollbackPermit,
-    TRUST_FILE, TrustRoot, UNSIGNED_FILE, VerifyError, signature_name,
+    DetachedSignature, KeyId, MAX_SMALL_DOCUMENT, PermitError, RollbackPermit, TRUST_FILE,
+    TrustRoot, UNSIGNED_FILE, VerifyError, signature_name,
 };
 use liken_api::{Time, Version};
 
@@ -441,22 +440,15 @@ pub fn write_checked(
                 why,
             })
         })?;
-    let yaml_path = m.releases.join(&name).join(RELEASE_FILE);
-    let bytes = fsutil::read_capped(&yaml_path, MAX_SIGNED).map_err(|error| TrustError::State {
-        doing: format!("reading {}", yaml_path.display()),
-        error,
-    })?;
-    // The bytes the operator checked against the catalog: checked here
-    // too, so the signature is over the very release the writer writes.
-    if liken_api::hash::sha256(&bytes) != request.release_sha256 {
-        return Err(TrustError::Write(WriteError::Check(
-            crate::release_check::CheckError::ReleaseDigest {
-                want: request.release_sha256.clone(),
-                got: liken_api::hash::sha256(&bytes),
-            },
-        )));
-    }
-    let release: liken_api::Release = parse_doc(&bytes, &yaml_path)?;
+    // The bytes the operator checked against the catalog (their digest
+    // is checked here too), so the signature is over the very release
+    // the writer writes.
+    let (release, text) = crate::release_check::read_release_text(
+        &m.releases.join(&name),
+        Some(&request.release_sha256),
+    )
+    .map_err(|e| TrustError::Write(WriteError::Check(e)))?;
+    let bytes = text.as_bytes();
 
     let (root, unsigned_layer) = load_root(ctx)?;
     let signature = match &request.signature {
@@ -470,7 +462,7 @@ pub fn write_checked(
         ),
         None => None,
     };
-    let key = decide_signature(root.as_ref(), unsigned_layer, &bytes, signature.as_ref())?;
+    let key = decide_signature(root.as_ref(), unsigned_layer, bytes, signature.as_ref())?;
 
     // The floor, raised to the booted release. It is kept (in both
     // places) only once the write is done: the release writer makes the
@@ -540,7 +532,9 @@ mod tests {
     use crate::release_writer::SlotTarget;
     use crate::sys::mount::FakeMounter;
     use liken_api::Slot;
-    use liken_api::release::{ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_SYSTEM, Release};
+    use liken_api::release::{
+        ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_SYSTEM, RELEASE_FILE, Release,
+    };
     use liken_api::signing::{SigningKey, key_pair};
     use std::fs::File;
 
