@@ -1,5 +1,7 @@
 //! The clock against the cluster's CA certificates: k3s is not started
-//! while the clock reads earlier than a CA's notBefore.
+//! while the clock reads earlier than a CA's notBefore, and the NTP step
+//! does not move the clock past the last of their notAfter
+//! ([`crate::ntp::decide_ceiling`]).
 //!
 //! Every TLS peer of k3s (its own apiserver, etcd, the kubelet, the
 //! agent's tunnel) checks certificates against the clock, and a CA that
@@ -13,8 +15,8 @@
 //! init has no X.509 parser, and needs none for this: notBefore sits at
 //! a fixed place in the DER (RFC 5280 section 4.1: Certificate ->
 //! tbsCertificate -> [0] version, serialNumber, signature, issuer,
-//! validity -> notBefore), so [`not_before`] walks the few TLV headers
-//! in front of it and reads one UTCTime or GeneralizedTime. That reads
+//! validity -> notBefore, notAfter), so [`validity`] walks the few TLV
+//! headers in front of it and reads two UTCTime or GeneralizedTime. That reads
 //! the certificate k3s will use, whoever minted it (`liken mint`,
 //! `adopt` of an existing k3s, a CA k3s rotated), where having the CLI
 //! write the date into the layer would trust the layer's packer and
@@ -83,8 +85,8 @@ fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, content, after))
 }
 
-/// A certificate's notBefore, from its DER.
-pub fn not_before(der: &[u8]) -> Option<Time> {
+/// A certificate's validity, notBefore and notAfter, from its DER.
+pub fn validity(der: &[u8]) -> Option<(Time, Time)> {
     const SEQUENCE: u8 = 0x30;
     let (SEQUENCE, cert, _) = tlv(der)? else {
         return None;
@@ -108,7 +110,24 @@ pub fn not_before(der: &[u8]) -> Option<Time> {
     let (SEQUENCE, validity, _) = tlv(rest)? else {
         return None;
     };
-    let (tag, time, _) = tlv(validity)?;
+    let (tag, time, after) = tlv(validity)?;
+    let not_before = der_time(tag, time)?;
+    let (tag, time, _) = tlv(after)?;
+    Some((not_before, der_time(tag, time)?))
+}
+
+/// A certificate's notBefore, from its DER.
+pub fn not_before(der: &[u8]) -> Option<Time> {
+    validity(der).map(|(from, _)| from)
+}
+
+/// A certificate's notAfter, from its DER.
+pub fn not_after(der: &[u8]) -> Option<Time> {
+    validity(der).map(|(_, until)| until)
+}
+
+/// A UTCTime (tag 0x17) or GeneralizedTime (0x18) content.
+fn der_time(tag: u8, time: &[u8]) -> Option<Time> {
     let text = std::str::from_utf8(time).ok()?;
     // UTCTime YYMMDDHHMMSSZ (years 1950-2049, RFC 5280 4.1.2.5.1) or
     // GeneralizedTime YYYYMMDDHHMMSSZ.
@@ -141,6 +160,20 @@ pub fn not_before(der: &[u8]) -> Option<Time> {
 /// with the file it came from. A file that is there but cannot be read
 /// as a certificate is an error: k3s would fail on it too.
 pub fn latest_not_before(paths: &[&Path]) -> Result<Option<(Time, String)>, String> {
+    latest(paths, not_before)
+}
+
+/// The latest notAfter among the certificates at `paths` that exist,
+/// with the file it came from: when the last of them expires. Errors as
+/// [`latest_not_before`].
+pub fn latest_not_after(paths: &[&Path]) -> Result<Option<(Time, String)>, String> {
+    latest(paths, not_after)
+}
+
+fn latest(
+    paths: &[&Path],
+    date: fn(&[u8]) -> Option<Time>,
+) -> Result<Option<(Time, String)>, String> {
     let mut latest: Option<(Time, String)> = None;
     for p in paths {
         let bytes = match crate::fsutil::read_capped(p, MAX_PEM) {
@@ -150,7 +183,7 @@ pub fn latest_not_before(paths: &[&Path]) -> Result<Option<(Time, String)>, Stri
         };
         let t = pem_certificate(&String::from_utf8_lossy(&bytes))
             .as_deref()
-            .and_then(not_before)
+            .and_then(date)
             .ok_or_else(|| format!("{} holds no certificate init can date", p.display()))?;
         if latest.as_ref().is_none_or(|(l, _)| t > *l) {
             latest = Some((t, p.display().to_string()));
@@ -178,14 +211,14 @@ pub fn decide_clock(now: Time, not_before: Time, from: &str) -> Result<(), (u64,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Made once with `openssl req -x509 -newkey ec -pkeyopt
     /// ec_paramgen_curve:P-256 -days 3650 -nodes -subj
     /// /CN=k3s-server-ca@1733220000` (OpenSSL 3.0, Debian 12); `openssl
     /// x509 -noout -startdate` reads notBefore=Dec  3 08:44:33 2026 GMT.
-    const CA: &str = "-----BEGIN CERTIFICATE-----
+    pub(crate) const CA: &str = "-----BEGIN CERTIFICATE-----
 MIIBmzCCAUGgAwIBAgIUOZ6lbPY+j3h+vZR004haAuDJCdkwCgYIKoZIzj0EAwIw
 IzEhMB8GA1UEAwwYazNzLXNlcnZlci1jYUAxNzMzMjIwMDAwMB4XDTI2MTIwMzA4
 NDQzM1oXDTM2MTEzMDA4NDQzM1owIzEhMB8GA1UEAwwYazNzLXNlcnZlci1jYUAx
@@ -212,21 +245,38 @@ QdZgTpNq2fCGH1mH9uOCYdqWIlXI5KLmZNanconzCw==
             not_before(&der),
             Some("2026-12-03T08:44:33Z".parse().unwrap())
         );
+        // `openssl x509 -noout -enddate`: notAfter=Nov 30 08:44:33 2036 GMT.
+        assert_eq!(
+            not_after(&der),
+            Some("2036-11-30T08:44:33Z".parse().unwrap())
+        );
         // A v1 certificate (no version) dated in GeneralizedTime, as
         // RFC 5280 asks for years from 2050.
-        let validity = [h(0x18, b"20510102030405Z"), h(0x18, b"20610102030405Z")].concat();
-        let tbs = [
-            h(0x02, &[1]),
-            h(0x30, &[]),
-            h(0x30, &[]),
-            h(0x30, &validity),
-        ]
-        .concat();
+        let dates = [h(0x18, b"20510102030405Z"), h(0x18, b"20610102030405Z")].concat();
+        let tbs = [h(0x02, &[1]), h(0x30, &[]), h(0x30, &[]), h(0x30, &dates)].concat();
         let v1 = h(0x30, &h(0x30, &tbs));
         assert_eq!(
-            not_before(&v1),
-            Some("2051-01-02T03:04:05Z".parse().unwrap())
+            validity(&v1),
+            Some((
+                "2051-01-02T03:04:05Z".parse().unwrap(),
+                "2061-01-02T03:04:05Z".parse().unwrap()
+            ))
         );
+        // A validity with notBefore alone dates nothing.
+        let half = h(
+            0x30,
+            &h(
+                0x30,
+                &[
+                    h(0x02, &[1]),
+                    h(0x30, &[]),
+                    h(0x30, &[]),
+                    h(0x30, &h(0x18, b"20510102030405Z")),
+                ]
+                .concat(),
+            ),
+        );
+        assert_eq!(not_before(&half), None);
         assert!(pem_certificate("no pem here").is_none());
         assert!(not_before(&der[..40]).is_none());
         assert!(not_before(&[]).is_none());

@@ -26,9 +26,15 @@
 //! refused too, as no working server is that far behind. An answer
 //! that would move the clock more than [`MAX_AHEAD_OF_OTHERS`] forward
 //! is checked against the other configured servers, and refused when
-//! one of them says a day or more earlier ([`decide_among`]).
+//! one of them says a day or more earlier ([`decide_among`]). And no
+//! answer moves the clock forward past a [`Ceiling`]: the notAfter of
+//! the last of the machine's CA certificates to expire, or without them
+//! ten years past this release's build date ([`decide_ceiling`]), so one
+//! bad or spoofed server, even the only one configured, cannot expire
+//! every certificate the cluster has.
 //!
-//! [`decide_reply`] and [`offset_nanos`] are pure; [`query`] and
+//! [`decide_reply`], [`offset_nanos`], [`decide_time`],
+//! [`decide_ceiling`] and [`decide_among`] are pure; [`query`] and
 //! [`sync`] carry them out over a real socket, and the clock is read and
 //! set through [`Clock`], so the tests run a real UDP responder on
 //! loopback against a [`crate::sys::clock::FakeClock`].
@@ -405,20 +411,162 @@ pub fn query(address: SocketAddr, clock: &dyn Clock, wait: Duration) -> Result<S
     }
 }
 
+/// How long after its build date a release is taken to be running, when
+/// no CA certificate dates the ceiling: ten years, the lifetime of the
+/// CAs `liken mint` makes and k3s makes. Long enough that a release kept
+/// on a shelf is still set right; it stops the answers decades off (a
+/// spoofed 2090, a 2036 wrap read wrong).
+pub const RELEASE_SPAN: i64 = 3650 * 86_400;
+
+/// The latest time an NTP answer may move the clock forward to, and what
+/// sets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ceiling {
+    /// The time.
+    pub at: Time,
+    /// Why it is there.
+    pub reason: CeilingReason,
+}
+
+/// What a [`Ceiling`] is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CeilingReason {
+    /// The notAfter of this CA certificate, the last of the machine's
+    /// to expire.
+    NotAfter(String),
+    /// [`RELEASE_SPAN`] after this release's build date.
+    Release(Time),
+}
+
+impl fmt::Display for Ceiling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.reason {
+            CeilingReason::NotAfter(file) => write!(
+                f,
+                "{}, when {file} expires, the last of this machine's CA certificates",
+                self.at
+            ),
+            CeilingReason::Release(built) => write!(
+                f,
+                "{}, ten years after this release's build date {built}",
+                self.at
+            ),
+        }
+    }
+}
+
+/// This release's build date: the date in the version the image build
+/// gave it, not before [`PLAUSIBLE_AFTER`] (a plain `cargo build` has no
+/// version, and was made after that).
+pub fn build_date() -> Time {
+    let floor = Time::from_unix(PLAUSIBLE_AFTER);
+    crate::boot_record::build_version()
+        .and_then(|v| {
+            let (y, m, d) = v.date();
+            format!("{y:04}-{m:02}-{d:02}T00:00:00Z")
+                .parse::<Time>()
+                .ok()
+        })
+        .map_or(floor, |t| t.max(floor))
+}
+
+/// The ceiling for a release built on `built` on a machine whose CA
+/// certificates last expire at `not_after` (the time and the file).
+/// While they are valid, the clock is not moved past their notAfter: a
+/// bad or spoofed server would expire every certificate at once, and
+/// k3s would renew its leaf certificates from that wrong time. Without
+/// certificates, or when they expired before this release was built (so
+/// the true time is past them and nothing is left to protect), the
+/// ceiling is [`RELEASE_SPAN`] after the build date.
+pub fn decide_ceiling(built: Time, not_after: Option<(Time, String)>) -> Ceiling {
+    match not_after {
+        Some((at, file)) if at > built => Ceiling {
+            at,
+            reason: CeilingReason::NotAfter(file),
+        },
+        _ => Ceiling {
+            at: built.plus_seconds(RELEASE_SPAN),
+            reason: CeilingReason::Release(built),
+        },
+    }
+}
+
+/// The ceiling from the CA certificates at `certificates` (those that
+/// exist) and this release's build date. A certificate init cannot read
+/// is named on the console and left out.
+pub fn ceiling_from(certificates: &[&Path]) -> Ceiling {
+    let mut newest: Option<(Time, String)> = None;
+    for &path in certificates {
+        match crate::ca_time::latest_not_after(&[path]) {
+            Ok(Some(found)) if newest.as_ref().is_none_or(|(t, _)| found.0 > *t) => {
+                newest = Some(found);
+            }
+            Ok(_) => {}
+            Err(why) => {
+                crate::console::line(&format!("ntp: {why}; the clock's ceiling leaves it out"))
+            }
+        }
+    }
+    decide_ceiling(build_date(), newest)
+}
+
+/// Why an answer's time is not set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TimeRefusal {
+    /// Before [`PLAUSIBLE_AFTER`].
+    Implausible(Time),
+    /// Forward past the [`Ceiling`].
+    PastCeiling {
+        /// The time the answer would set.
+        said: Time,
+        /// The ceiling it passes.
+        ceiling: Ceiling,
+    },
+    /// Not a time the clock can hold.
+    OutOfRange,
+}
+
+impl fmt::Display for TimeRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeRefusal::Implausible(t) => {
+                write!(f, "it says the time is {t}, which no working server says")
+            }
+            TimeRefusal::PastCeiling { said, ceiling } => {
+                write!(f, "refused {said}, later than {ceiling}")
+            }
+            TimeRefusal::OutOfRange => write!(f, "its time is out of range"),
+        }
+    }
+}
+
 /// The time to set: now moved by the offset, refused when it lands
-/// before [`PLAUSIBLE_AFTER`].
-pub fn decide_time(now: SystemTime, offset: i128) -> Result<SystemTime, String> {
+/// before [`PLAUSIBLE_AFTER`], or forward past `ceiling` (an answer that
+/// moves a clock already past the ceiling back towards it is taken).
+pub fn decide_time(
+    now: SystemTime,
+    offset: i128,
+    ceiling: &Ceiling,
+) -> Result<SystemTime, TimeRefusal> {
     let now_nanos = unix_nanos(now).unwrap_or(0);
     let target = now_nanos.saturating_add(offset);
+    let seconds = |nanos: i128| {
+        Time::from_unix(
+            i64::try_from(nanos.checked_div(NANOS_PER_SECOND).unwrap_or(0)).unwrap_or(0),
+        )
+    };
     let floor = i128::from(PLAUSIBLE_AFTER).saturating_mul(NANOS_PER_SECOND);
     if target < floor {
-        let secs = i64::try_from(target.checked_div(NANOS_PER_SECOND).unwrap_or(0)).unwrap_or(0);
-        return Err(format!(
-            "it says the time is {}, which no working server says",
-            Time::from_unix(secs)
-        ));
+        return Err(TimeRefusal::Implausible(seconds(target)));
     }
-    system_time(target).ok_or_else(|| "its time is out of range".to_owned())
+    let top = i128::from(ceiling.at.unix()).saturating_mul(NANOS_PER_SECOND);
+    if target > top && offset > 0 {
+        return Err(TimeRefusal::PastCeiling {
+            said: seconds(target),
+            ceiling: ceiling.clone(),
+        });
+    }
+    system_time(target).ok_or(TimeRefusal::OutOfRange)
 }
 
 /// The addresses of one server entry on `port`: an IP literal as it
@@ -493,6 +641,7 @@ fn first_good(
     clock: &dyn Clock,
     resolver: &Resolver,
     reply: Duration,
+    ceiling: &Ceiling,
     failures: &mut Vec<String>,
 ) -> Option<Sample> {
     let addresses = match resolve(server, port, resolver) {
@@ -510,9 +659,17 @@ fn first_good(
                 continue;
             }
         };
-        match decide_time(clock.now(), sample.offset) {
+        match decide_time(clock.now(), sample.offset, ceiling) {
             Ok(_) => return Some(sample),
-            Err(e) => failures.push(format!("{server} ({address}): {e}")),
+            Err(e) => {
+                let line = format!("{server} ({address}): {e}");
+                // Said at once: a later server may still set the clock,
+                // and this one's answer is what a person must look at.
+                if matches!(e, TimeRefusal::PastCeiling { .. }) {
+                    crate::console::line(&format!("ntp: {line}"));
+                }
+                failures.push(line);
+            }
         }
     }
     None
@@ -523,19 +680,23 @@ fn first_good(
 /// clock more than [`MAX_AHEAD_OF_OTHERS`] forward is first checked
 /// against the other servers' answers ([`decide_among`]), so one bad
 /// server cannot move it years ahead (a Machine with one server has
-/// nothing to check against). `Err` lists what each server did wrong.
+/// nothing to check against). No answer moves the clock forward past
+/// `ceiling` ([`decide_time`]): one that would is named on the console
+/// and the next server asked. `Err` lists what each server did wrong.
 pub fn sync(
     servers: &[String],
     port: u16,
     clock: &dyn Clock,
     resolver: &Resolver,
     reply: Duration,
+    ceiling: &Ceiling,
 ) -> Result<Synced, Vec<String>> {
     let mut failures = Vec::new();
     let mut candidates = Vec::new();
     let far = i128::try_from(MAX_AHEAD_OF_OTHERS.as_nanos()).unwrap_or(i128::MAX);
     for server in servers {
-        let Some(sample) = first_good(server, port, clock, resolver, reply, &mut failures) else {
+        let Some(sample) = first_good(server, port, clock, resolver, reply, ceiling, &mut failures)
+        else {
             continue;
         };
         let jump = sample.offset;
@@ -555,7 +716,7 @@ pub fn sync(
     let Some(c) = chosen.and_then(|i| candidates.get(i)) else {
         return Err(failures);
     };
-    let set_to = match decide_time(clock.now(), c.sample.offset) {
+    let set_to = match decide_time(clock.now(), c.sample.offset, ceiling) {
         Ok(t) => t,
         Err(e) => {
             failures.push(format!("{}: {e}", c.server));
@@ -589,8 +750,15 @@ pub fn describe(synced: &Synced) -> String {
 }
 
 /// The boot step: sets the clock from the Machine's servers, names
-/// resolved through the nameservers in `resolv_conf`.
-pub fn step(machine: Option<&Machine>, clock: &dyn Clock, resolv_conf: &Path) -> Outcome {
+/// resolved through the nameservers in `resolv_conf`, never forward past
+/// the ceiling the CA certificates at `certificates` give
+/// ([`ceiling_from`]).
+pub fn step(
+    machine: Option<&Machine>,
+    clock: &dyn Clock,
+    resolv_conf: &Path,
+    certificates: &[&Path],
+) -> Outcome {
     let Some(machine) = machine else {
         return Outcome::Skipped("no valid Machine document".into());
     };
@@ -607,7 +775,8 @@ pub fn step(machine: Option<&Machine>, clock: &dyn Clock, resolv_conf: &Path) ->
     }
     let timeouts = Timeouts::default();
     let resolver = Resolver::from_resolv_conf(resolv_conf, timeouts.resolve);
-    match sync(servers, PORT, clock, &resolver, timeouts.reply) {
+    let ceiling = ceiling_from(certificates);
+    match sync(servers, PORT, clock, &resolver, timeouts.reply, &ceiling) {
         Ok(synced) => Outcome::ok_with(describe(&synced)),
         Err(failures) => Outcome::Failed(format!(
             "no NTP server gave a usable answer ({}); the clock stays at {}: check \
@@ -654,7 +823,12 @@ mod tests {
 
     /// A real SNTP server on 127.0.0.1 that answers each request as told.
     fn responder(answer: Answer) -> SocketAddr {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        responder_on("127.0.0.1:0", answer)
+    }
+
+    /// A real SNTP server on `bind` that answers each request as told.
+    fn responder_on(bind: &str, answer: Answer) -> SocketAddr {
+        let socket = UdpSocket::bind(bind).unwrap();
         let addr = socket.local_addr().unwrap();
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
@@ -697,6 +871,21 @@ mod tests {
     }
 
     const QUICK: Duration = Duration::from_millis(400);
+
+    /// `sync` of IP literals on `port` with no certificates.
+    fn sync_literals(
+        servers: &[String],
+        port: u16,
+        clock: &FakeClock,
+    ) -> Result<Synced, Vec<String>> {
+        sync(servers, port, clock, &literals_only(), QUICK, &open())
+    }
+
+    /// The ceiling of a machine without certificates: ten years after
+    /// the build, out of the way of the tests' real-clock answers.
+    fn open() -> Ceiling {
+        decide_ceiling(build_date(), None)
+    }
 
     /// A resolver with no nameserver: enough for IP literals.
     fn literals_only() -> Resolver {
@@ -836,7 +1025,7 @@ mod tests {
         // A machine whose clock died: it reads 1970.
         let clock = FakeClock::starting_at(UNIX_EPOCH + Duration::from_secs(10));
         let servers = vec!["127.0.0.1".to_owned()];
-        let synced = sync(&servers, addr.port(), &clock, &literals_only(), QUICK).unwrap();
+        let synced = sync_literals(&servers, addr.port(), &clock).unwrap();
         let expected = unix_nanos(SystemTime::now()).unwrap() + 1000 * NANOS_PER_SECOND
             - 10 * NANOS_PER_SECOND;
         assert!(
@@ -895,7 +1084,7 @@ mod tests {
         let port = closed.local_addr().unwrap().port();
         drop(closed);
         let servers = vec!["127.0.0.1".to_owned(), "no-such-host.invalid".to_owned()];
-        let failures = sync(&servers, port, &clock, &dns(), QUICK).unwrap_err();
+        let failures = sync(&servers, port, &clock, &dns(), QUICK, &open()).unwrap_err();
         assert_eq!(failures.len(), 2, "{failures:?}");
         assert!(
             failures[0].starts_with("127.0.0.1 (127.0.0.1:"),
@@ -914,7 +1103,7 @@ mod tests {
         let addr = responder(Answer::Good { ahead: 100 });
         let clock = FakeClock::starting_at(SystemTime::now());
         let servers = vec!["nope.test".to_owned(), "ntp.test".to_owned()];
-        let synced = sync(&servers, addr.port(), &clock, &dns(), QUICK).unwrap();
+        let synced = sync(&servers, addr.port(), &clock, &dns(), QUICK, &open()).unwrap();
         assert_eq!(synced.server, "ntp.test");
         assert_eq!(synced.sample.address, addr);
         assert!(
@@ -936,7 +1125,7 @@ mod tests {
         let m = Machine::new("web-1", spec);
         let clock = FakeClock::starting_at(SystemTime::now());
         let missing = std::env::temp_dir().join("liken-ntp-no-such-dir/resolv.conf");
-        match step(Some(&m), &clock, &missing) {
+        match step(Some(&m), &clock, &missing, &[]) {
             Outcome::Failed(why) => {
                 assert!(why.contains("time.example: cannot resolve"), "{why}");
                 assert!(why.contains("does not exist"), "{why}");
@@ -1002,25 +1191,214 @@ mod tests {
         assert_eq!(lines, ["bad.example: refused, a day or more ahead of good"]);
     }
 
+    /// Each row: the build date, the certificates' last notAfter, and
+    /// the ceiling with what sets it.
     #[test]
-    fn an_implausible_time_is_refused() {
-        let now = UNIX_EPOCH + Duration::from_secs(10);
-        let e = decide_time(now, 5 * NANOS_PER_SECOND).unwrap_err();
-        assert!(e.contains("1970-01-01T00:00:15Z"), "{e}");
-        let ok = decide_time(now, 1_800_000_000 * NANOS_PER_SECOND).unwrap();
+    fn the_ceiling_is_the_last_not_after_or_ten_years_past_the_build() {
+        let t = |s: &str| s.parse::<Time>().unwrap();
+        let built = t("2026-12-05T00:00:00Z");
+        let ca = |s: &str| Some((t(s), "server-ca.crt".to_owned()));
+        let not_after = |s: &str| (t(s), CeilingReason::NotAfter("server-ca.crt".into()));
+        let release = (t("2036-12-02T00:00:00Z"), CeilingReason::Release(built));
+        type Row = (Option<(Time, String)>, (Time, CeilingReason));
+        let rows: Vec<Row> = vec![
+            // A machine with no CA certificates yet (a follower before its
+            // k3s first ran): ten years after the build.
+            (None, release.clone()),
+            // CAs minted with this release: their notAfter, ten years on.
+            (
+                ca("2036-11-30T08:44:33Z"),
+                not_after("2036-11-30T08:44:33Z"),
+            ),
+            // CAs minted long ago, a release built late in their life: the
+            // notAfter, though it is sooner than the release's span.
+            (
+                ca("2027-03-01T00:00:00Z"),
+                not_after("2027-03-01T00:00:00Z"),
+            ),
+            // CAs rotated to live longer than the release's span.
+            (
+                ca("2046-01-01T00:00:00Z"),
+                not_after("2046-01-01T00:00:00Z"),
+            ),
+            // CAs that expired before this release was built: nothing left
+            // to protect, so the release's span.
+            (ca("2026-01-01T00:00:00Z"), release.clone()),
+            (ca("2026-12-05T00:00:00Z"), release),
+        ];
+        for (certs, (at, reason)) in rows {
+            let why = format!("{certs:?}");
+            assert_eq!(
+                decide_ceiling(built, certs),
+                Ceiling { at, reason },
+                "{why}"
+            );
+        }
+        // A dev build (no release version) dates itself no earlier than
+        // PLAUSIBLE_AFTER.
+        assert!(build_date() >= Time::from_unix(PLAUSIBLE_AFTER));
+    }
+
+    /// Each row: the clock now, the answer's offset (seconds), and what
+    /// is decided, against a ceiling at 2036-11-30T08:44:33Z.
+    #[test]
+    fn an_answer_past_the_ceiling_is_refused() {
+        let t = |s: &str| s.parse::<Time>().unwrap();
+        let ceiling = Ceiling {
+            at: t("2036-11-30T08:44:33Z"),
+            reason: CeilingReason::NotAfter("/var/lib/rancher/k3s/server/tls/server-ca.crt".into()),
+        };
+        let today = t("2026-12-05T12:00:00Z");
+        let top = ceiling.at;
+        let implausible = |s| Err(TimeRefusal::Implausible(t(s)));
+        let past = |said: Time| {
+            Err(TimeRefusal::PastCeiling {
+                said,
+                ceiling: ceiling.clone(),
+            })
+        };
+        type Row = (Time, i64, Result<Time, TimeRefusal>);
+        let rows: Vec<Row> = vec![
+            // An honest answer, a few seconds off.
+            (today, 3, Ok(today.plus_seconds(3))),
+            // A dead RTC in 1970 set to today.
+            (Time::EPOCH.plus_seconds(10), today.unix() - 10, Ok(today)),
+            // Up to the ceiling, and not a second past it.
+            (today, top.seconds_since(today), Ok(top)),
+            (
+                today,
+                top.seconds_since(today) + 1,
+                past(top.plus_seconds(1)),
+            ),
+            // A spoofed 2090.
+            (
+                today,
+                t("2090-01-01T00:00:00Z").seconds_since(today),
+                past(t("2090-01-01T00:00:00Z")),
+            ),
+            // From 1970 to past the ceiling: refused too.
+            (
+                Time::EPOCH,
+                t("2040-01-01T00:00:00Z").unix(),
+                past(t("2040-01-01T00:00:00Z")),
+            ),
+            // A clock already past the ceiling moved back, even to a time
+            // still past it.
+            (
+                t("2050-01-01T00:00:00Z"),
+                -86_400,
+                Ok(t("2049-12-31T00:00:00Z")),
+            ),
+            (
+                t("2050-01-01T00:00:00Z"),
+                today.seconds_since(t("2050-01-01T00:00:00Z")),
+                Ok(today),
+            ),
+            // Before 2026: no working server says that.
+            (
+                Time::EPOCH.plus_seconds(10),
+                5,
+                implausible("1970-01-01T00:00:15Z"),
+            ),
+        ];
+        for (now, offset, want) in rows {
+            let got = decide_time(
+                now.to_system(),
+                i128::from(offset) * NANOS_PER_SECOND,
+                &ceiling,
+            )
+            .map(Time::from_system);
+            assert_eq!(got, want, "{now} {offset:+}");
+        }
+        let line = past(t("2090-01-01T00:00:00Z")).unwrap_err().to_string();
         assert_eq!(
-            ok.duration_since(UNIX_EPOCH).unwrap().as_secs(),
-            1_800_000_010
+            line,
+            "refused 2090-01-01T00:00:00Z, later than 2036-11-30T08:44:33Z, when \
+             /var/lib/rancher/k3s/server/tls/server-ca.crt expires, the last of this machine's \
+             CA certificates"
         );
+        let release = decide_ceiling(t("2026-12-05T00:00:00Z"), None);
+        assert_eq!(
+            release.to_string(),
+            "2036-12-02T00:00:00Z, ten years after this release's build date 2026-12-05T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn the_ceiling_is_read_from_the_certificates_that_exist() {
+        let dir = std::env::temp_dir().join(format!("liken-ntp-ceiling-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // notAfter=Nov 30 08:44:33 2036 GMT (ca_time's test certificate).
+        let ca = dir.join("server-ca.crt");
+        std::fs::write(&ca, crate::ca_time::tests::CA).unwrap();
+        let missing = dir.join("client-ca.crt");
+        let c = ceiling_from(&[&missing, &ca]);
+        assert_eq!(c.at, "2036-11-30T08:44:33Z".parse().unwrap());
+        assert_eq!(c.reason, CeilingReason::NotAfter(ca.display().to_string()));
+        // A file that holds no certificate is left out (and named), the
+        // others still count.
+        let junk = dir.join("junk.crt");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        assert_eq!(ceiling_from(&[&junk, &ca]), c);
+        assert_eq!(ceiling_from(&[&junk]), decide_ceiling(build_date(), None));
+        assert_eq!(ceiling_from(&[]), decide_ceiling(build_date(), None));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Over real sockets: the first server says twenty years ahead,
+    /// past the ceiling, and is refused; the second sets the clock.
+    #[test]
+    fn a_server_past_the_ceiling_gives_way_to_the_next() {
+        let far = responder(Answer::Good {
+            ahead: 20 * 365 * 86_400,
+        });
+        let port = far.port();
+        responder_on(&format!("127.0.0.2:{port}"), Answer::Good { ahead: 30 });
+        let now = Time::from_system(SystemTime::now());
+        let ceiling = Ceiling {
+            at: now.plus_seconds(365 * 86_400),
+            reason: CeilingReason::NotAfter("server-ca.crt".into()),
+        };
+        let clock = FakeClock::starting_at(SystemTime::now());
+        let servers = vec!["127.0.0.1".to_owned(), "127.0.0.2".to_owned()];
+        let synced = sync(&servers, port, &clock, &literals_only(), QUICK, &ceiling).unwrap();
+        assert_eq!(synced.server, "127.0.0.2");
+        let set = Time::from_system(synced.set_to);
+        assert!((set.seconds_since(now) - 30).abs() <= 2, "{set}");
+        // Alone, the far server leaves the clock as it is, and says why.
+        let failures = sync(
+            &servers[..1],
+            port,
+            &clock,
+            &literals_only(),
+            QUICK,
+            &ceiling,
+        )
+        .unwrap_err();
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(
+            failures[0].starts_with(&format!("127.0.0.1 (127.0.0.1:{port}): refused 20")),
+            "{failures:?}"
+        );
+        assert!(
+            failures[0].ends_with(
+                "when server-ca.crt expires, the last of this machine's CA certificates"
+            ),
+            "{failures:?}"
+        );
+        assert_eq!(clock.set_to(), vec![synced.set_to]);
     }
 
     #[test]
     fn the_step_skips_without_a_machine_or_servers() {
         let clock = FakeClock::starting_at(SystemTime::now());
         let resolv = Path::new("/etc/resolv.conf");
-        assert!(matches!(step(None, &clock, resolv), Outcome::Skipped(_)));
+        assert!(matches!(
+            step(None, &clock, resolv, &[]),
+            Outcome::Skipped(_)
+        ));
         let m = Machine::new("web-1", liken_api::MachineSpec::default());
-        match step(Some(&m), &clock, resolv) {
+        match step(Some(&m), &clock, resolv, &[]) {
             Outcome::Skipped(why) => assert!(why.contains("spec.network.ntp"), "{why}"),
             other => panic!("{other:?}"),
         }
@@ -1032,7 +1410,7 @@ mod tests {
         let mut clock = FakeClock::starting_at(SystemTime::now());
         clock.fail = Some(1);
         let servers = vec!["127.0.0.1".to_owned(), "127.0.0.2".to_owned()];
-        let failures = sync(&servers, addr.port(), &clock, &literals_only(), QUICK).unwrap_err();
+        let failures = sync_literals(&servers, addr.port(), &clock).unwrap_err();
         assert_eq!(failures.len(), 1, "{failures:?}");
         assert!(
             failures[0].starts_with("setting the clock failed"),

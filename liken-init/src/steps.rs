@@ -480,10 +480,20 @@ fn publish_record(boot: &mut Boot) -> Outcome {
 }
 
 fn set_clock(boot: &mut Boot) -> Outcome {
+    // The ceiling is dated by every CA certificate this machine trusts:
+    // a leader's (k3s's own once it has them, else the layer's) and the
+    // ones k3s's agent fetched, which a follower has once its k3s ran
+    // (k3s-io/k3s pkg/agent/config/config.go: DataDir/agent/client-ca.crt
+    // and server-ca.crt).
+    let mut certs = ca_certificates(&boot.paths);
+    let agent = boot.paths.k3s_data.join("agent");
+    certs.extend(["client-ca.crt", "server-ca.crt"].map(|f| agent.join(f)));
+    let refs: Vec<&Path> = certs.iter().map(PathBuf::as_path).collect();
     crate::ntp::step(
         boot.machine.as_ref(),
         &*boot.sys.clock,
         &boot.paths.resolv_conf,
+        &refs,
     )
 }
 
@@ -526,24 +536,10 @@ fn decide_k3s(boot: &mut Boot) -> Outcome {
 }
 
 /// Whether the clock has passed the notBefore of every CA certificate
-/// k3s will use: those in its data directory once it has them, else the
-/// layer's. `Err`: how many seconds to hold k3s, and why.
+/// k3s will use ([`ca_certificates`]). `Err`: how many seconds to hold
+/// k3s, and why.
 fn check_ca_clock(paths: &Paths) -> Result<(), (u64, String)> {
-    let data = paths.k3s_data.join("server/tls");
-    let layer = paths
-        .etc_liken
-        .join(crate::seed::LAYER_IDENTITY)
-        .join("tls");
-    let dir = if data.join("server-ca.crt").exists() {
-        data
-    } else {
-        layer
-    };
-    let certs: Vec<PathBuf> = crate::seed::IDENTITY_FILES
-        .iter()
-        .filter(|(rel, secret)| !secret && rel.ends_with(".crt"))
-        .map(|(rel, _)| dir.join(rel))
-        .collect();
+    let certs = ca_certificates(paths);
     let refs: Vec<&Path> = certs.iter().map(PathBuf::as_path).collect();
     match crate::ca_time::latest_not_before(&refs) {
         Ok(Some((not_before, from))) => {
@@ -556,6 +552,26 @@ fn check_ca_clock(paths: &Paths) -> Result<(), (u64, String)> {
             Ok(())
         }
     }
+}
+
+/// The CA certificates k3s's server side will use: those in its data
+/// directory once it has them, else the layer's.
+fn ca_certificates(paths: &Paths) -> Vec<PathBuf> {
+    let data = paths.k3s_data.join("server/tls");
+    let layer = paths
+        .etc_liken
+        .join(crate::seed::LAYER_IDENTITY)
+        .join("tls");
+    let dir = if data.join("server-ca.crt").exists() {
+        data
+    } else {
+        layer
+    };
+    crate::seed::IDENTITY_FILES
+        .iter()
+        .filter(|(rel, secret)| !secret && rel.ends_with(".crt"))
+        .map(|(rel, _)| dir.join(rel))
+        .collect()
 }
 
 fn skipped(why: &str) -> Outcome {
