@@ -28,8 +28,8 @@
 //!   card and a classless default route through an off-subnet gateway
 //!   on the other: both default routes kept at their metrics, the
 //!   skipped option named on the console, and no renewal storm (the
-//!   DHCPACKs in dnsmasq's log counted over a minute). Not run yet:
-//!   ignored until it has passed once.
+//!   DHCPACKs in dnsmasq's log counted over a minute). About 70 s,
+//!   60 of them the minute counted.
 //! - [`a_network_the_decoder_refuses_still_boots`]: a VLAN on a missing
 //!   parent, a bond member named twice and an IPv6 route without an
 //!   address, each named on the console, and the machine reboots.
@@ -799,8 +799,6 @@ fn acks(dir: &std::path::Path, tap: &str) -> usize {
 }
 
 #[test]
-#[ignore = "issue 28: written and compiled, never run yet (the images did not finish building in time); \
-            run with --ignored and make it a plain test once it passes"]
 fn odd_dhcp_servers_in_a_namespace() {
     let dir = scratch("network-odd");
     let ns = Netns::new("odd");
