@@ -17,7 +17,8 @@
 //! operator wrote enters the verdict. The conflicts are counted at the
 //! apiserver, from its audit log, to prove the storm really hit the
 //! operators' writes. Nothing is lost: the approval survives to take its
-//! turn, and both changes run.
+//! turn, both changes run, and a reboot request made while the other
+//! machine is down waits for its turn and is carried out.
 
 #[path = "machine/support.rs"]
 mod support;
@@ -195,13 +196,24 @@ fn the_budget_holds_through_a_killed_operator_a_conflict_storm_a_busy_init_and_u
             })
         },
     );
-    stop.store(true, Ordering::Relaxed);
-    let landed = storm.join().unwrap();
-    assert!(landed > 50, "the storm landed only {landed} writes");
     assert!(
         has_event("work-1", "DisruptionApproved", &approval),
         "{:#?}",
         events_about("work-1")
+    );
+    // While work-1 is down, a person asks the leader to reboot (naming
+    // its new boot): the request waits out work-1's turn, through the
+    // storm, and is then carried out.
+    let lead_boot = lead_host.record().boot_id();
+    patch(
+        &["machine", "lead-1"],
+        &json!({"metadata": {"annotations": {annotations::REQUEST_REBOOT: lead_boot.short()}}}),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        lead_host.state.lock().unwrap().disrupted.len(),
+        1,
+        "the leader went down again while work-1 was down"
     );
     work_op.stop();
     let (running, _) = work_host.reboot(&machine_doc("work-1"), &c);
@@ -210,6 +222,33 @@ fn the_budget_holds_through_a_killed_operator_a_conflict_storm_a_busy_init_and_u
         "the approved change ran"
     );
     let work_op = restart(&work_host, &fast);
+    wait_for(
+        "the leader's init to accept the requested reboot",
+        Duration::from_secs(90),
+        || {
+            let st = lead_host.state.lock().unwrap();
+            (st.disrupted.len() == 2).then_some(()).ok_or_else(|| {
+                format!(
+                    "{:?}\n{}\n{}",
+                    st.requests,
+                    lead_op.log_text(),
+                    second.log_text()
+                )
+            })
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    let landed = storm.join().unwrap();
+    assert!(landed > 50, "the storm landed only {landed} writes");
+    lead_op.stop();
+    let lead_doc = {
+        let mut m = lead.clone();
+        m.spec.sysctls.insert("vm.swappiness".into(), "10".into());
+        m
+    };
+    lead_host.reboot(&lead_doc, &c);
+    assert_ne!(lead_host.record().boot_id(), lead_boot);
+    let lead_op = restart(&lead_host, &fast);
     wait_for("the fleet to settle", Duration::from_secs(60), || {
         let ready = both
             .iter()
