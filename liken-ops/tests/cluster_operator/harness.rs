@@ -328,6 +328,11 @@ impl Operator {
         self.signal(nix::sys::signal::Signal::SIGSTOP);
     }
 
+    /// SIGKILL: gone mid-sweep, with no step-down and no last write.
+    pub fn kill(&self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+
     /// SIGCONT.
     pub fn resume(&self) {
         self.signal(nix::sys::signal::Signal::SIGCONT);

@@ -1212,6 +1212,65 @@ fn two_copies_one_paused_never_exceed_the_budget() {
         assert!(pauses > 0, "run {run}: the rollout ended before any pause");
         eprintln!("run {run}: budget {budget}, peak {peak}, {pauses} pauses");
     }
+    a_halt_outlives_the_copy_that_recorded_it(&env, &copies);
+}
+
+/// A release fails and the acting copy records the halt; that copy is
+/// killed with SIGKILL (no step-down, no last write) and the other takes
+/// the Lease. The halt is read back from the Cluster: over several sweeps
+/// of the new copy nobody is granted a turn for the failed release.
+fn a_halt_outlives_the_copy_that_recorded_it(env: &Env, copies: &[(String, Operator); 2]) {
+    env.clear();
+    env.daemon_set(NEW);
+    env.create_cluster("home", &["a"], NEW, 1);
+    let mut failing = asking(NEW);
+    failing.fails = true;
+    let player = Player::start(env, sims(&[("a", failing), ("b", asking(NEW))]));
+    let c = env.wait_cluster("home", "NEW halts", Duration::from_secs(60), |c| {
+        condition_reason(c, "Progressing") == "ReleaseFailed"
+    });
+    let halt = c.status.rollout_halt.clone().unwrap();
+    let who = lease_holder(env);
+    let i = copies
+        .iter()
+        .position(|(n, _)| *n == who)
+        .unwrap_or_else(|| panic!("the Lease is held by {who:?}, neither copy"));
+    copies[i].1.kill();
+    let end = deadline(Duration::from_secs(20));
+    loop {
+        let h = lease_holder(env);
+        if !h.is_empty() && h != who {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "no copy took the Lease from the killed {who}\n{}",
+            copies[1 - i].1.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let successor = &copies[1 - i].1;
+    let swept = sweeps(successor);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        sweeps(successor) - swept >= 3.0,
+        "the new copy did not sweep\n{}",
+        successor.log_text()
+    );
+    for m in ["a", "b"] {
+        assert!(
+            !coordination::holds_grant(&env.machine(m).status.conditions),
+            "{m} was granted a turn for the halted release\n{}",
+            successor.log_text()
+        );
+    }
+    assert!(env.events("b", "RebootTurnGranted").is_empty());
+    assert_eq!(
+        env.cluster("home").status.rollout_halt.as_ref(),
+        Some(&halt),
+        "the halt did not outlive its copy"
+    );
+    drop(player);
 }
 
 /// The binary alone: `--help` lists every flag with its default and exits
