@@ -322,38 +322,6 @@ fn a_tenant_cannot_touch_the_fleet() {
     forbidden(ok, &err, "create", "serviceaccounts/token", "", user);
 }
 
-/// Why the flux planter's `escalate` is not scoped by name
-/// (docs/security.md, "Not done yet"): the apiserver checks `escalate` on
-/// a ClusterRole create before the object has a name, so a rule with
-/// `resourceNames` grants no create, not even of the named role.
-#[test]
-fn escalate_cannot_be_scoped_by_name_on_create() {
-    let cp = cp();
-    cp.ensure_namespace("probe").unwrap();
-    cp.apply(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: probe-planter}\n\
-         rules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [create]}\n\
-         - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], resourceNames: [probe-target], verbs: [escalate]}\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: probe-planter}\n\
-         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: probe-planter}\n\
-         subjects: [{kind: ServiceAccount, name: planter, namespace: probe}]\n",
-    );
-    let kc = cp.kubeconfig_for("probe", "planter").unwrap();
-    let role = |name: &str| {
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": name},
-               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})
-    };
-    let (ok_named, err_named) = create_as(&kc, &role("probe-target"));
-    let (ok_other, err_other) = create_as(&kc, &role("probe-other"));
-    for (ok, err) in [(ok_named, err_named), (ok_other, err_other)] {
-        assert!(
-            !ok && err.contains("is attempting to grant RBAC permissions not currently held"),
-            "{err}"
-        );
-    }
-}
-
 /// The attack's other half: a second Cluster that sorts first, created by
 /// whoever still could, is never followed by a machine operator. Its
 /// Machine keeps judging the deployment's Cluster, and it says so once,

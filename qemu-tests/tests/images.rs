@@ -163,6 +163,7 @@ fn check_tree(entries: &[Entry]) {
         "/usr/share/liken/manifests/crds/machines.liken.sh.yaml",
         "/usr/share/liken/manifests/crds/clusters.liken.sh.yaml",
         "/usr/share/liken/features/flux/manifests/flux-system.yaml",
+        "/usr/share/liken/features/flux/manifests/flux-engine-rbac.yaml",
         "/usr/share/liken/manifests/machine-operator.yaml",
     ] {
         assert!(find(entries, file).mode.starts_with('-'), "{file}");

@@ -15,7 +15,7 @@ use liken_kube::{Api, DynamicObject};
 use liken_testenv::spawn::spawn;
 use serde_json::json;
 
-use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
+use crate::support::{self, UPKEEP_RBAC};
 
 /// The cluster operator's own manifests, as a leader's k3s applies them,
 /// but for its Deployment (the test runs the binary itself).
@@ -50,7 +50,7 @@ pub fn scenario() {
         apply_without_deployments(rel);
     }
     support::apply(UPKEEP_RBAC);
-    support::apply(FLUX_FEATURE);
+    support::apply_flux_feature();
     // One Cluster in the fleet, declaring flux.
     support::kubectl(&["delete", "clusters.liken.sh", "--all", "--wait=true"]);
     support::cluster("fleet", &[("flux", None)]);

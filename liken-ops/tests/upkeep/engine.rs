@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use liken_kube::request::DEPLOYMENTS;
-use liken_kube::{Api, DynamicObject};
-use liken_ops::cluster::flux::engine::{self, EngineProbe, ensure_engine, resolve};
+use liken_kube::request::{DEPLOYMENTS, Resource};
+use liken_kube::{Api, DynamicObject, Error};
+use liken_ops::cluster::flux::engine::{
+    self, CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, EngineProbe, ensure_engine, resolve,
+};
 use serde_json::json;
 
-use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
+use crate::support::{self, UPKEEP_RBAC};
 
 /// An absent engine is planted, once a probe, and present objects stay.
 pub fn scenario() {
@@ -16,7 +18,7 @@ pub fn scenario() {
     let operator = support::operator();
     let recorder = support::recorder();
     support::apply(UPKEEP_RBAC);
-    support::apply(FLUX_FEATURE);
+    support::apply_flux_feature();
     let cluster = support::cluster("seeded", &[("flux", None)]);
     let deployments = Api::namespaced(DEPLOYMENTS, "flux-system");
     for name in ["kustomize-controller", "source-controller"] {
@@ -135,4 +137,92 @@ pub fn scenario() {
         seed.len() - 1
     );
     assert_eq!(notes.trim(), first, "{notes}");
+}
+
+/// rbac.authorization.k8s.io/v1 RoleBindings.
+const ROLE_BINDINGS: Resource = Resource {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    plural: "rolebindings",
+    kind: "RoleBinding",
+    namespaced: true,
+};
+
+/// The attack the planter's grant once allowed: with every right the
+/// flux feature gives it, the cluster operator's own token (what root on
+/// a leader holds) cannot make itself cluster-admin, write a ClusterRole,
+/// or widen the engine's. The engine's RBAC is applied by k3s, not
+/// planted, so the grant holds no `bind`, `escalate` or RBAC write.
+pub fn cannot_grant_itself_anything() {
+    support::apply_flux_feature();
+    let operator = support::operator();
+    let user = support::operator_user();
+    let refused = |what: &str, result: Result<DynamicObject, Error>, verb: &str, resource: &str| {
+        match result {
+            Err(Error::Forbidden { message, .. }) => assert!(
+                message.contains(&format!(
+                    "User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"rbac.authorization.k8s.io\""
+                )),
+                "{what}: {message}"
+            ),
+            other => panic!("{what} was not refused as forbidden: {other:?}"),
+        }
+    };
+    let subject = json!([{"kind": "ServiceAccount", "name": support::SA_NAME,
+                          "namespace": support::SA_NAMESPACE}]);
+    refused(
+        "binding cluster-admin to the operator",
+        operator.create(
+            &Api::all(CLUSTER_ROLE_BINDINGS),
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "liken-takeover"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "cluster-admin"},
+                    "subjects": subject}),
+        ),
+        "create",
+        "clusterrolebindings",
+    );
+    refused(
+        "a ClusterRole reading every Secret",
+        operator.create(
+            &Api::all(CLUSTER_ROLES),
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": "liken-takeover"},
+                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]}),
+        ),
+        "create",
+        "clusterroles",
+    );
+    // The engine's own role, which its controllers are bound to, widened
+    // to everything.
+    refused(
+        "widening the engine's ClusterRole",
+        operator.merge_patch(
+            &Api::all(CLUSTER_ROLES),
+            "crd-controller-flux-system",
+            &json!({"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        ),
+        "patch",
+        "clusterroles",
+    );
+    // A namespaced way round: cluster-admin bound in flux-system, where
+    // the feature's Role lets the operator create the engine's objects.
+    let result: Result<DynamicObject, _> = operator.create(
+        &Api::namespaced(ROLE_BINDINGS, "flux-system"),
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "liken-takeover", "namespace": "flux-system"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "cluster-admin"},
+                "subjects": subject}),
+    );
+    match result {
+        Err(Error::Forbidden { message, .. }) => assert!(
+            message.contains(&format!(
+                "User \"{user}\" cannot create resource \"rolebindings\" in API group \"rbac.authorization.k8s.io\" in the namespace \"flux-system\""
+            )),
+            "{message}"
+        ),
+        other => panic!("a RoleBinding to cluster-admin was not refused as forbidden: {other:?}"),
+    }
 }

@@ -12,7 +12,7 @@ use liken_ops::cluster::flux::deploy_key::{self, ensure_deploy_key};
 use liken_testenv::scratch::{TempDir, ok, tool};
 use serde_json::json;
 
-use crate::support::{self, FLUX_FEATURE};
+use crate::support;
 
 fn write_key(dir: &TempDir, name: &str, pem: &str) -> std::path::PathBuf {
     let path = dir.path().join(name);
@@ -137,7 +137,7 @@ pub fn without_the_grant() {
     let admin = support::admin();
     let secrets = Api::namespaced(SECRETS, "flux-system");
     let cluster = support::cluster("keyless", &[("flux", None)]);
-    support::apply(FLUX_FEATURE);
+    support::apply_flux_feature();
     support::kubectl(&[
         "-n",
         "flux-system",
@@ -171,7 +171,7 @@ pub fn scenario() {
     let recorder = support::recorder();
 
     // With it (as k3s applies the feature), the first pass mints.
-    support::apply(FLUX_FEATURE);
+    support::apply_flux_feature();
     let minted = ensure_deploy_key(&operator, &recorder, &cluster).expect("a minted key");
     assert!(
         minted.starts_with("ssh-ed25519 ") && minted.ends_with(" liken:keyed"),

@@ -137,8 +137,18 @@ pub fn pods(namespace: &str, selector: &str) -> Vec<liken_kube::DynamicObject> {
         .items
 }
 
-/// The flux feature's manifest.
+/// The flux feature's manifest: the cluster operator's grants.
 pub const FLUX_FEATURE: &str = "images/features/flux/manifests/flux-system.yaml";
+/// The flux feature's other manifest: the engine's own RBAC, which k3s
+/// applies and the cluster operator has no right to write.
+pub const FLUX_ENGINE_RBAC: &str = "images/features/flux/manifests/flux-engine-rbac.yaml";
+
+/// Applies every manifest of the flux feature as admin, as k3s applies
+/// them on a leader while the Cluster declares flux.
+pub fn apply_flux_feature() {
+    apply(FLUX_FEATURE);
+    apply(FLUX_ENGINE_RBAC);
+}
 /// The cluster operator's standing upkeep rights.
 pub const UPKEEP_RBAC: &str = "images/manifests/cluster-operator-upkeep.yaml";
 

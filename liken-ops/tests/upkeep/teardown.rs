@@ -14,7 +14,7 @@ use liken_ops::cluster::flux::teardown::{
 use liken_ops::cluster::flux::{Flux, FluxReport};
 use serde_json::json;
 
-use crate::support::{self, FLUX_FEATURE, UPKEEP_RBAC};
+use crate::support::{self, UPKEEP_RBAC};
 
 const CONTROLLER_PODS: &str = "app in (source-controller,kustomize-controller)";
 
@@ -64,7 +64,7 @@ pub fn scenario() {
     let operator = support::operator();
     let recorder = support::recorder();
     support::apply(UPKEEP_RBAC);
-    support::apply(FLUX_FEATURE);
+    support::apply_flux_feature();
     cp.create_node("flux-node", &[("kubernetes.io/os", "linux")])
         .unwrap();
 

@@ -490,8 +490,9 @@ mod tests {
         );
     }
 
-    /// Every cluster-scoped object the seed plants is deleted by stage 3,
-    /// and stage 3 deletes nothing the seed or the feature does not make.
+    /// Every cluster-scoped object the seed plants or the feature's
+    /// engine RBAC makes is deleted by stage 3, and stage 3 deletes
+    /// nothing the seed or the feature does not make.
     #[test]
     fn the_remains_match_the_seed_and_the_feature() {
         let seed = embedded_seed().as_ref().unwrap();
@@ -500,6 +501,14 @@ mod tests {
             .filter(|o| !resolve(o).unwrap().resource().namespaced && o.kind != "Namespace")
             .map(|o| (o.kind.clone(), o.name.clone()))
             .collect();
+        let rbac = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../images/features/flux/manifests/flux-engine-rbac.yaml"
+        ))
+        .unwrap();
+        let rbac = crate::cluster::flux::engine::parse_seed(&rbac).unwrap();
+        assert!(rbac.iter().all(|o| o.namespace.is_empty()), "{rbac:?}");
+        planted.extend(rbac.iter().map(|o| (o.kind.clone(), o.name.clone())));
         planted.push(("ClusterRole".into(), PLANTER.into()));
         planted.push(("ClusterRoleBinding".into(), PLANTER.into()));
         planted.sort();
