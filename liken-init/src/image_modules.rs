@@ -283,12 +283,12 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
-    /// Records loads by module name and holds the first load of `gated`
-    /// until the test opens the gate, so a test can act while the
-    /// worker is mid-coldplug.
+    /// Records loads by module name and holds the load of each module
+    /// in `gated` until the test opens the gate (once per module), so a
+    /// test can act while the worker is mid-coldplug.
     struct GateLoader {
         log: Mutex<Vec<String>>,
-        gated: &'static str,
+        gated: &'static [&'static str],
         /// Told when the gated load starts.
         entered: Sender<()>,
         gate: Receiver<()>,
@@ -297,7 +297,7 @@ mod tests {
     impl ModuleLoader for GateLoader {
         fn load(&self, path: &Path) -> io::Result<Loaded> {
             let name = crate::coldplug::module_name(&path.to_string_lossy());
-            if name == self.gated {
+            if self.gated.contains(&name.as_str()) {
                 let _ = self.entered.send(());
                 let _ = self.gate.recv();
             }
@@ -309,9 +309,9 @@ mod tests {
         }
     }
 
-    /// A loader, the gate's opener, and the channel that says the gated
+    /// A loader, the gate's opener, and the channel that says a gated
     /// load has begun.
-    fn gate_loader(gated: &'static str) -> (Arc<GateLoader>, Sender<()>, Receiver<()>) {
+    fn gate_loader(gated: &'static [&'static str]) -> (Arc<GateLoader>, Sender<()>, Receiver<()>) {
         let (open, gate) = crossbeam_channel::unbounded();
         let (entered, inside) = crossbeam_channel::unbounded();
         let loader = Arc::new(GateLoader {
@@ -382,7 +382,10 @@ mod tests {
     #[test]
     fn a_steps_request_is_answered_between_two_coldplug_modules() {
         let dir = root("between");
-        let (loader, open, inside) = gate_loader("a");
+        // Held in a's load, and again in c's: the answers come from
+        // two threads, so only a worker held where it is proves which
+        // request it answered first.
+        let (loader, open, inside) = gate_loader(&["a", "c"]);
         let (job, _events) = job(&dir, loader.clone());
         let w = Arc::new(worker(ImageModules::spawn(job)));
         inside.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -416,13 +419,17 @@ mod tests {
         queued(2);
         assert!(answered.try_recv().is_err(), "answered while a was loading");
 
+        // Out of a, the worker loads m and b and answers that request
+        // before the coldplug reaches c, where it is held again.
         open.send(()).unwrap();
         let first = answered.recv_timeout(Duration::from_secs(10)).unwrap();
-        let second = answered.recv_timeout(Duration::from_secs(10)).unwrap();
-        // m (and b, which the coldplug would have loaded next) came
-        // right after a; the coldplug then passed over b, loaded c, and
-        // the later list's l, and only then was the worker settled.
         assert_eq!(first, r#"load Some(["m", "b"])"#);
+        inside.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(answered.try_recv().is_err(), "settled while c was loading");
+        // The coldplug then passed over b, loaded c, and the later list's
+        // l, and only then was the worker settled.
+        open.send(()).unwrap();
+        let second = answered.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(second, "settled");
         assert_eq!(loader.log(), ["a", "m", "b", "c", "l"]);
 
@@ -437,7 +444,7 @@ mod tests {
     fn a_tree_that_cannot_be_opened_is_a_step_problem_and_loads_nothing() {
         let dir = root("broken");
         std::fs::remove_file(dir.join("lib/modules/6.1.0-test/modules.dep")).unwrap();
-        let (loader, _open, _inside) = gate_loader("none");
+        let (loader, _open, _inside) = gate_loader(&[]);
         let (job, events) = job(&dir, loader.clone());
         let w = worker(ImageModules::spawn(job));
         assert!(w.load(&["m"]).is_none());
