@@ -157,16 +157,15 @@ pub fn cannot_grant_itself_anything() {
     support::apply_flux_feature();
     let operator = support::operator();
     let user = support::operator_user();
-    let refused = |what: &str, result: Result<DynamicObject, Error>, verb: &str, resource: &str| {
-        match result {
-            Err(Error::Forbidden { message, .. }) => assert!(
-                message.contains(&format!(
-                    "User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"rbac.authorization.k8s.io\""
-                )),
-                "{what}: {message}"
-            ),
-            other => panic!("{what} was not refused as forbidden: {other:?}"),
-        }
+    // `refusal`: the end of the apiserver's message after the user's
+    // name, e.g. `create resource "clusterroles"` (and the namespace,
+    // for a namespaced resource).
+    let refused = |what: &str, result: Result<DynamicObject, Error>, refusal: &str| match result {
+        Err(Error::Forbidden { message, .. }) => assert!(
+            message.contains(&format!("User \"{user}\" cannot {refusal}")),
+            "{what}: {message}"
+        ),
+        other => panic!("{what} was not refused as forbidden: {other:?}"),
     };
     let subject = json!([{"kind": "ServiceAccount", "name": support::SA_NAME,
                           "namespace": support::SA_NAMESPACE}]);
@@ -180,8 +179,7 @@ pub fn cannot_grant_itself_anything() {
                                 "name": "cluster-admin"},
                     "subjects": subject}),
         ),
-        "create",
-        "clusterrolebindings",
+        r#"create resource "clusterrolebindings" in API group "rbac.authorization.k8s.io""#,
     );
     refused(
         "a ClusterRole reading every Secret",
@@ -191,8 +189,7 @@ pub fn cannot_grant_itself_anything() {
                     "metadata": {"name": "liken-takeover"},
                     "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]}),
         ),
-        "create",
-        "clusterroles",
+        r#"create resource "clusterroles" in API group "rbac.authorization.k8s.io""#,
     );
     // The engine's own role, which its controllers are bound to, widened
     // to everything.
@@ -203,26 +200,20 @@ pub fn cannot_grant_itself_anything() {
             "crd-controller-flux-system",
             &json!({"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
         ),
-        "patch",
-        "clusterroles",
+        r#"patch resource "clusterroles" in API group "rbac.authorization.k8s.io""#,
     );
     // A namespaced way round: cluster-admin bound in flux-system, where
     // the feature's Role lets the operator create the engine's objects.
-    let result: Result<DynamicObject, _> = operator.create(
-        &Api::namespaced(ROLE_BINDINGS, "flux-system"),
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "liken-takeover", "namespace": "flux-system"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": "cluster-admin"},
-                "subjects": subject}),
-    );
-    match result {
-        Err(Error::Forbidden { message, .. }) => assert!(
-            message.contains(&format!(
-                "User \"{user}\" cannot create resource \"rolebindings\" in API group \"rbac.authorization.k8s.io\" in the namespace \"flux-system\""
-            )),
-            "{message}"
+    refused(
+        "a RoleBinding to cluster-admin",
+        operator.create(
+            &Api::namespaced(ROLE_BINDINGS, "flux-system"),
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "liken-takeover", "namespace": "flux-system"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "cluster-admin"},
+                    "subjects": subject}),
         ),
-        other => panic!("a RoleBinding to cluster-admin was not refused as forbidden: {other:?}"),
-    }
+        r#"create resource "rolebindings" in API group "rbac.authorization.k8s.io" in the namespace "flux-system""#,
+    );
 }
