@@ -22,7 +22,7 @@ use liken_api::annotations::RESUME_ROLLOUT;
 use liken_api::cluster::HaltCause;
 use liken_api::condition::find;
 use liken_api::coordination::{self, HEARTBEAT_NAMESPACE};
-use liken_api::{ConditionStatus, Machine, Phase};
+use liken_api::{Cluster, ConditionStatus, Machine, Phase};
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
 use liken_kube::{Api, DynamicObject, Event};
 use liken_testenv::audit::{compare_rbac, grants};
@@ -349,10 +349,10 @@ fn rollout_within_budget(env: &Env, op: &Operator) {
     }
 }
 
-/// The leader boots NEW and falls back: NEW halts (ReleaseFailed, the
-/// leader's grant taken back, the follower never granted), until the
-/// resume annotation takes a new value.
-fn failed_release_halts(env: &Env, op: &Operator) {
+/// The leader, a, boots NEW and falls back, the follower b waits: the
+/// player running them, and the Cluster once the operator recorded the
+/// halt.
+fn a_failed_release(env: &Env) -> (Player, Cluster) {
     env.clear();
     env.daemon_set(NEW);
     env.create_cluster("home", &["a"], NEW, 1);
@@ -362,6 +362,14 @@ fn failed_release_halts(env: &Env, op: &Operator) {
     let c = env.wait_cluster("home", "NEW halts", Duration::from_secs(60), |c| {
         condition_reason(c, "Progressing") == "ReleaseFailed"
     });
+    (player, c)
+}
+
+/// The leader boots NEW and falls back: NEW halts (ReleaseFailed, the
+/// leader's grant taken back, the follower never granted), until the
+/// resume annotation takes a new value.
+fn failed_release_halts(env: &Env, op: &Operator) {
+    let (player, c) = a_failed_release(env);
     let halt = c.status.rollout_halt.clone().unwrap();
     assert_eq!(
         (halt.release.as_str(), halt.machine.as_str(), halt.cause),
@@ -1220,15 +1228,7 @@ fn two_copies_one_paused_never_exceed_the_budget() {
 /// the Lease. The halt is read back from the Cluster: over several sweeps
 /// of the new copy nobody is granted a turn for the failed release.
 fn a_halt_outlives_the_copy_that_recorded_it(env: &Env, copies: &[(String, Operator); 2]) {
-    env.clear();
-    env.daemon_set(NEW);
-    env.create_cluster("home", &["a"], NEW, 1);
-    let mut failing = asking(NEW);
-    failing.fails = true;
-    let player = Player::start(env, sims(&[("a", failing), ("b", asking(NEW))]));
-    let c = env.wait_cluster("home", "NEW halts", Duration::from_secs(60), |c| {
-        condition_reason(c, "Progressing") == "ReleaseFailed"
-    });
+    let (player, c) = a_failed_release(env);
     let halt = c.status.rollout_halt.clone().unwrap();
     let who = lease_holder(env);
     let i = copies
