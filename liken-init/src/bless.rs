@@ -26,7 +26,8 @@
 //! stdout: a warning on stderr is never taken for an answer. So init
 //! needs no TLS client and no JSON decoder for it, and stays small. Without k3s (tests with the stand-in) `liken.bless-after=<s>`
 //! on the command line makes "the supervised service has stayed up that
-//! long" the test.
+//! long" the test; it stays on the entry a test wrote it into, since
+//! neither install nor the release writer carries it on.
 //!
 //! Blessing removes the counter: the UEFI entry is renamed to
 //! `liken-<slot>.conf` (`decide_bless`; the directory fsynced after),

@@ -335,14 +335,18 @@ pub fn decide_unmounted(device: &Path, mounts: &str) -> Result<(), WriteError> {
 /// on from the booted one's options (or the kernel command line). Left
 /// out: what [`bootloader::render_entry`] writes itself (`liken.slot=`,
 /// `panic=`), install mode (an installed machine must not reinstall
-/// itself), and what bootloaders add (`initrd=`, `BOOT_IMAGE=`).
+/// itself), what bootloaders add (`initrd=`, `BOOT_IMAGE=`), and
+/// `liken.bless-after=`: it blesses a boot by uptime alone, a test's
+/// knob that must not outlive the entry a test wrote it into, or a new
+/// release would be blessed without ever being healthy.
 pub fn decide_carried_args(options: &str) -> (Vec<String>, Vec<String>) {
     let mut console = Vec::new();
     let mut extra = Vec::new();
     for arg in cmdline::split(options) {
         let key = arg.split_once('=').map_or(arg.as_str(), |(k, _)| k);
         match key {
-            "liken.slot" | "panic" | "liken.install" | "initrd" | "BOOT_IMAGE" => {}
+            "liken.slot" | "panic" | "liken.install" | "liken.bless-after" | "initrd"
+            | "BOOT_IMAGE" => {}
             "console" => console.push(arg),
             _ => extra.push(arg),
         }
@@ -1116,7 +1120,8 @@ mod tests {
              initrd=\\liken\\a\\boot.cpio BOOT_IMAGE=/liken/a/vmlinuz liken.install=1 quiet",
         );
         assert_eq!(console, ["console=tty0", "console=ttyS0,115200"]);
-        assert_eq!(extra, ["liken.bless-after=20", "quiet"]);
+        // A test's uptime blessing stays with the entry it was written into.
+        assert_eq!(extra, ["quiet"]);
         let text =
             "title liken\noptions liken.slot=b panic=10\n  options\tconsole=ttyS0\noptionsx y\n";
         assert_eq!(entry_options(text), "liken.slot=b panic=10 console=ttyS0");
@@ -1365,13 +1370,12 @@ mod tests {
                 version: Version::parse(VERSION).unwrap(),
                 microcode: true,
                 console_args: vec!["console=ttyS0,115200".into()],
-                extra_args: vec!["liken.bless-after=5".into()],
+                extra_args: vec![],
             })
         );
+        // The booted entry's liken.bless-after=5 is not carried on.
         assert!(
-            text.ends_with(
-                "options liken.slot=b panic=10 console=ttyS0,115200 liken.bless-after=5\n"
-            ),
+            text.ends_with("options liken.slot=b panic=10 console=ttyS0,115200\n"),
             "{text}"
         );
         // No temporary file is left behind.

@@ -16,8 +16,9 @@ use crate::{Vm, drives, run};
 
 /// Writes `<dir>/stick.img` with `liken` (the CLI binary): the release
 /// directory and the deployment, the console on ttyS0, and
-/// `kernel_args` carried into the install entries and from there into
-/// the installed machine's.
+/// `kernel_args` on the install entries (install mode carries
+/// `console=` and `liken.bless-deadline=` on into the installed
+/// machine's, never `liken.bless-after=`).
 pub fn stick(
     liken: &Path,
     dir: &Path,

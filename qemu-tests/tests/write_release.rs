@@ -345,7 +345,8 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
 
     // systemd-boot prefers B (newer, tries left); init boots its
     // squashfs, the stand-in finds its marker on /var and writes
-    // nothing, and the boot is blessed.
+    // nothing, and the boot is blessed from k3s's answer (the stand-in's
+    // kubectl says Ready): the uptime test stayed on slot A's entry.
     let mut vm = boot_uefi_with_release("write-release-b", &d.path, &rel, &ovmf);
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
     vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
@@ -360,8 +361,9 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let bless = vm.expect("liken: bless: ", WRITE);
     assert!(
         bless.starts_with(
-            "liken: bless: ok (loader/entries/liken-b+2-1.conf renamed to liken-b.conf"
-        ),
+            "liken: bless: ok (loader/entries/liken-b+2-1.conf renamed to liken-b.conf: \
+             node "
+        ) && bless.contains(" is Ready with a heartbeat at "),
         "{bless}"
     );
     vm.reboot(WRITE);
@@ -369,5 +371,12 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     assert_eq!(
         d.esp_list("loader/entries"),
         ["liken-a.conf", "liken-b.conf"]
+    );
+    // Slot B was blessed by k3s's answer: slot A's test-only uptime
+    // blessing did not come along into the entry init wrote.
+    let b = String::from_utf8(d.esp_file("loader/entries/liken-b.conf")).unwrap();
+    assert!(
+        b.contains("liken.standin=write-release:/dev/vdb") && !b.contains("liken.bless-after"),
+        "{b}"
     );
 }

@@ -5,8 +5,9 @@
 //!
 //! Each entry boots the release's kernel with `liken.install=1
 //! liken.machine=<name>` and the `-console` and `-kernel-arg` arguments;
-//! install mode copies the `console=` and `liken.bless-after=` arguments
-//! into the installed machine's own entries. The initrds are the
+//! install mode copies the `console=` and `liken.bless-deadline=`
+//! arguments into the installed machine's own entries (never
+//! `liken.bless-after=`: an installed machine is blessed by k3s). The initrds are the
 //! release's microcode (when it has one, first, as early microcode must
 //! be), boot.cpio, then the deployment layer.
 //!

@@ -223,14 +223,12 @@ fn a_full_install_onto_an_image_file() {
             version: done.version.clone(),
             microcode: true,
             console_args: vec!["console=ttyS0,115200".into()],
-            extra_args: vec!["liken.machine=node-1".into(), "liken.bless-after=5".into()],
+            extra_args: vec!["liken.machine=node-1".into()],
         })
     );
     assert!(
-        entry.ends_with(
-            "options liken.slot=a panic=10 console=ttyS0,115200 liken.machine=node-1 \
-             liken.bless-after=5\n"
-        ),
+        entry
+            .ends_with("options liken.slot=a panic=10 console=ttyS0,115200 liken.machine=node-1\n"),
         "{entry}"
     );
     assert_eq!(

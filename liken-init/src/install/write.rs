@@ -117,9 +117,11 @@ pub struct EntryArgs {
     pub extra: Vec<String>,
 }
 
-/// This boot's arguments the installed entries keep: boot assessment's
-/// tuning, which a test stick sets for the machine it installs.
-pub const CARRIED: &[&str] = &["liken.bless-after=", "liken.bless-deadline="];
+/// This boot's arguments the installed entries keep: how long a trial
+/// may take to get healthy. Never `liken.bless-after=`, which blesses
+/// by uptime alone: a test's stick may boot install mode with it, but
+/// the installed machine must earn its blessing from k3s.
+pub const CARRIED: &[&str] = &["liken.bless-deadline="];
 
 /// The arguments the installed machine boots with, from this boot's
 /// command line (the stick's entry for this machine) and the Machine.
@@ -528,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn entry_args_carry_consoles_and_bless_after() {
+    fn entry_args_carry_consoles_and_the_deadline_not_bless_after() {
         let args = decide_entry_args(
             "BOOT_IMAGE=/liken/vmlinuz console=tty0 liken.install=1 liken.machine=web-1 \
              console=ttyS0,115200 liken.bless-after=20 quiet liken.bless-deadline=600",
@@ -540,7 +542,6 @@ mod tests {
             args.extra,
             [
                 "liken.machine=web-1",
-                "liken.bless-after=20",
                 "liken.bless-deadline=600",
                 "mitigations=auto"
             ]
