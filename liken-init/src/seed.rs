@@ -20,7 +20,8 @@
 //!   `/usr/share/liken/features/<slug>`, into k3s's auto-deploy directory.
 //! - **The deployment's Cluster** (leaders): [`CLUSTER_MANIFEST`], the
 //!   ConfigMap liken-system/liken-cluster holding the Cluster document
-//!   this boot runs ([`render_cluster_config_map`]). The cluster
+//!   this boot runs and the layer's trust.yaml, when it has one
+//!   ([`render_cluster_config_map`]). The cluster
 //!   operator mounts it: the Cluster's name is the one both operators
 //!   act on, and the cluster operator creates the Cluster from it when
 //!   the API has none. Not the Cluster object itself: k3s re-applies
@@ -80,11 +81,12 @@ use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use liken_api::signing::MAX_SMALL_DOCUMENT;
 use liken_api::{Cluster, Machine, Role};
 
 use crate::console::{self, Outcome};
 use crate::context::{Boot, Paths};
-use crate::fsutil::{sync_dir, temp_beside, write_atomic};
+use crate::fsutil::{self, sync_dir, temp_beside, write_atomic};
 
 /// The system image's liken data: `manifests/`, `features/`, `images/`.
 pub const SHARE_LIKEN: &str = "/usr/share/liken";
@@ -200,16 +202,23 @@ pub fn decide_join(machine: &Machine, cluster: &Cluster, role: Role) -> Join {
 /// The manifest of the ConfigMap liken-system/liken-cluster: the
 /// Cluster's name and spec (its canonical form, as JSON, which YAML
 /// reads) under the key `cluster.yaml`, where the cluster operator's
-/// Deployment mounts it (images/manifests/cluster-operator.yaml).
-pub fn render_cluster_config_map(cluster: &Cluster) -> String {
+/// Deployment mounts it (images/manifests/cluster-operator.yaml), and
+/// the layer's trust root (`trust`: trust.yaml's exact bytes, public
+/// keys only) under `trust.yaml`, where the operators can read it to
+/// check signatures before downloading; init's own check at write time
+/// stays the last word.
+pub fn render_cluster_config_map(cluster: &Cluster, trust: Option<&str>) -> String {
     let document = serde_json::to_string(&cluster.canonical()).unwrap_or_default();
+    let trust = trust.map_or_else(String::new, |t| {
+        format!("  {}: {}\n", liken_api::signing::TRUST_FILE, quote(t))
+    });
     format!(
         "# Written by liken-init from the Cluster document this leader boots with.\n\
          apiVersion: v1\n\
          kind: ConfigMap\n\
          metadata:\n  name: {CLUSTER_CONFIG_MAP}\n  namespace: liken-system\n\
          \x20 labels:\n    app.kubernetes.io/part-of: liken\n\
-         data:\n  cluster.yaml: {}\n",
+         data:\n  cluster.yaml: {}\n{trust}",
         quote(&format!("{document}\n"))
     )
 }
@@ -963,7 +972,19 @@ fn seed_manifests(p: &SeedPaths, cluster: &Cluster, r: &mut Report) {
         }
     }
     let to = target.join(CLUSTER_MANIFEST);
-    match write_if_changed(&to, render_cluster_config_map(cluster).as_bytes(), 0o600) {
+    // A trust root that is not UTF-8 is no trust.yaml: init's write-time
+    // check refuses it with the reason; the ConfigMap just goes without.
+    let trust = fsutil::read_capped(
+        &p.layer.join(liken_api::signing::TRUST_FILE),
+        MAX_SMALL_DOCUMENT,
+    )
+    .ok()
+    .and_then(|b| String::from_utf8(b).ok());
+    match write_if_changed(
+        &to,
+        render_cluster_config_map(cluster, trust.as_deref()).as_bytes(),
+        0o600,
+    ) {
         Ok(changed) => r.wrote(&to, changed),
         Err(e) => r.fail(
             format!(
@@ -1613,7 +1634,7 @@ mod tests {
     #[test]
     fn the_cluster_config_map_carries_the_document_the_operator_reads() {
         let c = cluster(&["node-1"]);
-        let text = render_cluster_config_map(&c);
+        let text = render_cluster_config_map(&c, None);
         let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
         assert_eq!(v["kind"], "ConfigMap");
         assert_eq!(v["metadata"]["name"], CLUSTER_CONFIG_MAP);
@@ -1621,6 +1642,15 @@ mod tests {
         let doc = v["data"]["cluster.yaml"].as_str().unwrap();
         let back: Cluster = liken_api::decode::strict(doc, "cluster.yaml").unwrap();
         assert_eq!(back, c.canonical());
+        assert!(v["data"].get("trust.yaml").is_none(), "{text}");
+
+        // The trust root's bytes come through exactly, quotes, colons,
+        // newlines and all.
+        let trust = "apiVersion: liken.sh/v1alpha1\nkind: TrustRoot\nkeys:\n- id: \"ab:c\"\n";
+        let text = render_cluster_config_map(&c, Some(trust));
+        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(v["data"]["trust.yaml"].as_str(), Some(trust));
+        assert!(v["data"]["cluster.yaml"].is_string());
     }
 
     #[test]
