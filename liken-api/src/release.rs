@@ -10,10 +10,13 @@
 //! it tells a person (and the Cluster's status) that something newer
 //! exists, but a machine only runs what the catalog pins.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::digest::{FileName, Sha256Hex};
 use crate::meta::{API_VERSION, Kind, is_dns_label};
+use crate::time::Time;
 use crate::validate::{Problem, Problems, Validate};
 use crate::version::Version;
 
@@ -96,6 +99,91 @@ pub struct Channel {
     pub kind: String,
     /// The newest version published to this channel.
     pub latest: Version,
+    /// Raised by one each time channel.yaml is written: a signed channel
+    /// whose serial goes backwards is an old document served again (a
+    /// replay), which [`decide_channel_freshness`] refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<u64>,
+    /// When this document stops being news: a signed channel past it has
+    /// stopped moving (a frozen mirror, or a server held back), so the
+    /// publisher re-signs before then even when nothing new is out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Time>,
+}
+
+/// How long a channel.yaml written by `liken bundle` stays fresh unless
+/// told otherwise: a weekly release rhythm with a week to spare.
+pub const DEFAULT_CHANNEL_VALIDITY_DAYS: u32 = 14;
+
+/// Why a channel document is not taken as the channel's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelRefusal {
+    /// Its serial is below one already seen: an old document served
+    /// again.
+    Replayed {
+        /// The serial seen before.
+        seen: u64,
+        /// The serial served now (none: a document from before serials).
+        served: Option<u64>,
+    },
+    /// It is past its expiry, or names none: the channel stopped moving.
+    Stale {
+        /// Its expiry, if it has one.
+        expired: Option<Time>,
+    },
+}
+
+impl ChannelRefusal {
+    /// The condition reason the cluster operator raises for it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ChannelRefusal::Replayed { .. } => "ChannelReplayed",
+            ChannelRefusal::Stale { .. } => "ChannelStale",
+        }
+    }
+}
+
+impl fmt::Display for ChannelRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChannelRefusal::Replayed { seen, served } => write!(
+                f,
+                "channel.yaml's serial is {} but serial {seen} was seen before: the server is                  handing out an older channel document; the last answer is kept. Check the                  release server or the mirror in front of it",
+                served.map_or_else(|| "missing".to_owned(), |s| s.to_string()),
+            ),
+            ChannelRefusal::Stale { expired: Some(t) } => write!(
+                f,
+                "channel.yaml expired at {t}: the channel has stopped moving (a frozen mirror,                  or a publisher who has not re-signed it); the last answer is kept. Publish,                  or re-sign the channel with `liken sign`"
+            ),
+            ChannelRefusal::Stale { expired: None } => write!(
+                f,
+                "channel.yaml names no expiry, so nothing shows it is current; the last answer                  is kept. Publish again with `liken bundle`, which writes one"
+            ),
+        }
+    }
+}
+
+/// Whether a signed channel document may be taken as the channel's
+/// answer: not past its expiry (one without any is stale, as nothing
+/// shows it is current) and its serial not below `seen`, the highest
+/// serial taken before. An equal serial is the same document asked again.
+pub fn decide_channel_freshness(
+    channel: &Channel,
+    seen: Option<u64>,
+    now: Time,
+) -> Result<(), ChannelRefusal> {
+    if let Some(seen) = seen
+        && channel.serial.is_none_or(|s| s < seen)
+    {
+        return Err(ChannelRefusal::Replayed {
+            seen,
+            served: channel.serial,
+        });
+    }
+    match channel.expires {
+        Some(t) if now < t => Ok(()),
+        expired => Err(ChannelRefusal::Stale { expired }),
+    }
 }
 
 impl Kind for Release {
@@ -150,6 +238,22 @@ impl Channel {
             api_version: API_VERSION.to_owned(),
             kind: <Channel as Kind>::KIND.to_owned(),
             latest,
+            serial: None,
+            expires: None,
+        }
+    }
+
+    /// The next channel document after `previous`: `latest`, the serial
+    /// one past the previous one's (1 for a first), fresh until
+    /// `expires`.
+    pub fn next(previous: Option<&Channel>, latest: Version, expires: Time) -> Channel {
+        let serial = previous
+            .and_then(|p| p.serial)
+            .map_or(1, |s| s.saturating_add(1));
+        Channel {
+            serial: Some(serial),
+            expires: Some(expires),
+            ..Channel::new(latest)
         }
     }
 }
@@ -231,5 +335,93 @@ mod tests {
                 "artifacts[3].file"
             ]
         );
+    }
+
+    fn channel(serial: Option<u64>, expires: Option<i64>) -> Channel {
+        Channel {
+            serial,
+            expires: expires.map(Time::from_unix),
+            ..Channel::new(Version::parse("2026.12.05-001").unwrap())
+        }
+    }
+
+    #[test]
+    fn a_channel_is_fresh_until_it_expires_and_while_its_serial_does_not_go_back() {
+        let now = Time::from_unix(1_000);
+        assert_eq!(
+            decide_channel_freshness(&channel(Some(3), Some(1_001)), None, now),
+            Ok(())
+        );
+        // The same document asked again, and a newer one.
+        assert_eq!(
+            decide_channel_freshness(&channel(Some(3), Some(1_001)), Some(3), now),
+            Ok(())
+        );
+        assert_eq!(
+            decide_channel_freshness(&channel(Some(4), Some(1_001)), Some(3), now),
+            Ok(())
+        );
+
+        let replayed = decide_channel_freshness(&channel(Some(2), Some(9_999)), Some(3), now);
+        assert_eq!(
+            replayed,
+            Err(ChannelRefusal::Replayed {
+                seen: 3,
+                served: Some(2)
+            })
+        );
+        let e = replayed.unwrap_err();
+        assert_eq!(e.reason(), "ChannelReplayed");
+        assert!(
+            e.to_string().contains("serial is 2 but serial 3 was seen"),
+            "{e}"
+        );
+        // A document from before serials, served after one with a serial.
+        assert_eq!(
+            decide_channel_freshness(&channel(None, Some(9_999)), Some(1), now),
+            Err(ChannelRefusal::Replayed {
+                seen: 1,
+                served: None
+            })
+        );
+
+        // Expiry is exclusive: at the instant it names, it is over.
+        let stale = decide_channel_freshness(&channel(Some(3), Some(1_000)), Some(3), now);
+        assert_eq!(
+            stale,
+            Err(ChannelRefusal::Stale {
+                expired: Some(Time::from_unix(1_000))
+            })
+        );
+        assert_eq!(stale.unwrap_err().reason(), "ChannelStale");
+        let e = decide_channel_freshness(&channel(Some(1), None), None, now).unwrap_err();
+        assert!(e.to_string().contains("names no expiry"), "{e}");
+    }
+
+    #[test]
+    fn the_next_channel_document_raises_the_serial() {
+        let v = Version::parse("2026.12.05-002").unwrap();
+        let t = Time::from_unix(5);
+        let first = Channel::next(None, v.clone(), t);
+        assert_eq!((first.serial, first.expires), (Some(1), Some(t)));
+        let second = Channel::next(Some(&first), v.clone(), t);
+        assert_eq!(second.serial, Some(2));
+        // A channel written before serials starts them at 1.
+        assert_eq!(
+            Channel::next(Some(&Channel::new(v.clone())), v, t).serial,
+            Some(1)
+        );
+        // And the fields survive a round trip through YAML.
+        let text = crate::decode::to_yaml(&second).unwrap();
+        assert!(
+            text.contains("serial: 2") && text.contains("expires: "),
+            "{text}"
+        );
+        let back: Channel = crate::decode::strict(&text, "channel.yaml").unwrap();
+        assert_eq!(back, second);
+        // An old channel.yaml without them still reads, and writes as it was.
+        let old = "apiVersion: liken.sh/v1alpha1\nkind: Channel\nlatest: 2026.12.05-002\n";
+        let back: Channel = crate::decode::strict(old, "channel.yaml").unwrap();
+        assert_eq!((back.serial, back.expires), (None, None));
     }
 }

@@ -11,8 +11,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use liken_api::release::CHANNEL_FILE;
-use liken_api::{Channel, DecodeError, Version, decode};
+use liken_api::release::{CHANNEL_FILE, DEFAULT_CHANNEL_VALIDITY_DAYS};
+use liken_api::{Channel, DecodeError, Time, Version, decode};
 
 use crate::files;
 
@@ -84,9 +84,22 @@ pub fn read(channel: &Path) -> Result<Option<Channel>, ChannelError> {
     }
 }
 
+/// When a channel.yaml written at `now` expires: after
+/// [`DEFAULT_CHANNEL_VALIDITY_DAYS`], by which time its publisher has
+/// published again or re-signed it.
+pub fn default_expiry(now: Time) -> Time {
+    now.plus_seconds(i64::from(DEFAULT_CHANNEL_VALIDITY_DAYS) * 86_400)
+}
+
 /// Moves the channel's latest to `new` if it is newer, holding the
-/// channel's lock so concurrent publishers cannot lose an update.
-pub fn advance_latest(channel: &Path, new: &Version) -> Result<Latest, ChannelError> {
+/// channel's lock so concurrent publishers cannot lose an update. A
+/// document written gets the next serial and `expires` (a channel whose
+/// latest stays is left as it is).
+pub fn advance_latest(
+    channel: &Path,
+    new: &Version,
+    expires: Time,
+) -> Result<Latest, ChannelError> {
     let path = channel.join(CHANNEL_FILE);
     let io_err = |error| ChannelError::Io {
         path: path.clone(),
@@ -96,7 +109,8 @@ pub fn advance_latest(channel: &Path, new: &Version) -> Result<Latest, ChannelEr
     let current = read(channel)?;
     let verdict = decide_latest(current.as_ref().map(|c| &c.latest), new);
     if !matches!(verdict, Latest::Kept { .. }) {
-        let text = decode::to_yaml(&Channel::new(new.clone())).map_err(|e| ChannelError::Io {
+        let next = Channel::next(current.as_ref(), new.clone(), expires);
+        let text = decode::to_yaml(&next).map_err(|e| ChannelError::Io {
             path: path.clone(),
             error: io::Error::other(e),
         })?;
@@ -152,19 +166,37 @@ mod tests {
     #[test]
     fn writes_a_strict_channel_document() {
         let dir = TestDir::new("channel");
-        let (a, b) = (v("2026.07.11-001"), v("2026.08.01-001"));
-        assert_eq!(advance_latest(dir.path(), &b).unwrap(), Latest::Started);
+        let (a, b, c) = (
+            v("2026.07.11-001"),
+            v("2026.08.01-001"),
+            v("2026.08.02-001"),
+        );
+        let t = Time::from_unix(1_800_000_000);
+        assert_eq!(advance_latest(dir.path(), &b, t).unwrap(), Latest::Started);
         assert_eq!(
-            advance_latest(dir.path(), &a).unwrap(),
+            advance_latest(dir.path(), &a, t.plus_seconds(1)).unwrap(),
             Latest::Kept { latest: b.clone() }
         );
-        assert_eq!(read(dir.path()).unwrap().unwrap().latest, b);
+        // A kept latest leaves the document (and any signature) alone.
+        let doc = read(dir.path()).unwrap().unwrap();
+        assert_eq!((doc.latest, doc.serial, doc.expires), (b, Some(1), Some(t)));
+        assert_eq!(
+            advance_latest(dir.path(), &c, t.plus_seconds(2)).unwrap(),
+            Latest::Advanced {
+                from: v("2026.08.01-001")
+            }
+        );
+        let doc = read(dir.path()).unwrap().unwrap();
+        assert_eq!(
+            (doc.latest, doc.serial, doc.expires),
+            (c, Some(2), Some(t.plus_seconds(2)))
+        );
         std::fs::write(
             dir.path().join(CHANNEL_FILE),
             "latest: 2026.07.11-001\nextra: 1\n",
         )
         .unwrap();
-        let e = advance_latest(dir.path(), &a).unwrap_err().to_string();
+        let e = advance_latest(dir.path(), &a, t).unwrap_err().to_string();
         assert!(e.contains("apiVersion"), "{e}");
     }
 }

@@ -27,6 +27,7 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use liken_api::release::{Artifact, RELEASE_FILE, Release};
 use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Version, decode};
@@ -453,7 +454,11 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: format!("syncing {}", req.channel.display()),
         error,
     })?;
-    let latest = channel::advance_latest(&req.channel, &version).map_err(FetchError::Channel)?;
+    // The mirror's channel.yaml is its own (the upstream's signature does
+    // not cover it): fresh for the default time from this fetch.
+    let expires = channel::default_expiry(liken_api::Time::from_system(SystemTime::now()));
+    let latest =
+        channel::advance_latest(&req.channel, &version, expires).map_err(FetchError::Channel)?;
     writeln!(out, "fetched {version} into {}", dir.display()).map_err(w)?;
     writeln!(out, "{}", latest.describe(&version)).map_err(w)?;
     writeln!(

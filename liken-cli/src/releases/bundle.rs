@@ -22,6 +22,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use liken_api::release::{Artifact, Component, RELEASE_FILE, Release};
 use liken_api::validate::Validate;
@@ -342,8 +343,9 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     staging.keep = true;
     files::sync_dir(&req.channel).map_err(io(format!("syncing {}", req.channel.display())))?;
 
-    let latest =
-        channel::advance_latest(&req.channel, &req.version).map_err(BundleError::Channel)?;
+    let expires = channel::default_expiry(liken_api::Time::from_system(SystemTime::now()));
+    let latest = channel::advance_latest(&req.channel, &req.version, expires)
+        .map_err(BundleError::Channel)?;
     let channel_file = req.channel.join(liken_api::release::CHANNEL_FILE);
     let channel_sig = PathBuf::from(liken_api::signing::signature_name(
         &channel_file.to_string_lossy(),
