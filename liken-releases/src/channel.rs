@@ -12,6 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use liken_api::release::{CHANNEL_FILE, DEFAULT_CHANNEL_VALIDITY_DAYS};
+use liken_api::signing::signature_name;
 use liken_api::{Channel, DecodeError, Time, Version, decode};
 
 use crate::files;
@@ -119,6 +120,45 @@ pub fn advance_latest(
     Ok(verdict)
 }
 
+/// Moves the channel's latest to the upstream channel's, as `liken fetch
+/// latest` mirrors it: when it is newer, channel.yaml becomes the
+/// upstream's document byte for byte, with its signature (or without a
+/// stale one), so the publisher's signature, serial and expiry reach
+/// whoever reads the mirror unchanged.
+pub fn mirror_latest(
+    channel: &Path,
+    upstream: &Channel,
+    bytes: &[u8],
+    signature: Option<&[u8]>,
+) -> Result<Latest, ChannelError> {
+    let path = channel.join(CHANNEL_FILE);
+    let sig_path = channel.join(signature_name(CHANNEL_FILE));
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| ChannelError::Io { path, error }
+    };
+    let _lock = files::DirLock::acquire(channel).map_err(io_err(&path))?;
+    let current = read(channel)?;
+    let verdict = decide_latest(current.as_ref().map(|c| &c.latest), &upstream.latest);
+    if !matches!(verdict, Latest::Kept { .. }) {
+        // The signature first: a reader never finds the new document
+        // beside the old one's signature (which would read as tampering).
+        match signature {
+            Some(sig) => {
+                files::replace(&sig_path, sig, files::PUBLIC).map_err(io_err(&sig_path))?
+            }
+            None => match std::fs::remove_file(&sig_path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_err(&sig_path)(e));
+                }
+                _ => {}
+            },
+        }
+        files::replace(&path, bytes, files::PUBLIC).map_err(io_err(&path))?;
+    }
+    Ok(verdict)
+}
+
 impl Latest {
     /// A sentence for the command's output.
     pub fn describe(&self, new: &Version) -> String {
@@ -198,5 +238,34 @@ mod tests {
         .unwrap();
         let e = advance_latest(dir.path(), &a, t).unwrap_err().to_string();
         assert!(e.contains("apiVersion"), "{e}");
+    }
+
+    #[test]
+    fn a_mirror_takes_the_upstream_document_and_its_signature_as_they_are() {
+        let dir = TestDir::new("channel-mirror");
+        let t = Time::from_unix(1_800_000_000);
+        let (a, b) = (v("2026.07.11-001"), v("2026.08.01-001"));
+        advance_latest(dir.path(), &a, t).unwrap();
+        std::fs::write(dir.path().join("channel.yaml.sig"), "stale").unwrap();
+
+        let up = Channel::next(None, b.clone(), t);
+        let bytes = format!("# published\n{}", decode::to_yaml(&up).unwrap());
+        let got = mirror_latest(dir.path(), &up, bytes.as_bytes(), Some(b"sig")).unwrap();
+        assert_eq!(got, Latest::Advanced { from: a.clone() });
+        let on_disk = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+        assert_eq!(on_disk(CHANNEL_FILE), bytes.as_bytes());
+        assert_eq!(on_disk("channel.yaml.sig"), b"sig");
+
+        // An older upstream leaves the mirror alone; a newer unsigned one
+        // takes the stale signature away.
+        let old = Channel::next(None, a, t);
+        let got = mirror_latest(dir.path(), &old, b"ignored", None).unwrap();
+        assert_eq!(got, Latest::Kept { latest: b.clone() });
+        assert_eq!(on_disk(CHANNEL_FILE), bytes.as_bytes());
+        let c = Channel::next(Some(&up), v("2026.09.01-001"), t);
+        let text = decode::to_yaml(&c).unwrap();
+        mirror_latest(dir.path(), &c, text.as_bytes(), None).unwrap();
+        assert!(!dir.path().join("channel.yaml.sig").exists());
+        assert_eq!(read(dir.path()).unwrap().unwrap().serial, Some(2));
     }
 }

@@ -340,11 +340,26 @@ pub fn parse_content_range(text: &str) -> Option<(u64, u64, Option<u64>)> {
 /// channel.yaml calls latest. `liken fetch latest` and the cluster
 /// operator's channel poller both ask through here.
 pub fn latest(agent: &ureq::Agent, source: &str) -> Result<Version, FetchError> {
+    Ok(channel_document(agent, source)?.0.latest)
+}
+
+/// The channel's channel.yaml, decoded, with its exact bytes.
+fn channel_document(agent: &ureq::Agent, source: &str) -> Result<(Channel, Vec<u8>), FetchError> {
     let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
     let bytes = client::get_document(agent, &url)?;
     let text = String::from_utf8_lossy(&bytes);
     let channel: Channel = decode::strict(&text, &url).map_err(FetchError::Document)?;
-    Ok(channel.latest)
+    Ok((channel, bytes))
+}
+
+/// A detached signature at `url` + `.sig`, if the channel publishes one
+/// (a channel without one answers 404).
+fn signature_of(agent: &ureq::Agent, url: &str) -> Result<Option<Vec<u8>>, FetchError> {
+    match client::get_document(agent, &format!("{url}.sig")) {
+        Ok(b) => Ok(Some(b)),
+        Err(client::ClientError::Status { status: 404, .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Runs `liken fetch`.
@@ -363,9 +378,16 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
             client::agent_with_ca(&pem).map_err(ca)?
         }
     };
-    let version = match &req.wanted {
-        Wanted::Version(v) => v.clone(),
-        Wanted::Latest => latest(&agent, source)?,
+    // `latest` mirrors the upstream's channel.yaml (and its signature)
+    // as published; a named version moves the mirror's own.
+    let (version, upstream) = match &req.wanted {
+        Wanted::Version(v) => (v.clone(), None),
+        Wanted::Latest => {
+            let (channel, bytes) = channel_document(&agent, source)?;
+            let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
+            let signature = signature_of(&agent, &url)?;
+            (channel.latest.clone(), Some((channel, bytes, signature)))
+        }
     };
     let url = format!("{source}/{version}/{RELEASE_FILE}");
     let bytes = client::get_document(&agent, &url)?;
@@ -396,11 +418,7 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
     // The detached signature, when the channel publishes one: kept beside
     // release.yaml so the machine operator can hand it to init, which
     // checks it against its trust root. A channel without one answers 404.
-    let signature = match client::get_document(&agent, &format!("{url}.sig")) {
-        Ok(b) => Some(b),
-        Err(client::ClientError::Status { status: 404, .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let signature = signature_of(&agent, &url)?;
 
     let dir = layout::release_dir(&req.channel, &version);
     let local_doc = dir.join(RELEASE_FILE);
@@ -454,11 +472,19 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: format!("syncing {}", req.channel.display()),
         error,
     })?;
-    // The mirror's channel.yaml is its own (the upstream's signature does
-    // not cover it): fresh for the default time from this fetch.
-    let expires = channel::default_expiry(liken_api::Time::from_system(SystemTime::now()));
-    let latest =
-        channel::advance_latest(&req.channel, &version, expires).map_err(FetchError::Channel)?;
+    let latest = match &upstream {
+        Some((channel, bytes, signature)) => {
+            channel::mirror_latest(&req.channel, channel, bytes, signature.as_deref())
+        }
+        // A version fetched by name: the mirror's channel.yaml is its own,
+        // fresh for the default time from this fetch.
+        None => channel::advance_latest(
+            &req.channel,
+            &version,
+            channel::default_expiry(liken_api::Time::from_system(SystemTime::now())),
+        ),
+    }
+    .map_err(FetchError::Channel)?;
     writeln!(out, "fetched {version} into {}", dir.display()).map_err(w)?;
     writeln!(out, "{}", latest.describe(&version)).map_err(w)?;
     writeln!(

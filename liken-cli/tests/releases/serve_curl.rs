@@ -203,7 +203,12 @@ fn methods_and_malformed_requests() {
         b"HEAD /channel.yaml HTTP/1.1\r\nHost: x\r\n\r\nGET /channel.yaml HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
-    assert!(answer.ends_with("latest: 2026.07.11-001\n"), "{answer}");
+    // The GET's body, whole, after the HEAD's headers: channel.yaml ends
+    // with its serial and expiry.
+    assert!(
+        answer.contains("\nlatest: 2026.07.11-001\nserial: 1\nexpires: ") && answer.ends_with('\n'),
+        "{answer}"
+    );
 }
 
 /// Files their owner kept private are refused; downloads in progress
