@@ -106,7 +106,7 @@ pub struct Channel {
     pub serial: Option<u64>,
     /// When this document stops being news: a signed channel past it has
     /// stopped moving (a frozen mirror, or a server held back), so the
-    /// publisher re-signs before then even when nothing new is out.
+    /// publisher publishes before then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Time>,
 }
@@ -148,16 +148,21 @@ impl fmt::Display for ChannelRefusal {
         match self {
             ChannelRefusal::Replayed { seen, served } => write!(
                 f,
-                "channel.yaml's serial is {} but serial {seen} was seen before: the server is                  handing out an older channel document; the last answer is kept. Check the                  release server or the mirror in front of it",
+                "channel.yaml's serial is {} but serial {seen} was seen before: the server is \
+                 handing out an older channel document; the last answer is kept. Check the \
+                 release server or the mirror in front of it",
                 served.map_or_else(|| "missing".to_owned(), |s| s.to_string()),
             ),
             ChannelRefusal::Stale { expired: Some(t) } => write!(
                 f,
-                "channel.yaml expired at {t}: the channel has stopped moving (a frozen mirror,                  or a publisher who has not re-signed it); the last answer is kept. Publish,                  or re-sign the channel with `liken sign`"
+                "channel.yaml expired at {t}: the channel has stopped moving (a frozen mirror, \
+                 or a publisher who has not published since); the last answer is kept. Publish \
+                 again with `liken bundle`, which writes a fresh one"
             ),
             ChannelRefusal::Stale { expired: None } => write!(
                 f,
-                "channel.yaml names no expiry, so nothing shows it is current; the last answer                  is kept. Publish again with `liken bundle`, which writes one"
+                "channel.yaml names no expiry, so nothing shows it is current; the last answer \
+                 is kept. Publish again with `liken bundle`, which writes one"
             ),
         }
     }
@@ -395,7 +400,22 @@ mod tests {
         );
         assert_eq!(stale.unwrap_err().reason(), "ChannelStale");
         let e = decide_channel_freshness(&channel(Some(1), None), None, now).unwrap_err();
-        assert!(e.to_string().contains("names no expiry"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "channel.yaml names no expiry, so nothing shows it is current; the last answer is \
+             kept. Publish again with `liken bundle`, which writes one"
+        );
+        // Every message reads as one sentence run, not a source layout.
+        for e in [
+            ChannelRefusal::Replayed {
+                seen: 3,
+                served: Some(2),
+            },
+            ChannelRefusal::Stale { expired: Some(now) },
+            ChannelRefusal::Stale { expired: None },
+        ] {
+            assert!(!e.to_string().contains("  "), "{e}");
+        }
     }
 
     #[test]
