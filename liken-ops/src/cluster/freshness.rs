@@ -25,9 +25,13 @@ use std::time::{Duration, Instant};
 /// (the machines' Leases carry `true`).
 pub const ELECTION_LABEL_VALUE: &str = "election";
 
-/// How long the watch may show none of this copy's renewals: half the
-/// heartbeat stale limit, so a silent watch is caught, and the direct
-/// read takes over, before any machine could read Lost from it.
+/// How long the watch may owe one of this copy's renewals: half the
+/// heartbeat stale limit. The watch can fall silent just after delivering
+/// a renewal, and the next one is owed only a retry period later, so a
+/// silent watch is caught up to a retry period plus this limit after it
+/// fell silent, which may be past the stale limit. That is why the sweep
+/// never marks a machine Lost from the watch's copy alone: it confirms
+/// every new Lost verdict with a direct read (sweep.rs).
 pub fn behind_after(stale_after: Duration) -> Duration {
     stale_after / 2
 }

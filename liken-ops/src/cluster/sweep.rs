@@ -57,7 +57,7 @@ use super::events;
 use super::fleet::{self, FleetSweep, Judged, decide_fleet_sweep};
 use super::flux::Flux;
 use super::freshness::{self, LeaseWatch};
-use super::heartbeat::Sightings;
+use super::heartbeat::{Heartbeat, Sightings};
 use super::janitor;
 use super::metrics::{ClusterMetrics, ErrorKind};
 use super::rollout::{self, Rollout, RolloutInput, Template, decide_rollout};
@@ -95,6 +95,14 @@ pub enum SweepError {
         /// What failed.
         error: Error,
     },
+    /// The watch's copy of the Leases would mark machines Lost and the
+    /// direct read that confirms it failed: nothing is marked.
+    ConfirmLost {
+        /// The machines the watch's copy found silent.
+        machines: Vec<String>,
+        /// What failed.
+        error: Error,
+    },
 }
 
 impl std::fmt::Display for SweepError {
@@ -109,6 +117,13 @@ impl std::fmt::Display for SweepError {
                 "the heartbeat Lease watch has been silent for {}s and reading the Leases \
                  directly failed, so this sweep judges no machine: {error}",
                 silent_for.as_secs()
+            ),
+            SweepError::ConfirmLost { machines, error } => write!(
+                f,
+                "the heartbeat Lease watch has seen no renewal from {} within the stale limit, \
+                 and reading the Leases directly to confirm it failed, so this sweep marks \
+                 nothing Lost and judges no machine: {error}",
+                machines.join(", ")
             ),
         }
     }
@@ -207,23 +222,25 @@ impl Sweeper {
             .keys()
             .cloned()
             .collect();
-        let (heartbeats, watched_for) = {
-            let mut s = lock(&self.sightings);
-            s.begin(mono);
-            let beats: Vec<_> = machines
-                .iter()
-                .map(|m| s.judge(&m.metadata.name, mono, self.limits.stale_after))
-                .collect();
-            let names: BTreeSet<&str> = machines.iter().map(|m| m.metadata.name.as_str()).collect();
-            s.retain_machines(&|n| names.contains(n));
-            (beats, s.watched_for(mono))
-        };
-        let judged: Vec<Judged<'_>> = machines
-            .iter()
-            .zip(&heartbeats)
-            .map(|(m, h)| Judged::new(m.as_ref(), *h))
-            .collect();
-        let fleet = decide_fleet_sweep(&judged);
+        let (mut heartbeats, mut watched_for) = self.judge_heartbeats(&machines, mono);
+        let mut judged = judge(&machines, &heartbeats);
+        let mut fleet = decide_fleet_sweep(&judged);
+        // A Lost verdict is a write every other decision follows, and the
+        // watch can have gone silent a moment before the sweep that would
+        // notice it (an owed renewal is judged only after it waits
+        // freshness::behind_after): confirm it with one direct read of the
+        // Leases, and judge again from what that read finds.
+        if !fleet.lost.is_empty() && self.lease_watch == LeaseWatch::Current {
+            self.read_leases()
+                .map_err(|error| SweepError::ConfirmLost {
+                    machines: fleet.lost.clone(),
+                    error,
+                })?;
+            let mono = Instant::now();
+            (heartbeats, watched_for) = self.judge_heartbeats(&machines, mono);
+            judged = judge(&machines, &heartbeats);
+            fleet = decide_fleet_sweep(&judged);
+        }
         let template = match gate {
             super::watches::SweepGate::NoGrants(why) => Template::Unreadable(why),
             _ => self.template(),
@@ -309,16 +326,21 @@ impl Sweeper {
         let LeaseWatch::Behind { silent_for } = state else {
             return Ok(());
         };
+        self.read_leases()
+            .map_err(|error| SweepError::ReadLeases { silent_for, error })
+    }
+
+    /// Reads the heartbeat Leases directly and records what the read finds
+    /// in the sightings as the watch would have (a changed renewTime is a
+    /// renewal now).
+    fn read_leases(&mut self) -> Result<(), Error> {
         let leases = self
             .client
             .list_all::<Lease>(
                 &Api::namespaced(LEASES, HEARTBEAT_NAMESPACE),
                 &ListParams::labels(watches::lease_selector()),
             )
-            .map_err(|error| {
-                self.metrics.error(ErrorKind::Read);
-                SweepError::ReadLeases { silent_for, error }
-            })?;
+            .inspect_err(|_| self.metrics.error(ErrorKind::Read))?;
         let (now, wall) = (Instant::now(), SystemTime::now());
         let mut s = lock(&self.sightings);
         for l in leases.items.iter().filter(|l| !watches::is_election(l)) {
@@ -330,6 +352,24 @@ impl Sweeper {
             );
         }
         Ok(())
+    }
+
+    /// Judges every Machine's heartbeat at `mono` from the sightings, and
+    /// says how long the sightings have watched.
+    fn judge_heartbeats(
+        &self,
+        machines: &[Arc<Machine>],
+        mono: Instant,
+    ) -> (Vec<Heartbeat>, Duration) {
+        let mut s = lock(&self.sightings);
+        s.begin(mono);
+        let beats: Vec<_> = machines
+            .iter()
+            .map(|m| s.judge(&m.metadata.name, mono, self.limits.stale_after))
+            .collect();
+        let names: BTreeSet<&str> = machines.iter().map(|m| m.metadata.name.as_str()).collect();
+        s.retain_machines(&|n| names.contains(n));
+        (beats, s.watched_for(mono))
     }
 
     /// The fleet's Cluster: the one the deployment names, never another
@@ -740,6 +780,16 @@ fn machine_operator_key() -> String {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Each Machine with its heartbeat, as the fleet and rollout decisions take
+/// them.
+fn judge<'a>(machines: &'a [Arc<Machine>], heartbeats: &[Heartbeat]) -> Vec<Judged<'a>> {
+    machines
+        .iter()
+        .zip(heartbeats)
+        .map(|(m, h)| Judged::new(m.as_ref(), *h))
+        .collect()
 }
 
 #[cfg(test)]
