@@ -207,6 +207,31 @@ pub struct ClusterReleasesStatus {
     /// The latest version the channel announced at its last poll.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<Version>,
+    /// The channel document that answer came from. Kept here, not only in
+    /// the operator's memory, so a new leader still refuses an older
+    /// document served again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ChannelTaken>,
+}
+
+/// The channel document the cluster operator last took as the channel's
+/// answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelTaken {
+    /// The spec.releases.source it was read from: a serial is only
+    /// compared with serials of the same source.
+    pub source: String,
+    /// Its serial; a later document below it is a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<u64>,
+    /// When it stops being news: past it the channel has stopped moving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Time>,
+    /// The key that signed it; absent when the deployment carries no
+    /// trust root (packed with `liken layer -unsigned`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 /// The Flux feature's public state.

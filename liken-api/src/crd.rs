@@ -278,6 +278,12 @@ pub fn cluster_status_schema() -> Value {
             "releases": object(json!({
                 "newest": version(),
                 "available": version(),
+                "channel": object(json!({
+                    "source": string(),
+                    "serial": int64(),
+                    "expires": time(),
+                    "keyId": string(),
+                }), &["source"]),
             }), &[]),
             "flux": object(json!({"publicKey": string()}), &[]),
             "rebootTurns": {"type": "array", "items": object(json!({

@@ -115,6 +115,11 @@ pub struct Channel {
 /// told otherwise: a weekly release rhythm with a week to spare.
 pub const DEFAULT_CHANNEL_VALIDITY_DAYS: u32 = 14;
 
+/// [`ChannelRefusal::Replayed`]'s condition reason.
+pub const CHANNEL_REPLAYED: &str = "ChannelReplayed";
+/// [`ChannelRefusal::Stale`]'s condition reason.
+pub const CHANNEL_STALE: &str = "ChannelStale";
+
 /// Why a channel document is not taken as the channel's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChannelRefusal {
@@ -137,8 +142,8 @@ impl ChannelRefusal {
     /// The condition reason the cluster operator raises for it.
     pub fn reason(&self) -> &'static str {
         match self {
-            ChannelRefusal::Replayed { .. } => "ChannelReplayed",
-            ChannelRefusal::Stale { .. } => "ChannelStale",
+            ChannelRefusal::Replayed { .. } => CHANNEL_REPLAYED,
+            ChannelRefusal::Stale { .. } => CHANNEL_STALE,
         }
     }
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use liken_api::cluster::{
-    ClusterFluxStatus, ClusterReleasesStatus, DisruptionBudget, HaltCause, MachineTally,
-    RebootTurn, RolloutHalt,
+    ChannelTaken, ClusterFluxStatus, ClusterReleasesStatus, DisruptionBudget, HaltCause,
+    MachineTally, RebootTurn, RolloutHalt,
 };
 use liken_api::machine::{DisruptionKind, PendingDisruption, ReleaseStatus};
 use liken_api::{
@@ -96,6 +96,12 @@ fn full_cluster() -> Cluster {
     c.status.releases = ClusterReleasesStatus {
         newest: Some(v("2026.07.11-001")),
         available: Some(v("2026.08.01-001")),
+        channel: Some(ChannelTaken {
+            source: "https://releases.example.com/stable".into(),
+            serial: Some(7),
+            expires: Some(Time::from_unix(1_781_000_000)),
+            key_id: Some("0123456789ab".into()),
+        }),
     };
     c.status.flux = ClusterFluxStatus {
         public_key: "ssh-ed25519 AAAA home".into(),

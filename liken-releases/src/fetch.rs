@@ -343,6 +343,31 @@ pub fn latest(agent: &ureq::Agent, source: &str) -> Result<Version, FetchError> 
     Ok(channel_document(agent, source)?.0.latest)
 }
 
+/// channel.yaml as a channel serves it.
+#[derive(Clone, Debug)]
+pub struct ChannelDocument {
+    /// The document, decoded.
+    pub channel: Channel,
+    /// Its exact bytes, as signed.
+    pub bytes: Vec<u8>,
+    /// channel.yaml.sig's bytes, when the channel publishes one.
+    pub signature: Option<Vec<u8>>,
+}
+
+/// The channel's channel.yaml and its signature, as served. The caller
+/// judges the signature and the document's freshness (the cluster
+/// operator against the deployment's trust root).
+pub fn latest_document(agent: &ureq::Agent, source: &str) -> Result<ChannelDocument, FetchError> {
+    let (channel, bytes) = channel_document(agent, source)?;
+    let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
+    let signature = signature_of(agent, &url)?;
+    Ok(ChannelDocument {
+        channel,
+        bytes,
+        signature,
+    })
+}
+
 /// The channel's channel.yaml, decoded, with its exact bytes.
 fn channel_document(agent: &ureq::Agent, source: &str) -> Result<(Channel, Vec<u8>), FetchError> {
     let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use liken_api::signing::{MAX_SMALL_DOCUMENT, TrustRoot};
 use liken_api::{Cluster, Time, condition, decode};
 use liken_kube::events::{EventType, ObjectReference, Recorder};
 use liken_kube::request::CLUSTERS;
@@ -35,6 +36,33 @@ pub fn read_copy(path: &Path) -> Result<Cluster, String> {
     std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_FILE), &mut text)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     decode::strict::<Cluster>(&text, &path.display().to_string()).map_err(|e| e.to_string())
+}
+
+/// Reads the deployment's trust root (`--trust-file`, the ConfigMap's
+/// `trust.yaml` key beside cluster.yaml). A file that does not exist is a
+/// deployment packed with `liken layer -unsigned`: init seeds the key only
+/// when the layer carries a trust root. Anything else that goes wrong is
+/// an error, so a damaged trust root never reads as "unsigned".
+pub fn read_trust(path: &Path) -> Result<Option<TrustRoot>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the deployment's trust root at {}: {e}",
+                path.display()
+            ));
+        }
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_SMALL_DOCUMENT),
+        &mut text,
+    )
+    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    decode::strict::<TrustRoot>(&text, &path.display().to_string())
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The deployment's Cluster and what has been said about the others.

@@ -8,9 +8,10 @@
 //! - Each Cluster condition that transitions posts one Event with the
 //!   condition's own reason, after the status write lands: MachinesReady
 //!   (AllMachinesReady, MachinesUpdating, MachinesDegraded), Progressing
-//!   (RollingOut, RolloutComplete, RolloutStalled, ReleaseFailed) and
-//!   FluxTeardown (NotPlantedByLiken). The ones that need a person are
-//!   Warnings.
+//!   (RollingOut, RolloutComplete, RolloutStalled, ReleaseFailed),
+//!   ReleaseChannel (ChannelCurrent, ChannelUnverified, ChannelReplayed,
+//!   ChannelStale) and FluxTeardown (NotPlantedByLiken). The ones that
+//!   need a person are Warnings.
 //! - Each verdict written onto a Machine posts one Event on that Machine,
 //!   named after the action: [`MACHINE_LOST`] (Warning, with the last
 //!   renewal this program saw), [`REBOOT_TURN_GRANTED`],

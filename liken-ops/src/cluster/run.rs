@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, bounded, select, tick};
 use liken_api::coordination::{CLUSTER_OPERATOR, HEARTBEAT_LABEL, HEARTBEAT_NAMESPACE};
+use liken_api::signing::TrustRoot;
 use liken_kube::election::{Callbacks, ElectionConfig, Elector, Timings};
 use liken_kube::events::{Recorder, RecorderConfig};
 use liken_kube::metrics;
@@ -62,6 +63,15 @@ pub const PROGRAM: Program = Program {
             env: None,
             help: "the deployment's cluster.yaml: the operator acts only on the Cluster it names, \
                    and creates it from this copy when the API has none (required)",
+        },
+        Flag {
+            name: "trust-file",
+            value: Some("PATH"),
+            default: None,
+            env: None,
+            help: "the deployment's trust.yaml: channel.yaml is taken only when a key it lists \
+                   signed it; a path that does not exist means the deployment is unsigned \
+                   (packed with `liken layer -unsigned`) and channel answers are unverified",
         },
         Flag {
             name: "sweep-interval",
@@ -126,6 +136,9 @@ pub struct Options {
     pub identity: String,
     /// `--cluster-file`, read: the deployment's Cluster.
     pub cluster: liken_api::Cluster,
+    /// `--trust-file`, read: the keys channel.yaml must be signed by
+    /// (`None`: unsigned deployment, or no flag).
+    pub trust: Option<TrustRoot>,
     /// `--sweep-interval`.
     pub sweep_interval: Duration,
     /// `--heartbeat-stale-after`.
@@ -206,6 +219,11 @@ impl Options {
             timings,
             // Last, so a bad interval is reported before a missing file.
             cluster: deployment_cluster(v)?,
+            trust: match v.get("trust-file").filter(|s| !s.is_empty()) {
+                Some(path) => super::deployment::read_trust(std::path::Path::new(path))
+                    .map_err(Error::Flag)?,
+                None => None,
+            },
         })
     }
 }
@@ -294,10 +312,21 @@ pub fn run(options: Options, stop: Receiver<Stop>) -> Result<(), Error> {
     let fetch: Fetch = Box::new(move |source: &str| {
         let source = release_client::normalize_source(source)
             .ok_or_else(|| format!("spec.releases.source {source:?} is not an http(s) URL"))?;
-        fetch::latest(&agent, source).map_err(|e| e.to_string())
+        fetch::latest_document(&agent, source).map_err(|e| e.to_string())
     });
+    match &options.trust {
+        Some(t) => log::info(
+            "channel.yaml is taken only when signed by a key the deployment trusts",
+            &[("keys", &t.ids().join(","))],
+        ),
+        None => log::warn(
+            "the deployment carries no trust root; channel answers are taken unverified",
+            &[],
+        ),
+    }
     let poller = Poller::start(
         fetch,
+        options.trust.clone(),
         options.poll_interval,
         Box::new(move |source, error| {
             poll_metrics.error(ErrorKind::Channel);

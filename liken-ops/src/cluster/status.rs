@@ -4,7 +4,8 @@
 //! every field on every pass: the tally and phase and MachinesReady from
 //! the fleet verdict, Progressing, the ledger and the halt from the
 //! rollout, FluxTeardown while the flux janitor has a refusal to report,
-//! the catalog's newest release, the channel's last answer, the deploy
+//! ReleaseChannel while the Cluster names a channel, the catalog's newest
+//! release, the channel's last answer and the document it came from, the deploy
 //! key's public half, and the generation judged. The result is compared
 //! with what the Cluster holds, and a settled fleet writes nothing.
 //!
@@ -13,10 +14,12 @@
 //! lands: a refused write posts nothing and the next sweep finds the same
 //! transition again.
 
-use liken_api::cluster::{ClusterFluxStatus, ClusterReleasesStatus, ClusterStatus};
+use liken_api::cluster::{ChannelTaken, ClusterFluxStatus, ClusterReleasesStatus, ClusterStatus};
 use liken_api::condition::{self, Condition};
+use liken_api::release::{CHANNEL_REPLAYED, CHANNEL_STALE};
 use liken_api::{Cluster, ConditionStatus, Time, Version};
 
+use super::channel;
 use super::fleet::{FleetSweep, MACHINES_DEGRADED};
 use super::rollout::{RELEASE_FAILED, ROLLOUT_STALLED, Rollout};
 
@@ -34,6 +37,9 @@ pub struct Extras {
     pub flux_teardown: Option<Condition>,
     /// The channel's last answer.
     pub available: Option<Version>,
+    /// The channel document that answer came from, and why the last one
+    /// served was refused (reason, message).
+    pub channel: (Option<ChannelTaken>, Option<(String, String)>),
     /// The deploy key's public half, when this pass read it; `None` keeps
     /// the published one while the feature is declared.
     pub public_key: Option<String>,
@@ -60,6 +66,20 @@ pub fn compose_status(
         rollout.progressing.clone().with_generation(generation),
         now,
     );
+    let source = cluster
+        .spec
+        .releases
+        .as_ref()
+        .map_or("", |r| r.source.as_str());
+    let (taken, refusal) = &extras.channel;
+    match channel::decide_condition(source, taken.as_ref(), refusal.as_ref(), now) {
+        Some(c) => {
+            condition::set(&mut conditions, c.with_generation(generation), now);
+        }
+        None => {
+            condition::remove(&mut conditions, channel::RELEASE_CHANNEL);
+        }
+    }
     match &extras.flux_teardown {
         Some(c) => {
             condition::set(&mut conditions, c.clone().with_generation(generation), now);
@@ -89,6 +109,7 @@ pub fn compose_status(
         releases: ClusterReleasesStatus {
             newest: cluster.newest_release().cloned(),
             available: extras.available.clone(),
+            channel: taken.clone(),
         },
         flux,
         reboot_turns: rollout.turns.clone(),
@@ -109,7 +130,13 @@ pub fn needs_a_person(c: &Condition) -> bool {
     c.status != ConditionStatus::True
         && matches!(
             c.reason.as_str(),
-            MACHINES_DEGRADED | ROLLOUT_STALLED | RELEASE_FAILED | NOT_PLANTED_BY_LIKEN
+            MACHINES_DEGRADED
+                | ROLLOUT_STALLED
+                | RELEASE_FAILED
+                | NOT_PLANTED_BY_LIKEN
+                | channel::CHANNEL_UNVERIFIED
+                | CHANNEL_STALE
+                | CHANNEL_REPLAYED
         )
 }
 
@@ -221,6 +248,15 @@ mod tests {
             flux_teardown: Some(refusal),
             available: Some(Version::parse("2026.09.01-001").unwrap()),
             public_key: Some("ssh-ed25519 AAAA liken:home".into()),
+            channel: (
+                Some(ChannelTaken {
+                    source: "https://releases.example.com/stable".into(),
+                    serial: Some(4),
+                    expires: Some(Time::from_unix(1_900_000_000)),
+                    key_id: Some("0123456789ab".into()),
+                }),
+                None,
+            ),
         };
         let s = sweep(&c, false, &extras, 200);
         assert!(condition::find(&s.conditions, FLUX_TEARDOWN).is_some());
@@ -228,6 +264,17 @@ mod tests {
             s.releases.available.as_ref().unwrap().as_str(),
             "2026.09.01-001"
         );
+        // The document is kept; with no source the Cluster names no
+        // channel, so no ReleaseChannel condition.
+        assert_eq!(s.releases.channel, extras.channel.0);
+        assert!(condition::find(&s.conditions, channel::RELEASE_CHANNEL).is_none());
+        let mut named = c.clone();
+        if let Some(r) = named.spec.releases.as_mut() {
+            r.source = "https://releases.example.com/stable".into();
+        }
+        let s = sweep(&named, false, &extras, 200);
+        let current = condition::find(&s.conditions, channel::RELEASE_CHANNEL).unwrap();
+        assert_eq!(current.reason, channel::CHANNEL_CURRENT);
         // The feature is not declared: no key in the status.
         assert_eq!(s.flux, ClusterFluxStatus::default());
         c.spec.features.insert("flux".into(), None);

@@ -266,6 +266,10 @@ impl Sweeper {
                 .metadata
                 .annotation(CHECK_RELEASES)
                 .unwrap_or_default(),
+            (
+                cluster.status.releases.available.as_ref(),
+                cluster.status.releases.channel.as_ref(),
+            ),
             mono,
         );
         // The upkeep, in the seed's order: the OS's own pods on machines
@@ -282,6 +286,7 @@ impl Sweeper {
             .sweep(&self.client, &self.recorder, &cluster, mono);
         let extras = Extras {
             available: self.poller.available(),
+            channel: self.poller.report(),
             public_key: flux.public_key,
             flux_teardown: flux.teardown,
         };

@@ -18,6 +18,7 @@ use liken_api::coordination::{
     reason,
 };
 use liken_api::machine::ReleaseStatus;
+use liken_api::signing::{SigningKey, TrustRoot};
 use liken_api::{BootStatus, Cluster, ConditionStatus, Machine, Phase, Time, Version};
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
 use liken_kube::{
@@ -253,6 +254,11 @@ impl Env {
     }
 }
 
+/// The release-signing key the tests' deployment trusts.
+pub fn release_key() -> SigningKey {
+    liken_api::signing::key_pair([7; 32]).0
+}
+
 /// Starts `binary` as the operator's ServiceAccount, with [`FAST`] and
 /// then `extra` (a later flag wins).
 pub fn operator_binary(env: &Env, binary: &str, name: &str, extra: &[&str]) -> Operator {
@@ -278,9 +284,17 @@ pub fn operator_binary_via(
          spec: {endpoint: \"https://10.0.0.1:6443\", leaders: [a]}\n",
     )
     .unwrap();
+    // And its trust root, beside it in the same ConfigMap.
+    let trust = env.cp.dir().join("deployment-trust.yaml");
+    std::fs::write(
+        &trust,
+        serde_yaml::to_string(&TrustRoot::new([release_key().public()])).unwrap(),
+    )
+    .unwrap();
     let mut cmd = Command::new(binary);
     cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--cluster-file={}", copy.display()))
+        .arg(format!("--trust-file={}", trust.display()))
         .arg("--metrics-address=127.0.0.1:0")
         .arg(format!("--identity={name}"))
         .args(FAST)

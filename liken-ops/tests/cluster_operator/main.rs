@@ -15,14 +15,16 @@ mod harness;
 mod windows;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use harness::*;
 use liken_api::annotations::RESUME_ROLLOUT;
 use liken_api::cluster::HaltCause;
 use liken_api::condition::find;
 use liken_api::coordination::{self, HEARTBEAT_NAMESPACE};
-use liken_api::{Cluster, ConditionStatus, Machine, Phase};
+use liken_api::release::Channel;
+use liken_api::signing::SigningKey;
+use liken_api::{Cluster, ConditionStatus, Machine, Phase, Time, Version};
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
 use liken_kube::{Api, DynamicObject, Event};
 use liken_testenv::audit::{compare_rbac, grants};
@@ -424,7 +426,10 @@ fn failed_release_halts(env: &Env, op: &Operator) {
 
 /// The channel poller asks the Cluster's source (Debian's nginx serving
 /// a channel directory), again on a new check-releases value, and keeps
-/// its last answer when the server is gone.
+/// its last answer when the server is gone. The deployment trusts
+/// [`release_key`]: a channel.yaml is taken only when that key signed it,
+/// its serial does not go back and it is not past its expiry; anything
+/// else keeps the answer and turns ReleaseChannel False with a Warning.
 fn the_channel_is_polled(env: &Env, op: &Operator) {
     // Not under the control plane's (private) directory: nginx's workers
     // drop root, and the channel must be world-readable.
@@ -435,19 +440,33 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
     for d in [www.path(), &root, &channel] {
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
-    let write_latest = |v: &str| {
-        std::fs::write(
-            channel.join("channel.yaml"),
-            format!("apiVersion: liken.sh/v1alpha1\nkind: Channel\nlatest: {v}\n"),
-        )
-        .unwrap()
+    let key = release_key();
+    let stranger = liken_api::signing::key_pair([8; 32]).0;
+    let from_now = |secs: i64| Time::from_unix(Time::from_system(SystemTime::now()).unix() + secs);
+    let in_a_day = || from_now(86_400);
+    // Publishes channel.yaml and its detached signature as `liken bundle
+    // -sign` lays them out; returns both files' bytes.
+    let publish = |by: &SigningKey, latest: &str, serial: u64, expires: Time| {
+        let mut doc = Channel::new(Version::parse(latest).unwrap());
+        doc.serial = Some(serial);
+        doc.expires = Some(expires);
+        let bytes = serde_yaml::to_string(&doc).unwrap();
+        let sig = serde_yaml::to_string(&by.sign(bytes.as_bytes())).unwrap();
+        put(&channel, &bytes, &sig);
+        (bytes, sig)
     };
-    write_latest(NEW);
+    let first = publish(&key, NEW, 1, in_a_day());
     let mut nginx = Nginx::start(www.path(), &root);
     let patch = |v: Value| {
         env.admin
             .merge_patch::<DynamicObject>(&Api::all(CLUSTERS), "home", &v)
             .unwrap();
+    };
+    let channel_condition = |c: &Cluster| {
+        find(&c.status.conditions, "ReleaseChannel").map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let reason_is = |r: &'static str| {
+        move |c: &Cluster| channel_condition(c).is_some_and(|(reason, _)| reason == r)
     };
     // The catalog (what the fleet may run) names the newest release; the
     // channel (what is published) its latest.
@@ -466,8 +485,13 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
         c.status.releases.newest.as_ref().map(|v| v.as_str()),
         Some("2026.11.15-002")
     );
+    let taken = c.status.releases.channel.clone().unwrap();
+    assert_eq!(taken.serial, Some(1));
+    assert_eq!(taken.key_id.as_deref(), Some(key.public().id.as_str()));
+    assert_eq!(channel_condition(&c).unwrap().0, "ChannelCurrent");
+
     // A new release is published; a person asks for a poll now.
-    write_latest("2026.12.24-001");
+    publish(&key, "2026.12.24-001", 2, in_a_day());
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         env.cluster("home")
@@ -486,6 +510,72 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
         Duration::from_secs(30),
         |c| c.status.releases.available.as_ref().map(|v| v.as_str()) == Some("2026.12.24-001"),
     );
+
+    // The server hands out the first document again, genuinely signed:
+    // a replay. The answer stays; the condition and a Warning say why.
+    put(&channel, &first.0, &first.1);
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "2"}}}));
+    let c = env.wait_cluster(
+        "home",
+        "the replay is refused",
+        Duration::from_secs(30),
+        reason_is("ChannelReplayed"),
+    );
+    assert_eq!(
+        c.status.releases.available.as_ref().unwrap().as_str(),
+        "2026.12.24-001"
+    );
+    assert_eq!(c.status.releases.channel.as_ref().unwrap().serial, Some(2));
+    let (_, message) = channel_condition(&c).unwrap();
+    assert!(message.contains("serial 2 was seen before"), "{message}");
+    wait_warning(env, "ChannelReplayed");
+
+    // A newer document signed by a key the deployment does not trust.
+    publish(&stranger, "2027.01.01-001", 3, in_a_day());
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "3"}}}));
+    let c = env.wait_cluster(
+        "home",
+        "the stranger's channel is refused",
+        Duration::from_secs(30),
+        reason_is("ChannelUnverified"),
+    );
+    let (_, message) = channel_condition(&c).unwrap();
+    assert!(message.contains(stranger.public().id.as_str()), "{message}");
+    assert_eq!(
+        c.status.releases.available.as_ref().unwrap().as_str(),
+        "2026.12.24-001"
+    );
+    wait_warning(env, "ChannelUnverified");
+
+    // A good document that expires in a few seconds: taken, then stale
+    // at a later sweep with no poll in between (a channel that stopped
+    // moving is noticed without waiting for the six-hour interval).
+    publish(&key, "2026.12.24-001", 4, from_now(4));
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "4"}}}));
+    env.wait_cluster(
+        "home",
+        "the renewed channel is taken",
+        Duration::from_secs(30),
+        |c| {
+            c.status
+                .releases
+                .channel
+                .as_ref()
+                .is_some_and(|t| t.serial == Some(4))
+        },
+    );
+    let c = env.wait_cluster(
+        "home",
+        "the channel goes stale",
+        Duration::from_secs(30),
+        reason_is("ChannelStale"),
+    );
+    assert_eq!(
+        c.status.releases.available.as_ref().unwrap().as_str(),
+        "2026.12.24-001"
+    );
+    wait_warning(env, "ChannelStale");
+
     // The server goes away: the last answer stays, the failure is counted.
     nginx.stop();
     let failures = || {
@@ -495,7 +585,7 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
         )
     };
     let before = failures();
-    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "2"}}}));
+    patch(json!({"metadata": {"annotations": {"liken.sh/check-releases": "5"}}}));
     let end = deadline(Duration::from_secs(30));
     while failures() <= before {
         assert!(
@@ -515,6 +605,28 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
         "2026.12.24-001"
     );
     assert!(op.log_text().contains("keeping the last answer"));
+}
+
+/// Writes channel.yaml and channel.yaml.sig into `dir`, each by a rename,
+/// as a publisher's tools do, so nginx never serves half a file.
+fn put(dir: &std::path::Path, channel: &str, signature: &str) {
+    for (name, text) in [("channel.yaml", channel), ("channel.yaml.sig", signature)] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+}
+
+/// Waits for a Warning Event with `reason` on the Cluster home.
+fn wait_warning(env: &Env, reason: &str) {
+    let end = deadline(Duration::from_secs(10));
+    while env.events("home", reason).is_empty() {
+        assert!(Instant::now() < end, "no {reason} Event on the Cluster");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(env.events("home", reason)[0]["type"], "Warning");
 }
 
 /// A settled fleet: ten sweeps and more, and the operator writes nothing
