@@ -138,6 +138,10 @@ pub mod reason {
 
 /// The namespace of the heartbeat Leases (and of the operators).
 pub const HEARTBEAT_NAMESPACE: &str = "liken-system";
+/// The ConfigMap in [`HEARTBEAT_NAMESPACE`] that a leader's init seeds
+/// from its layer: the deployment's `cluster.yaml` and, when the layer
+/// carries one, its `trust.yaml`.
+pub const DEPLOYMENT_CONFIG_MAP: &str = "liken-cluster";
 /// How often a machine's operator renews its heartbeat Lease.
 pub const HEARTBEAT_RENEW_SECS: u64 = 10;
 /// How long after a renewTime last changed the cluster operator judges a

@@ -119,7 +119,7 @@ pub const MANIFEST_PREFIX: &str = "liken-";
 /// The deployment's Cluster among k3s's manifests (its own k3s Addon).
 pub const CLUSTER_MANIFEST: &str = "liken-deployment-cluster.yaml";
 /// The ConfigMap that carries it, in liken-system.
-pub const CLUSTER_CONFIG_MAP: &str = "liken-cluster";
+pub const CLUSTER_CONFIG_MAP: &str = liken_api::coordination::DEPLOYMENT_CONFIG_MAP;
 /// The layer's identity, below /etc/liken (as `liken layer` packs it).
 pub const LAYER_IDENTITY: &str = "identity/server";
 

@@ -1,7 +1,8 @@
 //! The machine operator's releases, against a real control plane (its own:
 //! a target release is fleet-wide, so these tests do not share a Cluster
-//! with the others), a channel served by Debian's nginx, and init's own
-//! verification of what the operator asks it to write.
+//! with the others), a channel served by Debian's nginx, the deployment's
+//! trust root in the ConfigMap init renders, and init's own verification
+//! of what the operator asks it to write.
 
 #[path = "machine/support.rs"]
 mod support;
@@ -19,6 +20,8 @@ use support::*;
 const NEW: &str = "2026.12.02-001";
 const TAMPERED: &str = "2026.12.03-001";
 const UNTRUSTED: &str = "2026.12.04-001";
+const UNSIGNED: &str = "2026.12.05-001";
+const FOREIGN: &str = "2026.12.06-001";
 
 #[test]
 fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
@@ -27,13 +30,56 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
     let tampered = write_release(channel.path(), TAMPERED, 2, true);
     let _ = write_release(channel.path(), UNTRUSTED, 3, false);
     let untrusted_pin = liken_api::Digest::from(liken_api::hash::sha256(b"another release.yaml"));
+    let unsigned = write_release(channel.path(), UNSIGNED, 4, false);
+    let foreign = write_release(channel.path(), FOREIGN, 5, false);
+    // The deployment trusts key A; B is a stranger's.
+    let (a, _) = liken_api::signing::key_pair([11; 32]);
+    let (b, _) = liken_api::signing::key_pair([12; 32]);
+    for v in [NEW, TAMPERED, UNTRUSTED] {
+        sign_release(channel.path(), v, &a);
+    }
+    sign_release(channel.path(), FOREIGN, &b);
     let www = TempDir::new("machine-op-nginx");
     let nginx = Nginx::start(www.path(), channel.path());
 
     let m = machine_doc("rel-1");
     let c = cluster_doc(&["rel-1"]);
+    seed_trust(&c, &[&a]);
     let (host, op) = start_machine("rel-1", &m, &c, &[]);
     let releases = host.path("var/lib/liken/releases");
+
+    // Signed by no one, or by a key the deployment does not trust: Blocked
+    // with the reason (and the key), before a single artifact is fetched
+    // (nginx's own log says what was asked for).
+    target(&nginx.url, UNSIGNED, &[(UNSIGNED, &unsigned)]);
+    release_reason(
+        "rel-1",
+        &op,
+        reason::BLOCKED,
+        &format!("release {UNSIGNED} was refused before download (unsigned)"),
+    );
+    target(&nginx.url, FOREIGN, &[(FOREIGN, &foreign)]);
+    let refused = release_reason(
+        "rel-1",
+        &op,
+        reason::BLOCKED,
+        &format!("release {FOREIGN} was refused before download (unknown-key)"),
+    );
+    let (_, _, message) = condition(&refused, liken_api::coordination::RELEASE_CURRENT).unwrap();
+    assert!(message.contains(b.public().id.as_str()), "{message}");
+    assert!(message.contains(a.public().id.as_str()), "{message}");
+    let log = nginx.access_log();
+    for v in [UNSIGNED, FOREIGN] {
+        assert!(log.contains(&format!("/{v}/release.yaml")), "{log}");
+        for artifact in ["vmlinuz", "boot.cpio", "liken.sqfs"] {
+            assert!(
+                !log.contains(&format!("/{v}/{artifact}")),
+                "{artifact} of {v} was fetched:\n{log}"
+            );
+        }
+        assert!(!releases.join(v).exists());
+    }
+    assert!(host.asked().is_empty());
 
     // An artifact that does not match release.yaml: Blocked, nothing
     // written, nothing under the release's final name.
@@ -78,10 +124,13 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
     assert_eq!(waiting.status.phase, Some(Phase::Downloading));
     assert!(releases.join(NEW).join("release.yaml").is_file());
     assert!(host.asked().is_empty());
+    // The first Blocked verdict posted the Event; the later ones are the
+    // same series (the note is not part of a series' key, as in
+    // client-go), so its note names the unsigned release.
     assert!(
         events_about("rel-1")
             .iter()
-            .any(|(r, n)| r == reason::BLOCKED && n.contains(TAMPERED))
+            .any(|(r, n)| r == reason::BLOCKED && n.contains(UNSIGNED))
     );
 
     // Blessed, but init refuses the write: Blocked with init's reason,

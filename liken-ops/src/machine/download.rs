@@ -17,6 +17,11 @@
 //! under its final name. An interrupted transfer resumes from the
 //! partial files on the next try.
 //!
+//! Before any artifact moves, release.yaml's detached signature is
+//! checked against the deployment's trust root (crate::machine::trust), so
+//! a release init would refuse is Blocked with the key and the reason
+//! instead of being downloaded first.
+//!
 //! Failures divide in two. A network failure is tried again after a
 //! backoff (30 s doubling to 10 min). A release that does not verify, a
 //! full data partition or a write init refused is Blocked: trying again
@@ -33,7 +38,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use liken_api::control::WriteRelease;
 use liken_api::release::RELEASE_FILE;
+use liken_api::signing::signature_name;
 use liken_api::{Cluster, Digest, Sha256Hex, Version};
+use liken_releases::client::{self as release_client, ClientError};
 use liken_releases::fetch::{self, FetchError, FetchRequest, Wanted};
 use liken_releases::progress::{Observer, Style};
 
@@ -41,6 +48,11 @@ use crate::machine::facts::Written;
 use crate::machine::host::{self, HostPaths};
 use crate::machine::init_client::{InitClient, InitError};
 use crate::machine::release::{Intent, Worker};
+use crate::machine::trust::{self, Deployed, TrustError};
+
+/// Reads the deployment's trust root (crate::machine::trust), once per
+/// download.
+pub type TrustLoader = Box<dyn Fn() -> Result<Deployed, TrustError> + Send>;
 use crate::runtime::log;
 
 /// The directory below releases/ that downloads happen in.
@@ -154,8 +166,14 @@ fn explain(e: &FetchError) -> String {
 }
 
 impl Downloads {
-    /// Starts the worker; `wake` wakes the loop when its state moves.
-    pub fn start(paths: HostPaths, init: InitClient, wake: Sender<()>) -> Downloads {
+    /// Starts the worker; `wake` wakes the loop when its state moves, and
+    /// `trust` reads the deployment's trust root at each download.
+    pub fn start(
+        paths: HostPaths,
+        init: InitClient,
+        trust: TrustLoader,
+        wake: Sender<()>,
+    ) -> Downloads {
         let shared = Arc::new(Mutex::new(Shared {
             state: Worker::Idle,
             retry_at: None,
@@ -165,7 +183,7 @@ impl Downloads {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("download".into())
-            .spawn(move || work(&paths, &init, &rx, &thread_shared, &wake))
+            .spawn(move || work(&paths, &init, &trust, &rx, &thread_shared, &wake))
             .map_err(|e| {
                 log::warn(
                     "the download thread did not start; releases will not download",
@@ -264,6 +282,7 @@ fn set(shared: &Mutex<Shared>, wake: &Sender<()>, state: Worker) {
 fn work(
     paths: &HostPaths,
     init: &InitClient,
+    trust: &TrustLoader,
     jobs: &Receiver<Job>,
     shared: &Arc<Mutex<Shared>>,
     wake: &Sender<()>,
@@ -279,7 +298,7 @@ fn work(
                 if matches!(&busy_with, Worker::Verified { version: v, .. } if *v == version) {
                     continue;
                 }
-                download(paths, shared, wake, &version, &source, &digest);
+                download(paths, trust, shared, wake, &version, &source, &digest);
             }
             Job::Write {
                 version,
@@ -323,6 +342,7 @@ fn prune(releases: &Path, keep: &Version) {
 
 fn download(
     paths: &HostPaths,
+    trust: &TrustLoader,
     shared: &Arc<Mutex<Shared>>,
     wake: &Sender<()>,
     version: &Version,
@@ -341,11 +361,14 @@ fn download(
             total: None,
         },
     );
-    let result = if final_dir.join(RELEASE_FILE).is_file() {
-        Ok(())
-    } else {
-        fetch_into(&releases, &final_dir, version, source, digest, shared, wake)
-    };
+    let have = final_dir.join(RELEASE_FILE).is_file();
+    let result = check_signature(trust, &final_dir, have, source, version, digest).and_then(|()| {
+        if have {
+            Ok(())
+        } else {
+            fetch_into(&releases, &final_dir, version, source, digest, shared, wake)
+        }
+    });
     let state = match result.and_then(|()| verified(&final_dir, digest)) {
         Ok(sha) => {
             log::info("downloaded and verified", &[("release", version)]);
@@ -383,6 +406,65 @@ fn download(
         }
     };
     set(shared, wake, state);
+}
+
+/// Checks release.yaml's signature against the deployment's trust root
+/// before any artifact moves (crate::machine::trust): from the finished
+/// download when `have`, else from the channel. A release.yaml that is not
+/// the catalog's is left for the fetch to report, in its own words.
+fn check_signature(
+    trust: &TrustLoader,
+    final_dir: &Path,
+    have: bool,
+    source: &str,
+    version: &Version,
+    digest: &Digest,
+) -> Result<(), (String, bool)> {
+    let deployed = trust().map_err(|e| {
+        let blocked = matches!(e, TrustError::Unreadable(_));
+        (e.to_string(), blocked)
+    })?;
+    if !matches!(deployed, Deployed::Signed(_)) {
+        return Ok(());
+    }
+    let (bytes, signature) = if have {
+        let read = |name: &str| fs::read(final_dir.join(name));
+        let bytes = read(RELEASE_FILE).map_err(|e| (format!("reading release.yaml: {e}"), true))?;
+        (bytes, read(&signature_name(RELEASE_FILE)).ok())
+    } else {
+        let fetched = |e: ClientError| {
+            let e = FetchError::from(e);
+            (explain(&e), decide_blocked(&e))
+        };
+        let Some(source) = release_client::normalize_source(source) else {
+            // fetch refuses it with its own message.
+            return Ok(());
+        };
+        let agent = release_client::agent();
+        let url = format!("{source}/{version}/{RELEASE_FILE}");
+        let bytes = release_client::get_document(&agent, &url).map_err(fetched)?;
+        let signature = match release_client::get_document(&agent, &format!("{url}.sig")) {
+            Ok(b) => Some(b),
+            Err(ClientError::Status { status: 404, .. }) => None,
+            Err(e) => return Err(fetched(e)),
+        };
+        (bytes, signature)
+    };
+    if &liken_api::hash::sha256(&bytes) != digest.hex() {
+        return Ok(());
+    }
+    match trust::decide_release(&deployed, &bytes, signature.as_deref()) {
+        Ok(key) => {
+            if let Some(key) = key {
+                log::info(
+                    "release.yaml is signed by a key the deployment trusts",
+                    &[("release", version), ("key", &key)],
+                );
+            }
+            Ok(())
+        }
+        Err(refused) => Err((format!("release {version} was {refused}"), true)),
+    }
 }
 
 /// Fetches into the download directory, then renames the verified

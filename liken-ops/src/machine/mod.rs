@@ -27,6 +27,8 @@
 //! - [`host`]: reading the host, staging for init (`liken_api::ondisk`).
 //! - [`init_client`]: init's control socket (`liken_api::control`).
 //! - [`download`]: the release download worker.
+//! - [`trust`]: release.yaml's signature, checked before a download
+//!   against the deployment's trust root.
 //! - [`heartbeat`]: the Lease renewed on its own thread.
 //! - [`seed`]: the Machine and Cluster created from the booted documents.
 //! - [`flags`], [`operator`]: the flags and the loop.
@@ -48,4 +50,5 @@ pub mod phase;
 pub mod release;
 pub mod seed;
 pub mod status;
+pub mod trust;
 pub mod turn;

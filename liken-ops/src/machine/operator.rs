@@ -290,9 +290,11 @@ pub fn run(values: crate::runtime::flags::Values) -> Result<(), OperatorError> {
     }
     op.seed();
     if !cfg.once {
+        let trust_client = client.clone();
         op.downloads = Some(Downloads::start(
             cfg.paths.clone(),
             InitClient::new(&cfg.paths.socket()),
+            Box::new(move || crate::machine::trust::read_deployed(&trust_client)),
             wake_tx,
         ));
     }

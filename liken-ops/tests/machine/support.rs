@@ -784,6 +784,26 @@ impl Host {
     }
 }
 
+/// Signs `channel/<version>/release.yaml` with `key`, writing
+/// release.yaml.sig beside it as `liken bundle -sign` does.
+pub fn sign_release(channel: &Path, version: &str, key: &liken_api::signing::SigningKey) {
+    let dir = channel.join(version);
+    let bytes = fs::read(dir.join("release.yaml")).unwrap();
+    let sig = serde_yaml::to_string(&key.sign(&bytes)).unwrap();
+    fs::write(dir.join("release.yaml.sig"), sig).unwrap();
+}
+
+/// Seeds the ConfigMap liken-system/liken-cluster exactly as a leader's
+/// init renders it (liken_init::seed), with a trust root of `keys`.
+pub fn seed_trust(cluster: &Cluster, keys: &[&liken_api::signing::SigningKey]) {
+    let root = liken_api::signing::TrustRoot::new(keys.iter().map(|k| k.public()));
+    let text = serde_yaml::to_string(&root).unwrap();
+    apply(&liken_init::seed::render_cluster_config_map(
+        cluster,
+        Some(&text),
+    ));
+}
+
 /// Sets the Machine's vm.swappiness in the API, as a person would.
 pub fn set_swappiness(name: &str, value: &str) {
     patch(
