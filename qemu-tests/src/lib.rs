@@ -359,6 +359,30 @@ pub fn cli_layer(dir: &Path, cluster: &str, machine: &str) -> (PathBuf, PathBuf)
 
 /// As [`cli_layer`], with several machines, each `(name, role)`.
 pub fn cli_fleet(dir: &Path, cluster: &str, machines: &[(&str, &str)]) -> (PathBuf, PathBuf) {
+    cli_deployment(dir, cluster, machines, &[])
+}
+
+/// As [`cli_layer`], with a trust root of the release keys `trusted`
+/// (`release.pub` files from `liken keygen`), written by `liken trust` and
+/// packed by `liken layer` as every signed fleet's is.
+pub fn cli_layer_trusting(
+    dir: &Path,
+    cluster: &str,
+    machine: &str,
+    trusted: &[&Path],
+) -> (PathBuf, PathBuf) {
+    assert!(!trusted.is_empty(), "a trust root needs a key");
+    cli_deployment(dir, cluster, &[(machine, "leader")], trusted)
+}
+
+/// `liken new`, `mint` and `layer` for `machines`; `-unsigned` when
+/// `trusted` is empty, else with a trust root of those keys.
+fn cli_deployment(
+    dir: &Path,
+    cluster: &str,
+    machines: &[(&str, &str)],
+    trusted: &[&Path],
+) -> (PathBuf, PathBuf) {
     let deployment = dir.join("deployment");
     let identity = deployment.join("identity");
     let layer = dir.join("layer.cpio");
@@ -378,9 +402,17 @@ pub fn cli_fleet(dir: &Path, cluster: &str, machines: &[(&str, &str)]) -> (PathB
     args.push(d.clone());
     liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
     liken(&["mint", &i]);
-    // Unsigned: the fleets' channels (images/release.sh,
-    // qemu-tests/e2e-images.sh) publish unsigned releases.
-    liken(&["layer", "-unsigned", &d, &i, &layer.to_string_lossy()]);
+    if trusted.is_empty() {
+        // Unsigned: the fleets' channels (images/release.sh,
+        // qemu-tests/e2e-images.sh) publish unsigned releases.
+        liken(&["layer", "-unsigned", &d, &i, &layer.to_string_lossy()]);
+    } else {
+        let trust = deployment.join("trust.yaml").to_string_lossy().into_owned();
+        let mut args = vec!["trust".to_owned(), trust];
+        args.extend(trusted.iter().map(|p| p.to_string_lossy().into_owned()));
+        liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        liken(&["layer", &d, &i, &layer.to_string_lossy()]);
+    }
     (deployment, layer)
 }
 

@@ -1,21 +1,30 @@
-//! Writes a release into slot B through init's control socket, under a
+//! Writes releases into slot B through init's control socket, under a
 //! real kernel with real virtio disks, and checks the disk afterwards.
 //!
 //! The machine boots from the initramfs with `liken.slot=a` (as if slot
 //! A had booted) and two disks: `vda` with the installed layout (an ESP
-//! holding slot A's entry and a stale, spent slot B entry, and blank
-//! slots), and `vdb`, a FAT disk holding a release made by `liken
-//! bundle`. The stand-in (`liken.standin=write-release:/dev/vdb`) does
-//! what the machine operator does: copies the release under
-//! /var/lib/liken/releases, asks init to write it, and asks for a reboot
-//! once it is written; QEMU's `-no-reboot` ends the run there. The test
-//! then reads the disk image: slot B's partition must start with the
-//! system image, the ESP must hold slot B's kernel and initrds, the new
-//! `liken-b+3.conf` with slot A's console arguments, no stale entry, and
-//! a grubenv preferring B with three tries.
+//! holding slot A's entry, a stale, spent slot B entry and the floor,
+//! and blank slots), and `vdb`, a FAT disk holding releases made and
+//! signed by `liken bundle -sign` and `liken sign`, and a script. The
+//! stand-in (`liken.standin=write-script:/dev/vdb`) does what the machine
+//! operator does for each attempt the script lists: copies the release
+//! under /var/lib/liken/releases, asks init to write it with its
+//! signature (and a rollback permit), prints the answer and the digest of
+//! LIKEN-B as the block device holds it, and asks for a reboot after the
+//! last, written one; QEMU's `-no-reboot` ends the run there. Only the
+//! releases signed by the key the layer trusts, at or above the floor or
+//! with a permit, are written. The test then reads the disk image: slot
+//! B's partition must start with the last release's system image, the ESP
+//! must hold slot B's kernel and initrds, the new `liken-b+3.conf` with
+//! slot A's console arguments, no stale entry, a grubenv preferring B
+//! with three tries, and the floor the permit lowered.
 //!
-//! The system image in that first test is random bytes, as the writer
-//! does not care what it writes, only that it reads it back. The second
+//! The system images in that first test are random bytes, as the writer
+//! does not care what it writes, only that it reads it back. A trust
+//! root's rotation (a new trust.yaml in the layer, signed by a key the
+//! kept one trusts) is not exercised here: it takes a second boot with
+//! another layer, and liken-init's unit tests carry it
+//! (trust::decide_root). The second
 //! test (the plan's test (c)) boots an installed disk under UEFI into
 //! slot A, writes the stand-in channel's newest release into slot B the
 //! same way, and boots B from the entry init wrote, which then blesses
@@ -35,7 +44,9 @@ use liken_api::release::ARTIFACT_SYSTEM;
 use liken_api::{Release, Slot, decode};
 use qemu_tests::disk::{Disk, Installed, SlotFiles, entry, esp_image, installed_disk};
 use qemu_tests::firmware::Ovmf;
-use qemu_tests::{Boot, Vm, cli_layer, drives, images, initrd, liken, run, scratch, standin_cpio};
+use qemu_tests::{
+    Boot, Vm, cli_layer_trusting, drives, images, initrd, liken, run, scratch, standin_cpio,
+};
 
 /// Deadline for the boot up to the stand-in: a TCG boot takes 3 to 5 s
 /// alone, more when tests share the two cores.
@@ -46,14 +57,15 @@ const WRITE: Duration = Duration::from_secs(120);
 const VERSION: &str = "2026.12.02-042";
 
 /// A release channel made with the real CLI from small stand-in inputs,
-/// the real kernel and boot.cpio. Returns the release directory.
-fn bundle(dir: &Path) -> PathBuf {
+/// the real kernel and boot.cpio, signed by `key` (`liken bundle -sign`).
+/// `seed` picks the system image's bytes. Returns the release directory.
+fn bundle(dir: &Path, version: &str, seed: u64, key: &Path) -> PathBuf {
     let images = images();
     let inputs = dir.join("inputs");
     std::fs::create_dir_all(&inputs).unwrap();
     // 3 MiB and a bit of bytes no two blocks of which are alike, so a
     // misplaced or dropped block shows in the comparison.
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut state: u64 = seed;
     let system: Vec<u8> = (0..(3 << 20) + 777)
         .map(|_| {
             state ^= state << 13;
@@ -76,6 +88,8 @@ fn bundle(dir: &Path) -> PathBuf {
     let channel = dir.join("channel");
     liken(&[
         "bundle",
+        "-sign",
+        &s(key.to_path_buf()),
         "-microcode",
         &s(inputs.join("microcode.cpio")),
         &s(images.dir.join("vmlinuz")),
@@ -87,13 +101,13 @@ fn bundle(dir: &Path) -> PathBuf {
         &s(inputs.join("grub-core.img")),
         &s(inputs.join("licenses.md")),
         &s(channel.clone()),
-        VERSION,
+        version,
     ]);
-    channel.join(VERSION)
+    channel.join(version)
 }
 
-/// A FAT disk (no partition table) holding every file of `release` at
-/// its root.
+/// A FAT disk (no partition table) holding everything in `release` (files
+/// and directories) at its root.
 fn release_disk(path: &Path, release: &Path) {
     let _ = std::fs::remove_file(path);
     let f = std::fs::File::create(path).unwrap();
@@ -106,7 +120,13 @@ fn release_disk(path: &Path, release: &Path) {
         let name = e.file_name().into_string().unwrap();
         run(
             "mcopy",
-            &["-i", &p, &e.path().to_string_lossy(), &format!("::{name}")],
+            &[
+                "-s",
+                "-i",
+                &p,
+                &e.path().to_string_lossy(),
+                &format!("::{name}"),
+            ],
         );
     }
 }
@@ -114,30 +134,143 @@ fn release_disk(path: &Path, release: &Path) {
 fn slot_a_entry() -> String {
     entry(
         Slot::A,
-        "2026.12.01-001",
+        BOOTED,
         false,
-        &["liken.standin=write-release:/dev/vdb"],
+        &["liken.standin=write-script:/dev/vdb"],
     )
 }
 
+/// The release slot A runs, and the floor the ESP holds: the newest
+/// release this machine ever blessed.
+const BOOTED: &str = "2026.12.01-001";
+/// A genuine release signed by the trusted key, older than the floor.
+const OLDER: &str = "2026.11.20-001";
+
+/// Copies `from` into `to`: release.yaml and its signature, and the
+/// artifacts too when `artifacts`.
+fn copy_release(from: &Path, to: &Path, artifacts: bool) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if artifacts || name.starts_with("release.yaml") {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// The script's answer for `label`: init's response and the LIKEN-B
+/// digest the stand-in read after it.
+fn attempt(vm: &mut Vm, label: &str) -> (serde_json::Value, String) {
+    let line = vm.expect_unordered(
+        &format!("liken-standin-k3s: attempt {label} answered "),
+        WRITE,
+    );
+    let json = line
+        .split_once(" answered ")
+        .map(|(_, j)| j.trim())
+        .unwrap();
+    let answer = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let line = vm.expect_unordered(
+        &format!("liken-standin-k3s: attempt {label} slot B "),
+        WRITE,
+    );
+    let digest = line
+        .split_once(" slot B ")
+        .map(|(_, d)| d.trim().to_owned())
+        .unwrap();
+    (answer, digest)
+}
+
+/// init is the last word on what is written, under the real kernel and
+/// disks. The machine's layer trusts key A (`liken keygen`, `liken trust`,
+/// `liken layer`), and its ESP holds the floor, the release it runs. In
+/// one boot the stand-in asks init to write, in turn: release N+1
+/// unsigned, N+1 signed by B, N+1 signed by A with one byte of
+/// release.yaml changed, N-1 signed by A (below the floor), N-1 with a
+/// rollback permit signed by A (`liken sign -allow-rollback`), and N+1
+/// signed by A (`liken bundle -sign`). The first four are refused with
+/// their reasons and LIKEN-B, read from the block device by the stand-in
+/// after each answer, stays as it was; the last two are written. The disk
+/// is then read on the host: slot B holds N+1's system image byte for
+/// byte, and the ESP the new entry, kernel and initrds, and grubenv.
 #[test]
-fn a_release_is_written_into_slot_b_through_the_control_socket() {
+fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     let images = images();
     let dir = scratch("write-release");
-    let release_dir = bundle(&dir);
+    let keys = dir.join("keys");
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    for k in ["a", "b"] {
+        liken(&["keygen", &s(&keys.join(k))]);
+    }
+    let key = |k: &str| keys.join(k).join("release.key");
+    let id_of = |k: &str| {
+        let public: liken_api::signing::ReleaseKey = decode::strict(
+            &std::fs::read_to_string(keys.join(k).join("release.pub")).unwrap(),
+            "release.pub",
+        )
+        .unwrap();
+        public.id.to_string()
+    };
+    let release_dir = bundle(&dir, VERSION, 0x9e37_79b9_7f4a_7c15, &key("a"));
+    let older_dir = bundle(&dir, OLDER, 0x2545_f491_4f6c_dd1d, &key("a"));
     let release: Release = decode::strict(
         &std::fs::read_to_string(release_dir.join("release.yaml")).unwrap(),
         "release.yaml",
     )
     .unwrap();
 
+    // The release disk: one directory per attempt, and the script. Only
+    // the first attempt of a version carries its artifacts.
+    let disk_dir = dir.join("release-disk");
+    copy_release(&release_dir, &disk_dir.join("unsigned"), true);
+    std::fs::remove_file(disk_dir.join("unsigned/release.yaml.sig")).unwrap();
+    let foreign = disk_dir.join("foreign");
+    copy_release(&release_dir, &foreign, false);
+    std::fs::remove_file(foreign.join("release.yaml.sig")).unwrap();
+    liken(&[
+        "sign",
+        "-key",
+        &s(&key("b")),
+        &s(&foreign.join("release.yaml")),
+    ]);
+    let changed = disk_dir.join("changed");
+    copy_release(&release_dir, &changed, false);
+    let mut yaml = std::fs::read(changed.join("release.yaml")).unwrap();
+    // One hex digit of the first artifact's digest, flipped.
+    let at = yaml.windows(8).position(|w| w == b"sha256: ").unwrap() + 8;
+    yaml[at] = if yaml[at] == b'0' { b'1' } else { b'0' };
+    std::fs::write(changed.join("release.yaml"), &yaml).unwrap();
+    copy_release(&older_dir, &disk_dir.join("older"), true);
+    copy_release(&release_dir, &disk_dir.join("good"), false);
+    liken(&[
+        "sign",
+        "-key",
+        &s(&key("a")),
+        "-allow-rollback",
+        OLDER,
+        "-cluster",
+        "test",
+        "-machine",
+        "node-1",
+        &s(&disk_dir.join("permit.yaml")),
+    ]);
+    std::fs::write(
+        disk_dir.join("script"),
+        "unsigned unsigned\nforeign foreign\nchanged changed\nbelow-floor older\n\
+         permit older permit.yaml\ngood good\n",
+    )
+    .unwrap();
+
     // The installed disk: slot A's entry (blessed) and kernel, a spent
-    // slot B entry and kernel from an older release, grubenv preferring A.
+    // slot B entry and kernel from an older release, grubenv preferring
+    // A, and the floor.
     let files = dir.join("esp-files");
     std::fs::create_dir_all(&files).unwrap();
     std::fs::write(files.join("liken-a.conf"), slot_a_entry()).unwrap();
     std::fs::write(files.join("liken-b+0-3.conf"), "title old b\n").unwrap();
     std::fs::write(files.join("old-vmlinuz"), "old kernel").unwrap();
+    std::fs::write(files.join("floor"), format!("{BOOTED}\n")).unwrap();
     let mut env = BTreeMap::new();
     env.insert("liken_slot".to_string(), "a".to_string());
     env.insert("liken_b_tries".to_string(), "0".to_string());
@@ -157,15 +290,18 @@ fn a_release_is_written_into_slot_b_through_the_control_socket() {
             ),
             ("liken/a/vmlinuz", &images.dir.join("vmlinuz")),
             ("liken/b/vmlinuz", &files.join("old-vmlinuz")),
+            ("liken/floor", &files.join("floor")),
             ("grub/grubenv", &files.join("grubenv")),
         ],
     );
     let disk = Disk::partitioned(&dir.join("disk.img"));
     disk.write_into("LIKEN-ESP", &esp);
+    let blank_b = liken_api::hash::sha256(&disk.read_part("LIKEN-B", 4 << 20)).to_string();
     let rel = dir.join("release.img");
-    release_disk(&rel, &release_dir);
+    release_disk(&rel, &disk_dir);
 
-    let (_, layer) = cli_layer(&dir, "test", "node-1");
+    let trusted = keys.join("a").join("release.pub");
+    let (_, layer) = cli_layer_trusting(&dir, "test", "node-1", &[&trusted]);
     let parts = [images.boot_cpio.clone(), layer, standin_cpio(&dir)];
     let mut qemu = drives::virtio("disk", &disk.path, None, false);
     qemu.extend(drives::virtio("release", &rel, None, true));
@@ -173,25 +309,56 @@ fn a_release_is_written_into_slot_b_through_the_control_socket() {
         &Boot {
             name: "write-release",
             initrd: &initrd(&dir, &parts),
-            append: "liken.slot=a liken.standin=write-release:/dev/vdb",
+            append: "liken.slot=a liken.standin=write-script:/dev/vdb",
         },
         &qemu,
     );
-    vm.expect_unordered(
-        &format!("liken-standin-k3s: asking init to write release {VERSION}"),
-        BOOT,
+    let boot = Duration::max(BOOT, WRITE);
+    vm.expect_unordered("liken-standin-k3s: attempt unsigned: asking init", boot);
+
+    // Refused, each with its reason, and slot B as it was.
+    let refused = |vm: &mut Vm, label: &str, says: &[&str]| {
+        let (answer, b) = attempt(vm, label);
+        assert_eq!(answer["response"], "refused", "{label}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default().to_owned();
+        for want in says {
+            assert!(message.contains(want), "{label}: {answer}");
+        }
+        assert!(message.contains("nothing was written"), "{label}: {answer}");
+        assert_eq!(b, blank_b, "{label}: LIKEN-B changed after a refusal");
+    };
+    refused(&mut vm, "unsigned", &["refused (unsigned)"]);
+    refused(
+        &mut vm,
+        "foreign",
+        &["refused (unknown-key)", &id_of("b"), &id_of("a")],
     );
-    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
-    assert!(ok.contains("entry liken-b+3.conf"), "{ok}");
-    let answer = vm.expect_unordered("liken-standin-k3s: release written ", WRITE);
-    let json = answer
-        .split_once("release written ")
-        .map(|(_, j)| j.trim())
-        .unwrap();
-    let written: serde_json::Value = serde_json::from_str(json).unwrap();
-    assert_eq!(written["slot"], "B", "{json}");
-    assert_eq!(written["version"], VERSION, "{json}");
-    assert_eq!(written["entry"], "liken-b+3.conf", "{json}");
+    refused(&mut vm, "changed", &["refused (changed)"]);
+    refused(
+        &mut vm,
+        "below-floor",
+        &[&format!(
+            "refused (below-floor): release {OLDER} is older than {BOOTED}"
+        )],
+    );
+    // The permit lets the older release through; the newer one follows.
+    let (answer, after_permit) = attempt(&mut vm, "permit");
+    assert_eq!(answer["response"], "releaseWritten", "{answer}");
+    assert_eq!(answer["version"], OLDER, "{answer}");
+    assert_ne!(
+        after_permit, blank_b,
+        "the permitted write left LIKEN-B as it was"
+    );
+    let (answer, after_good) = attempt(&mut vm, "good");
+    let written = &answer;
+    assert_eq!(written["response"], "releaseWritten", "{answer}");
+    assert_eq!(written["slot"], "B", "{answer}");
+    assert_eq!(written["version"], VERSION, "{answer}");
+    assert_eq!(written["entry"], "liken-b+3.conf", "{answer}");
+    assert_ne!(
+        after_good, after_permit,
+        "the second write left LIKEN-B as it was"
+    );
     // Progress reached the end of the slot write.
     assert!(
         vm.seen
@@ -231,7 +398,7 @@ fn a_release_is_written_into_slot_b_through_the_control_socket() {
          initrd /liken/b/microcode.cpio\n\
          initrd /liken/b/boot.cpio\n\
          initrd /liken/layer.cpio\n\
-         options liken.slot=b panic=10 console=ttyS0 liken.standin=write-release:/dev/vdb\n"
+         options liken.slot=b panic=10 console=ttyS0 liken.standin=write-script:/dev/vdb\n"
     );
     for (name, file) in [
         ("kernel", "vmlinuz"),
@@ -250,6 +417,14 @@ fn a_release_is_written_into_slot_b_through_the_control_socket() {
     let env = bootloader::parse_grubenv(&disk.esp_file("grub/grubenv")).unwrap();
     assert_eq!(env["liken_slot"], "b");
     assert_eq!(env["liken_b_tries"], "3");
+    // The permit lowered the floor to the release it allowed, on the ESP
+    // too.
+    assert_eq!(
+        String::from_utf8(disk.esp_file("liken/floor"))
+            .unwrap()
+            .trim(),
+        OLDER
+    );
     // The FAT init wrote is consistent.
     let esp_after = dir.join("esp-after.img");
     disk.extract("LIKEN-ESP", &esp_after);

@@ -35,6 +35,16 @@
 //!   successful write of it (`/var/lib/liken-standin/written-<version>`):
 //!   the new slot's entry carries this instruction on, and the release
 //!   must not be written back and forth forever.
+//! - `write-script:<dir>`: the signed-release scenario, several writes in
+//!   one boot. `<dir>` (or the FAT disk, as above) holds a `script`, one
+//!   attempt a line: `<label> <subdir> [<permit>]`. Each attempt stages
+//!   the release in `<subdir>` as `write-release` does, asks init to write
+//!   it with the `release.yaml.sig` found there (none if absent) and, when
+//!   given, the rollback permit `<permit>` with `<permit>.sig`, then prints
+//!   `attempt <label> answered {json}` and `attempt <label> slot B
+//!   <sha256>`: the SHA-256 of the first 4 MiB of the LIKEN-B partition,
+//!   read from the block device by this program, not by init. After the
+//!   last attempt it asks for a reboot if that one was written.
 //! - `net:<targets>`: ask init for its status and print the answer, then
 //!   print what a program on the machine sees of the network whenever it
 //!   changes and send a datagram to each target every second
@@ -103,7 +113,8 @@ use std::time::Duration;
 use std::path::{Path, PathBuf};
 
 use liken_api::control::{
-    RELEASES_DIR, Request, Response, SOCKET_PATH, WriteRelease, read_frame, write_frame,
+    RELEASES_DIR, Request, Response, SOCKET_PATH, SignedDocument, WriteRelease, read_frame,
+    write_frame,
 };
 use liken_api::{BootRecord, Release, decode};
 
@@ -249,6 +260,12 @@ fn stage_release(from: &Path, release: &Release, bytes: &[u8]) -> Result<PathBuf
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for a in &release.artifacts {
             let (src, dst) = (from.join(a.file.as_str()), dir.join(a.file.as_str()));
+            // A write-script's later attempts of one version carry only
+            // release.yaml (and its signature): the artifacts staged by
+            // the first stay. init checks them all either way.
+            if !src.exists() && dst.exists() {
+                continue;
+            }
             std::fs::copy(&src, &dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
         }
         std::fs::write(dir.join(liken_api::release::RELEASE_FILE), bytes)
@@ -323,6 +340,101 @@ fn write_release(from: &str) {
         }
         Ok(r) => say_answer("write-release answered", &r),
         Err(e) => say(&format!("write-release request failed: {e}")),
+    }
+}
+
+/// Runs a `write-script` (see the module's documentation).
+fn write_script(from: &str) {
+    let source = if from.starts_with("/dev/") {
+        match mount_source(from) {
+            Ok(at) => at,
+            Err(e) => return say(&format!("cannot read the release disk: {e}")),
+        }
+    } else {
+        PathBuf::from(from)
+    };
+    let script = match std::fs::read_to_string(source.join("script")) {
+        Ok(s) => s,
+        Err(e) => return say(&format!("cannot read {from}/script: {e}")),
+    };
+    let mut written = false;
+    for line in script.lines().filter(|l| !l.trim().is_empty()) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (label, sub, permit) = match words.as_slice() {
+            [label, sub] => (*label, *sub, None),
+            [label, sub, permit] => (*label, *sub, Some(*permit)),
+            _ => return say(&format!("cannot read the script line {line:?}")),
+        };
+        let dir = source.join(sub);
+        let staged = read_release(&dir).and_then(|(release, yaml)| {
+            stage_release(&dir, &release, &yaml).map(|staged| (staged, yaml))
+        });
+        let (staged, yaml) = match staged {
+            Ok(s) => s,
+            Err(e) => return say(&format!("attempt {label}: cannot stage {sub}: {e}")),
+        };
+        let rollback_permit = match permit {
+            None => None,
+            Some(p) => {
+                let read = |name: &str| std::fs::read_to_string(source.join(name));
+                match (read(p), read(&format!("{p}.sig"))) {
+                    (Ok(document), Ok(signature)) => Some(SignedDocument {
+                        document,
+                        signature,
+                    }),
+                    _ => return say(&format!("attempt {label}: cannot read the permit {p}")),
+                }
+            }
+        };
+        let request = Request::WriteRelease(WriteRelease {
+            directory: staged.display().to_string(),
+            release_sha256: liken_api::hash::sha256(&yaml),
+            signature: std::fs::read_to_string(dir.join("release.yaml.sig")).ok(),
+            rollback_permit,
+        });
+        say(&format!("attempt {label}: asking init to write {sub}"));
+        match ask(&request) {
+            Ok(r) => {
+                written = matches!(r, Response::ReleaseWritten(_));
+                say_answer(&format!("attempt {label} answered"), &r);
+            }
+            Err(e) => return say(&format!("attempt {label}: request failed: {e}")),
+        }
+        say(&format!("attempt {label} slot B {}", slot_b_digest()));
+    }
+    if written {
+        say("asking for reboot");
+        match ask(&Request::Reboot) {
+            Ok(r) => say_answer("reboot answered", &r),
+            Err(e) => say(&format!("reboot request failed: {e}")),
+        }
+    }
+}
+
+/// The SHA-256 of the first 4 MiB of the partition labelled LIKEN-B,
+/// found through sysfs (`PARTNAME=` in each block device's uevent), or
+/// why it could not be read.
+fn slot_b_digest() -> String {
+    let found = std::fs::read_dir("/sys/class/block")
+        .ok()
+        .and_then(|entries| {
+            entries.flatten().find_map(|e| {
+                let uevent = std::fs::read_to_string(e.path().join("uevent")).ok()?;
+                uevent
+                    .lines()
+                    .any(|l| l == "PARTNAME=LIKEN-B")
+                    .then(|| e.file_name().to_string_lossy().into_owned())
+            })
+        });
+    let Some(name) = found else {
+        return "unreadable: no LIKEN-B partition".to_owned();
+    };
+    let mut head = vec![0u8; 4 << 20];
+    let read = std::fs::File::open(format!("/dev/{name}"))
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+    match read {
+        Ok(()) => liken_api::hash::sha256(&head).to_string(),
+        Err(e) => format!("unreadable: /dev/{name}: {e}"),
     }
 }
 
@@ -675,6 +787,10 @@ fn main() {
         Some(("lease-memory", checkpoints)) => memory::watch(checkpoints, &say),
         Some(("write-release", dir)) => {
             write_release(dir);
+            stay_up();
+        }
+        Some(("write-script", dir)) => {
+            write_script(dir);
             stay_up();
         }
         _ if what == "reboot" || what == "poweroff" => {
