@@ -132,6 +132,7 @@ unit:
 .PHONY: bench bench-smoke
 bench: setup bench-releases bench-cluster-operator bench-machine-operator
 	cargo bench -p liken-kube --bench list
+	cargo bench -p liken-api --bench verify
 
 ## bench-cluster-operator: one sweep's decisions over 10,000 Machines, a
 ## settled fleet of 100 writing nothing over 10 sweeps (audit log), the
@@ -176,6 +177,7 @@ bench-smoke:
 	$(STATIC) cargo build -q --release --target $(TARGET) -p liken-cli
 	LIKEN_BENCH_SMOKE=1 ./scripts/bench/releases.sh $(CARGO_TARGET_DIR)/$(TARGET)/release/liken
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-kube --bench list
+	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-api --bench verify
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench cluster
 	LIKEN_BENCH_SMOKE=1 cargo test -q -p liken-ops --bench machine_operator
 	LIKEN_BENCH_SMOKE=1 cargo run -q -p qemu-tests --bin liken-bench
