@@ -472,21 +472,26 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: format!("syncing {}", req.channel.display()),
         error,
     })?;
-    let latest = match &upstream {
+    let update = match &upstream {
         Some((channel, bytes, signature)) => {
             channel::mirror_latest(&req.channel, channel, bytes, signature.as_deref())
         }
         // A version fetched by name: the mirror's channel.yaml is its own,
-        // fresh for the default time from this fetch.
+        // fresh for the default time from this fetch, and no publisher's
+        // signature covers it (a mirrored one is removed, and said so).
         None => channel::advance_latest(
             &req.channel,
             &version,
             channel::default_expiry(liken_api::Time::from_system(SystemTime::now())),
+            None,
         ),
     }
     .map_err(FetchError::Channel)?;
     writeln!(out, "fetched {version} into {}", dir.display()).map_err(w)?;
-    writeln!(out, "{}", latest.describe(&version)).map_err(w)?;
+    writeln!(out, "{}", update.latest.describe(&version)).map_err(w)?;
+    if let Some(note) = update.stale_note() {
+        writeln!(out, "{note}").map_err(w)?;
+    }
     writeln!(
         out,
         "catalog entry:\n  - version: {version}\n    digest: {digest}{}",
