@@ -5,8 +5,9 @@
 //! fixed names of [`layout::INPUTS`], each hashed while it is copied, and
 //! release.yaml is written beside them naming every file by size and
 //! SHA-256. Then channel.yaml's latest moves forward if this release is
-//! the newest (signed with `-sign`; an unsigned rewrite removes a
-//! signature it leaves stale and says so, see [`super::channel`]).
+//! the newest, fresh for `-channel-days` (signed with `-sign`; an
+//! unsigned rewrite removes a signature it leaves stale and says so, see
+//! [`super::channel`]).
 //!
 //! A version is immutable once published: machines pin release.yaml by
 //! digest, so rewriting a release under its old name would strand every
@@ -61,6 +62,8 @@ pub struct BundleRequest {
     pub progress: Style,
     /// The key that signs release.yaml and channel.yaml, if any.
     pub sign: Option<liken_api::signing::SigningKey>,
+    /// How many days a channel.yaml written now stays current.
+    pub channel_days: u32,
 }
 
 /// Why bundle refused or failed.
@@ -348,7 +351,10 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
         doing: "writing output".to_owned(),
         error: e,
     };
-    let expires = channel::default_expiry(liken_api::Time::from_system(SystemTime::now()));
+    let expires = channel::expiry(
+        liken_api::Time::from_system(SystemTime::now()),
+        req.channel_days,
+    );
     // A newer latest is written and signed under the channel's lock; an
     // unsigned rewrite removes the signature it leaves stale.
     let update = channel::advance_latest(&req.channel, &req.version, expires, req.sign.as_ref())
@@ -548,6 +554,7 @@ mod tests {
             components: parse_components(&["linux=6.1"]).unwrap(),
             progress: Style::Quiet,
             sign: None,
+            channel_days: liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS,
         }
     }
 

@@ -57,6 +57,11 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         None => None,
         Some(k) => Some(crate::signing::read_signing_key(std::path::Path::new(k))?),
     };
+    let channel_days = match parsed.value("channel-days") {
+        None => liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS,
+        Some(text) => super::channel::parse_validity_days(text)
+            .map_err(|e| super::Error::Bundle(BundleError::Invalid(e)))?,
+    };
     let mut positional = words.iter();
     let inputs = INPUTS.map(|input| match input.flag {
         Some(flag) => parsed.value(flag).map(PathBuf::from),
@@ -70,6 +75,7 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         components,
         progress: Style::detect(),
         sign,
+        channel_days,
     };
     bundle::run(&req, io.out).map_err(|e| super::Error::Bundle(e).into())
 }
