@@ -294,18 +294,27 @@ it is older than the newest release they ever blessed, until -expires
 /// `liken fetch`.
 pub const FETCH: Entry = Entry {
     name: "fetch",
-    synopsis: "liken fetch [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>",
+    synopsis: "liken fetch (-key release.pub | -trust trust.yaml | -unsigned) [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>",
     about: "\
 Copy one release from a channel into a local channel directory,
 checking every file against the release's release.yaml while it
 downloads; a file gets its final name only once it matches. \"latest\"
-takes the version the channel's channel.yaml names. -digest pins
-release.yaml itself to a catalog entry's digest, so the whole download
-is checked against what your cluster trusts. An https source is
-checked against the usual public CAs, or with -ca against only the CA
-certificates in that PEM file (a channel behind a private CA).
-An interrupted download resumes where it stopped when run again.",
+takes the version the channel's channel.yaml names. Before anything is
+downloaded, release.yaml (and for latest, channel.yaml, which must not
+be past its expiry) must be signed by the publisher's key (-key, a
+release.pub) or by a key of a deployment's trust root (-trust, its
+trust.yaml or the deployment directory); otherwise nothing is written.
+It prints the key that signed. -unsigned fetches without checking and
+says what that gives up. -digest pins release.yaml itself to a catalog
+entry's digest, so the whole download is checked against what your
+cluster trusts. An https source is checked against the usual public
+CAs, or with -ca against only the CA certificates in that PEM file (a
+channel behind a private CA). An interrupted download resumes where it
+stopped when run again.",
     options: &[
+        Opt::value("key", "release.pub"),
+        Opt::value("trust", "trust.yaml"),
+        Opt::switch("unsigned"),
         Opt::value("digest", "sha256:<hex>"),
         Opt::value("ca", "ca.pem"),
     ],
