@@ -316,10 +316,15 @@ fn dispatch(first: &OsStr, rest: Vec<OsString>, io: &mut Io) -> Result<(), Error
                     machines: parsed.values("machine"),
                     expires: parsed.value("expires"),
                 });
+            let days = match parsed.value("channel-days") {
+                Some(text) => Some(signing::channel_days(text)?),
+                None => None,
+            };
             Ok(signing::sign_command(
                 &file,
                 Path::new(key),
                 rollback,
+                days,
                 io.out,
             )?)
         }

@@ -5,6 +5,10 @@
 //! A person never types a key or a signature: keygen writes the key pair
 //! and prints its id, trust writes trust.yaml from public key files, sign
 //! writes `<file>.sig` (and, with `-allow-rollback`, the permit it signs).
+//! Signing a channel.yaml renews it first (the next serial, a new
+//! expiry; [`liken_releases::channel::renew`]), so a channel re-signed
+//! with nothing new to publish still reads as current and never as a
+//! replay.
 //! The private key is written 0600 and read only to sign; nothing here
 //! prints it.
 //!
@@ -24,6 +28,7 @@ use liken_api::signing::{
     SigningKey, TrustRoot,
 };
 use liken_api::{Time, Version};
+use liken_releases::channel::{self, ChannelError};
 use liken_releases::files;
 
 /// How long a rollback permit lasts unless `-expires` says otherwise.
@@ -52,6 +57,8 @@ pub enum SigningError {
     },
     /// A flag's value is wrong.
     Invalid(String),
+    /// A channel.yaml could not be renewed.
+    Channel(ChannelError),
     /// Writing the command's output failed.
     Output(std::io::Error),
 }
@@ -77,6 +84,7 @@ impl fmt::Display for SigningError {
                 path.display()
             ),
             SigningError::Invalid(m) => f.write_str(m),
+            SigningError::Channel(e) => write!(f, "nothing was signed: {e}"),
             SigningError::Output(e) => write!(f, "writing output: {e}"),
         }
     }
@@ -103,6 +111,12 @@ fn read_text(path: &Path) -> Result<String, SigningError> {
 
 /// Reads a private key file.
 pub fn read_signing_key(path: &Path) -> Result<SigningKey, SigningError> {
+    let text = read_text(path)?;
+    decode::strict(&text, &path.display().to_string()).map_err(SigningError::Decode)
+}
+
+/// Reads a public key file (`release.pub`).
+pub fn read_release_key(path: &Path) -> Result<ReleaseKey, SigningError> {
     let text = read_text(path)?;
     decode::strict(&text, &path.display().to_string()).map_err(SigningError::Decode)
 }
@@ -190,10 +204,7 @@ pub fn trust_command(
 ) -> Result<(), SigningError> {
     let mut public = Vec::new();
     for path in keys {
-        let text = read_text(path)?;
-        let key: ReleaseKey =
-            decode::strict(&text, &path.display().to_string()).map_err(SigningError::Decode)?;
-        public.push(key);
+        public.push(read_release_key(path)?);
     }
     let trust = TrustRoot::new(public);
     let problems = liken_api::validate::Validate::validate(&trust);
@@ -256,16 +267,29 @@ pub struct PermitWords<'a> {
     pub expires: Option<&'a str>,
 }
 
-/// `liken sign -key release.key [-allow-rollback V -cluster C -machine M...
-/// [-expires T]] <file>`: signs `file` with the key at `key`, or with
-/// `rollback` writes the permit into `file` and signs that.
+/// Reads `-channel-days`.
+pub fn channel_days(text: &str) -> Result<u32, SigningError> {
+    channel::parse_validity_days(text).map_err(SigningError::Invalid)
+}
+
+/// `liken sign -key release.key [-channel-days N] [-allow-rollback V
+/// -cluster C -machine M... [-expires T]] <file>`: signs `file` with the
+/// key at `key` (renewing it first when it is a channel.yaml, fresh for
+/// `channel_days` or the default), or with `rollback` writes the permit
+/// into `file` and signs that.
 pub fn sign_command(
     file: &Path,
     key: &Path,
     rollback: Option<PermitWords<'_>>,
+    channel_days: Option<u32>,
     w: &mut dyn Write,
 ) -> Result<(), SigningError> {
     let key = read_signing_key(key)?;
+    if rollback.is_some() && channel_days.is_some() {
+        return Err(SigningError::Invalid(
+            "-channel-days renews a channel.yaml; a rollback permit's lifetime is -expires".into(),
+        ));
+    }
     if let Some(words) = rollback {
         let permit = permit(&words, Time::from_system(std::time::SystemTime::now()))?;
         let text = decode::to_yaml(&permit).map_err(|e| SigningError::Invalid(e.to_string()))?;
@@ -286,6 +310,37 @@ pub fn sign_command(
     }
     let text = read_text(file)?;
     let kind = signable_kind(file, &text)?;
+    if kind == <Channel as Kind>::KIND {
+        let now = Time::from_system(std::time::SystemTime::now());
+        let days = channel_days.unwrap_or(liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS);
+        let renewal = channel::renew(file, channel::expiry(now, days), &key)
+            .map_err(SigningError::Channel)?;
+        writeln!(
+            w,
+            "signed {} ({kind}) with key {}: {}\nrenewed it: serial {}, current until {} \
+             (latest is still {}); sign it again before then, or readers take the channel as \
+             stopped",
+            file.display(),
+            key.id,
+            renewal.signature.display(),
+            renewal
+                .channel
+                .serial
+                .map_or_else(String::new, |s| s.to_string()),
+            renewal
+                .channel
+                .expires
+                .map_or_else(String::new, |t| t.to_string()),
+            renewal.channel.latest,
+        )?;
+        return Ok(());
+    }
+    if channel_days.is_some() {
+        return Err(SigningError::Invalid(format!(
+            "-channel-days renews a channel.yaml, and {} is a {kind}; sign it without the flag",
+            file.display()
+        )));
+    }
     let sig = sign_file(&key, file)?;
     writeln!(
         w,
@@ -377,5 +432,82 @@ mod tests {
             Err(SigningError::NotSignable { .. })
         ));
         assert_eq!(read_signature(&tmp.path().join("none.sig")).unwrap(), None);
+    }
+
+    #[test]
+    fn signing_a_channel_renews_it_and_signs_the_new_bytes() {
+        let tmp = TestDir::new("sign-channel");
+        let (private, _) = keygen(tmp.path()).unwrap();
+        let key = read_signing_key(&private).unwrap();
+        let trust = TrustRoot::new([key.public()]);
+        let channel = tmp.path().join("channel.yaml");
+        std::fs::write(
+            &channel,
+            "apiVersion: liken.sh/v1alpha1\nkind: Channel\nlatest: 2026.12.01-001\nserial: 4\n",
+        )
+        .unwrap();
+        let read_channel = || {
+            let text = std::fs::read_to_string(&channel).unwrap();
+            decode::strict::<Channel>(&text, "channel.yaml").unwrap()
+        };
+        let mut out = Vec::new();
+        sign_command(&channel, &private, None, Some(2), &mut out).unwrap();
+        let doc = read_channel();
+        assert_eq!(
+            (doc.serial, doc.latest.as_str()),
+            (Some(5), "2026.12.01-001")
+        );
+        let expires = doc.expires.unwrap();
+        let now = Time::from_system(std::time::SystemTime::now());
+        let days = expires.seconds_since(now);
+        assert!((2 * 86_400 - 60..=2 * 86_400).contains(&days), "{days}");
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("renewed it: serial 5, current until")
+                && out.contains(&expires.to_string())
+                && out.contains(key.id.as_str()),
+            "{out}"
+        );
+        assert!(!out.contains(&key.seed.to_hex()));
+        let sig = read_signature(&tmp.path().join("channel.yaml.sig"))
+            .unwrap()
+            .unwrap();
+        let bytes = std::fs::read(&channel).unwrap();
+        assert_eq!(trust.verify(&bytes, Some(&sig)).unwrap(), key.id);
+
+        // Again with nothing new: a strictly newer document, the default
+        // validity.
+        sign_command(&channel, &private, None, None, &mut Vec::new()).unwrap();
+        let again = read_channel();
+        assert_eq!(again.serial, Some(6));
+        assert!(again.expires.unwrap().seconds_since(now) >= 13 * 86_400);
+        let sig = read_signature(&tmp.path().join("channel.yaml.sig"))
+            .unwrap()
+            .unwrap();
+        let bytes = std::fs::read(&channel).unwrap();
+        assert_eq!(trust.verify(&bytes, Some(&sig)).unwrap(), key.id);
+    }
+
+    #[test]
+    fn channel_days_is_only_for_a_channel() {
+        let tmp = TestDir::new("sign-days");
+        let (private, public) = keygen(tmp.path()).unwrap();
+        let trust = tmp.path().join("trust.yaml");
+        trust_command(&trust, &[public], None, &mut Vec::new()).unwrap();
+        let e = sign_command(&trust, &private, None, Some(3), &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("is a TrustRoot"), "{e}");
+        assert!(!tmp.path().join("trust.yaml.sig").exists());
+        let words = PermitWords {
+            version: "2026.12.01-001",
+            cluster: Some("home"),
+            machines: vec!["node-1"],
+            expires: None,
+        };
+        let permit = tmp.path().join("permit.yaml");
+        let e = sign_command(&permit, &private, Some(words), Some(3), &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("-expires"), "{e}");
+        assert!(!permit.exists());
+        assert!(channel_days("0").is_err());
+        assert_eq!(channel_days("30").unwrap(), 30);
     }
 }

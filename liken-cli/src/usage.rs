@@ -267,18 +267,22 @@ a machine takes a new trust root only when a key it trusts signed it.",
 /// `liken sign`.
 pub const SIGN: Entry = Entry {
     name: "sign",
-    synopsis: "liken sign -key release.key <release.yaml|channel.yaml|trust.yaml>\n\
+    synopsis: "liken sign -key release.key [-channel-days 14] <release.yaml|channel.yaml|trust.yaml>\n\
 liken sign -key release.key -allow-rollback <version> -cluster <name> -machine <name>... [-expires <time>] <permit.yaml>",
     about: "\
 Sign an existing release.yaml, channel.yaml or trust.yaml: writes the
 detached signature <file>.sig (ed25519 over the file's exact bytes,
-with the key's id). With -allow-rollback, write a rollback permit to
-<permit.yaml> and sign it: it lets the named machines of the named
-Cluster take <version> although it is older than the newest release
-they ever blessed, until -expires (an RFC 3339 time; 24 hours from now
-by default).",
+with the key's id). A channel.yaml is renewed first: the same latest,
+its serial raised by one and a new expiry 14 days on (-channel-days to
+change), so re-signing before it expires keeps a channel with nothing
+new from reading as stopped. It prints the serial and the expiry. With
+-allow-rollback, write a rollback permit to <permit.yaml> and sign it:
+it lets the named machines of the named Cluster take <version> although
+it is older than the newest release they ever blessed, until -expires
+(an RFC 3339 time; 24 hours from now by default).",
     options: &[
         Opt::value("key", "release.key"),
+        Opt::value("channel-days", "14"),
         Opt::value("allow-rollback", "version"),
         Opt::value("cluster", "name"),
         Opt::repeated("machine", "name"),
@@ -290,18 +294,27 @@ by default).",
 /// `liken fetch`.
 pub const FETCH: Entry = Entry {
     name: "fetch",
-    synopsis: "liken fetch [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>",
+    synopsis: "liken fetch (-key release.pub | -trust trust.yaml | -unsigned) [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>",
     about: "\
 Copy one release from a channel into a local channel directory,
 checking every file against the release's release.yaml while it
 downloads; a file gets its final name only once it matches. \"latest\"
-takes the version the channel's channel.yaml names. -digest pins
-release.yaml itself to a catalog entry's digest, so the whole download
-is checked against what your cluster trusts. An https source is
-checked against the usual public CAs, or with -ca against only the CA
-certificates in that PEM file (a channel behind a private CA).
-An interrupted download resumes where it stopped when run again.",
+takes the version the channel's channel.yaml names. Before anything is
+downloaded, release.yaml (and for latest, channel.yaml, which must not
+be past its expiry) must be signed by the publisher's key (-key, a
+release.pub) or by a key of a deployment's trust root (-trust, its
+trust.yaml or the deployment directory); otherwise nothing is written.
+It prints the key that signed. -unsigned fetches without checking and
+says what that gives up. -digest pins release.yaml itself to a catalog
+entry's digest, so the whole download is checked against what your
+cluster trusts. An https source is checked against the usual public
+CAs, or with -ca against only the CA certificates in that PEM file (a
+channel behind a private CA). An interrupted download resumes where it
+stopped when run again.",
     options: &[
+        Opt::value("key", "release.pub"),
+        Opt::value("trust", "trust.yaml"),
+        Opt::switch("unsigned"),
         Opt::value("digest", "sha256:<hex>"),
         Opt::value("ca", "ca.pem"),
     ],
@@ -311,7 +324,7 @@ An interrupted download resumes where it stopped when run again.",
 /// `liken bundle`.
 pub const BUNDLE: Entry = Entry {
     name: "bundle",
-    synopsis: "liken bundle [-sign release.key] [-slot-size 1Gi] [-microcode microcode.cpio] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    synopsis: "liken bundle [-sign release.key] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
 Publish a release into a channel directory: copy the files into
 <channel-dir>/<version>/, write release.yaml with each file's size and
@@ -324,9 +337,11 @@ boots on the firmware's microcode. component=version pairs
 record which upstream versions went in (linux=6.1.0-28 k3s=v1.31.4+k3s1).
 It prints the catalog entry for cluster.yaml. -sign signs release.yaml
 and channel.yaml with that key (release.yaml.sig, channel.yaml.sig);
-machines whose trust root lists the key accept nothing else.",
+machines whose trust root lists the key accept nothing else. A
+channel.yaml written stays current for 14 days, or -channel-days.",
     options: &[
         Opt::value("sign", "release.key"),
+        Opt::value("channel-days", "14"),
         Opt::value("slot-size", "1Gi"),
         Opt::value("microcode", "microcode.cpio"),
     ],

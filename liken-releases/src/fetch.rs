@@ -13,6 +13,16 @@
 //! byte as downloaded, so its digest locally equals the catalog's and its
 //! presence means the whole release is here.
 //!
+//! Signatures come before any of that ([`Signatures`]). With a trust
+//! root (`-key release.pub` or `-trust trust.yaml`), release.yaml must
+//! carry a detached signature by one of its keys over its exact bytes,
+//! and for `latest` so must channel.yaml, which must also not be past its
+//! expiry (a frozen channel's latest is not the latest). Every check runs
+//! on the documents alone, before an artifact is requested or anything is
+//! written into the channel directory, so a refused release leaves no
+//! trace. Without a trust root the caller must say so
+//! ([`Signatures::Unchecked`]); the CLI then prints [`UNSIGNED_WARNING`].
+//!
 //! Failures divide in two. An interrupted transfer (a reset, a timeout,
 //! a server that closes early) keeps the `.partial`: running the command
 //! again hashes the prefix already on disk and asks only for the rest
@@ -29,8 +39,9 @@ use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use liken_api::release::{Artifact, RELEASE_FILE, Release};
-use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Version, decode};
+use liken_api::release::{Artifact, CHANNEL_FILE, RELEASE_FILE, Release};
+use liken_api::signing::{DetachedSignature, KeyId, TrustRoot, VerifyError, signature_name};
+use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Time, Version, decode};
 use sha2::Sha256;
 
 use crate::channel::{self, ChannelError};
@@ -63,6 +74,24 @@ impl Wanted {
     }
 }
 
+/// Whose signatures fetch accepts.
+#[derive(Clone, Debug)]
+pub enum Signatures {
+    /// Only documents a key of this trust root signed: release.yaml, and
+    /// for `latest` channel.yaml too.
+    Verify(TrustRoot),
+    /// No check: `liken fetch -unsigned`, and the machine operator, whose
+    /// init checks release.yaml's signature before it writes a slot. A
+    /// signature the channel publishes is still kept beside its document.
+    Unchecked,
+}
+
+/// What `liken fetch -unsigned` prints first, every time.
+pub const UNSIGNED_WARNING: &str = "WARNING: fetching without checking signatures (-unsigned): \
+whatever the source serves is taken as published, so whoever controls the source or the network \
+path to it chooses what lands in the channel directory (only -digest still pins release.yaml); \
+give -key <release.pub> or -trust <trust.yaml> to take only what a trusted key signed";
+
 /// What `fetch` was asked to do, already parsed.
 #[derive(Clone, Debug)]
 pub struct FetchRequest {
@@ -81,6 +110,8 @@ pub struct FetchRequest {
     pub progress: Style,
     /// Told the bytes of the whole release as they arrive.
     pub observer: Option<Observer>,
+    /// Whose signatures are accepted.
+    pub signatures: Signatures,
 }
 
 /// Why fetch failed.
@@ -100,6 +131,27 @@ pub enum FetchError {
         want: Digest,
         /// What arrived.
         got: Digest,
+    },
+    /// A document's signature does not pass the trust root.
+    Signature {
+        /// The document's URL.
+        url: String,
+        /// Why.
+        error: VerifyError,
+    },
+    /// A document's signature file is not a signature.
+    UnreadableSignature {
+        /// The signature's URL.
+        url: String,
+        /// What the decoder said.
+        error: DecodeError,
+    },
+    /// A signed channel.yaml is past its expiry, or names none.
+    ChannelStale {
+        /// channel.yaml's URL.
+        url: String,
+        /// Its expiry, if it has one.
+        expired: Option<Time>,
     },
     /// release.yaml describes another version than its URL.
     WrongVersion {
@@ -190,6 +242,27 @@ impl FetchError {
                 "{url} has digest {got}, but -digest pins {want}: this is not the release the \
                  catalog trusts; nothing was written (check the catalog entry and the source)"
             ),
+            FetchError::Signature { url, error } => {
+                write!(f, "{url} is refused: {error}; nothing was written")
+            }
+            FetchError::UnreadableSignature { url, error } => write!(
+                f,
+                "{url} is not a signature ({error}); nothing was written: the channel's copy is \
+                 damaged, ask its publisher to sign again"
+            ),
+            FetchError::ChannelStale { url, expired } => {
+                let when = match expired {
+                    Some(t) => format!("expired at {t}"),
+                    None => "names no expiry".to_owned(),
+                };
+                write!(
+                    f,
+                    "{url} {when}: the channel may have stopped moving (a frozen mirror, or a publisher who \
+                     has not published or re-signed since), so its latest may not be the latest; \
+                     nothing was written. Fetch a version by name to take it anyway, or ask the \
+                     publisher to re-sign channel.yaml (`liken sign`)"
+                )
+            }
             FetchError::WrongVersion { url, found } => write!(
                 f,
                 "{url} describes release {found}, not the version in its URL; the channel is \
@@ -387,6 +460,61 @@ fn signature_of(agent: &ureq::Agent, url: &str) -> Result<Option<Vec<u8>>, Fetch
     }
 }
 
+/// Decides whether the document at `url` (its `bytes`, and the bytes of
+/// `url.sig` when the channel publishes one) may be taken: under
+/// [`Signatures::Verify`], only when a trusted key signed exactly these
+/// bytes, answering that key's id; unchecked, always, answering none.
+pub fn decide_signature(
+    signatures: &Signatures,
+    url: &str,
+    bytes: &[u8],
+    signature: Option<&[u8]>,
+) -> Result<Option<KeyId>, FetchError> {
+    let Signatures::Verify(trust) = signatures else {
+        return Ok(None);
+    };
+    let sig = match signature {
+        None => None,
+        Some(raw) => {
+            let sig_url = signature_name(url);
+            let text = String::from_utf8_lossy(raw);
+            Some(
+                decode::strict::<DetachedSignature>(&text, &sig_url).map_err(|error| {
+                    FetchError::UnreadableSignature {
+                        url: sig_url.clone(),
+                        error,
+                    }
+                })?,
+            )
+        }
+    };
+    trust
+        .verify(bytes, sig.as_ref())
+        .map(Some)
+        .map_err(|error| FetchError::Signature {
+            url: url.to_owned(),
+            error,
+        })
+}
+
+/// Decides whether a verified channel.yaml is current enough for its
+/// latest to be taken as the latest: not past its expiry. (Whether its
+/// serial went backwards needs a memory of serials seen, which the
+/// cluster operator keeps and a one-off fetch has not; a mirror's
+/// channel.yaml still never moves back, [`channel::decide_mirror`].)
+pub fn decide_channel_fresh(channel: &Channel, url: &str, now: Time) -> Result<(), FetchError> {
+    liken_api::release::decide_channel_freshness(channel, None, now).map_err(|refusal| {
+        let expired = match refusal {
+            liken_api::release::ChannelRefusal::Stale { expired } => expired,
+            liken_api::release::ChannelRefusal::Replayed { .. } => channel.expires,
+        };
+        FetchError::ChannelStale {
+            url: url.to_owned(),
+            expired,
+        }
+    })
+}
+
 /// Runs `liken fetch`.
 pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
     let source = client::normalize_source(&req.source).ok_or_else(|| {
@@ -403,14 +531,37 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
             client::agent_with_ca(&pem).map_err(ca)?
         }
     };
+    let w = |error| FetchError::Io {
+        doing: "writing output".into(),
+        error,
+    };
+    let mut notes = Vec::new();
+    if matches!(req.signatures, Signatures::Unchecked) {
+        writeln!(out, "{UNSIGNED_WARNING}").map_err(w)?;
+    }
     // `latest` mirrors the upstream's channel.yaml (and its signature)
-    // as published; a named version moves the mirror's own.
+    // as published; a named version moves the mirror's own. Either way
+    // every document is checked here, before anything is written.
     let (version, upstream) = match &req.wanted {
         Wanted::Version(v) => (v.clone(), None),
         Wanted::Latest => {
             let (channel, bytes) = channel_document(&agent, source)?;
-            let url = format!("{source}/{}", liken_api::release::CHANNEL_FILE);
+            let url = format!("{source}/{CHANNEL_FILE}");
             let signature = signature_of(&agent, &url)?;
+            if let Some(key) =
+                decide_signature(&req.signatures, &url, &bytes, signature.as_deref())?
+            {
+                decide_channel_fresh(&channel, &url, Time::from_system(SystemTime::now()))?;
+                notes.push(format!(
+                    "{CHANNEL_FILE} is signed by trusted key {key}: serial {}, current until {}",
+                    channel
+                        .serial
+                        .map_or_else(|| "none".to_owned(), |s| s.to_string()),
+                    channel
+                        .expires
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string()),
+                ));
+            }
             (channel.latest.clone(), Some((channel, bytes, signature)))
         }
     };
@@ -440,10 +591,15 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         });
     }
     check_names(&release)?;
-    // The detached signature, when the channel publishes one: kept beside
-    // release.yaml so the machine operator can hand it to init, which
-    // checks it against its trust root. A channel without one answers 404.
+    // The detached signature, when the channel publishes one: checked
+    // here against the trust root when there is one, and kept beside
+    // release.yaml either way so the machine operator can hand it to
+    // init, which checks it against its own. A channel without one
+    // answers 404.
     let signature = signature_of(&agent, &url)?;
+    if let Some(key) = decide_signature(&req.signatures, &url, &bytes, signature.as_deref())? {
+        notes.push(format!("{RELEASE_FILE} is signed by trusted key {key}"));
+    }
 
     let dir = layout::release_dir(&req.channel, &version);
     let local_doc = dir.join(RELEASE_FILE);
@@ -455,10 +611,9 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: format!("creating {}", dir.display()),
         error,
     })?;
-    let w = |error| FetchError::Io {
-        doing: "writing output".into(),
-        error,
-    };
+    for note in &notes {
+        writeln!(out, "{note}").map_err(w)?;
+    }
     if req.digest.is_none() {
         writeln!(out, "{}", unpinned_note(&digest)).map_err(w)?;
     }
@@ -483,7 +638,7 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         writeln!(out, "{} {}: {how}", a.name, escape(a.file.as_str())).map_err(w)?;
     }
     if let Some(sig) = &signature {
-        let path = dir.join(liken_api::signing::signature_name(RELEASE_FILE));
+        let path = dir.join(signature_name(RELEASE_FILE));
         files::replace(&path, sig, files::PUBLIC).map_err(|error| FetchError::Io {
             doing: format!("writing {}", path.display()),
             error,
@@ -497,21 +652,26 @@ pub fn run(req: &FetchRequest, out: &mut dyn Write) -> Result<(), FetchError> {
         doing: format!("syncing {}", req.channel.display()),
         error,
     })?;
-    let latest = match &upstream {
+    let update = match &upstream {
         Some((channel, bytes, signature)) => {
             channel::mirror_latest(&req.channel, channel, bytes, signature.as_deref())
         }
         // A version fetched by name: the mirror's channel.yaml is its own,
-        // fresh for the default time from this fetch.
+        // fresh for the default time from this fetch, and no publisher's
+        // signature covers it (a mirrored one is removed, and said so).
         None => channel::advance_latest(
             &req.channel,
             &version,
-            channel::default_expiry(liken_api::Time::from_system(SystemTime::now())),
+            channel::default_expiry(Time::from_system(SystemTime::now())),
+            None,
         ),
     }
     .map_err(FetchError::Channel)?;
     writeln!(out, "fetched {version} into {}", dir.display()).map_err(w)?;
-    writeln!(out, "{}", latest.describe(&version)).map_err(w)?;
+    writeln!(out, "{}", update.latest.describe(&version)).map_err(w)?;
+    if let Some(note) = update.stale_note() {
+        writeln!(out, "{note}").map_err(w)?;
+    }
     writeln!(
         out,
         "catalog entry:\n  - version: {version}\n    digest: {digest}{}",
@@ -775,6 +935,72 @@ mod tests {
         ));
         let e = Wanted::parse("newest").unwrap_err().to_string();
         assert!(e.contains("or \"latest\""), "{e}");
+    }
+
+    #[test]
+    fn a_document_is_taken_only_when_a_trusted_key_signed_its_bytes() {
+        use liken_api::signing::key_pair;
+        let (a, a_pub) = key_pair([1; 32]);
+        let (b, _) = key_pair([2; 32]);
+        let verify = Signatures::Verify(TrustRoot::new([a_pub]));
+        let url = "http://h/2026.07.11-001/release.yaml";
+        let bytes = b"kind: Release\n";
+        let sig = |k: &liken_api::signing::SigningKey, b: &[u8]| {
+            decode::to_yaml(&k.sign(b)).unwrap().into_bytes()
+        };
+        assert_eq!(
+            decide_signature(&verify, url, bytes, Some(&sig(&a, bytes))).unwrap(),
+            Some(a.id.clone())
+        );
+        // Unchecked takes anything, a signature or not, and names no key.
+        for s in [None, Some(&b"junk"[..])] {
+            assert_eq!(
+                decide_signature(&Signatures::Unchecked, url, bytes, s).unwrap(),
+                None
+            );
+        }
+        // (signature, reason): each refusal names the URL and VerifyError's reason.
+        let refused = [
+            (None, "unsigned"),
+            (Some(sig(&b, bytes)), "unknown-key"),
+            (Some(sig(&a, b"kind: Other\n")), "changed"),
+        ];
+        for (s, reason) in refused {
+            let e = decide_signature(&verify, url, bytes, s.as_deref()).unwrap_err();
+            match &e {
+                FetchError::Signature { error, .. } => assert_eq!(error.reason(), reason),
+                other => panic!("{other}"),
+            }
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("{url} is refused: "))
+                    && text.ends_with("nothing was written"),
+                "{text}"
+            );
+        }
+        let e = decide_signature(&verify, url, bytes, Some(b"hello: 1\n")).unwrap_err();
+        assert!(
+            matches!(&e, FetchError::UnreadableSignature { url: u, .. } if u.ends_with("release.yaml.sig")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_verified_channel_must_be_current() {
+        let v = Version::parse("2026.07.11-001").unwrap();
+        let now = Time::from_unix(1_000);
+        let url = "http://h/channel.yaml";
+        let fresh = Channel::next(None, v.clone(), Time::from_unix(1_001));
+        decide_channel_fresh(&fresh, url, now).unwrap();
+        let e = decide_channel_fresh(&Channel::next(None, v.clone(), now), url, now).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("{url} expired at {now}"))
+                && text.contains("Fetch a version by name"),
+            "{text}"
+        );
+        let e = decide_channel_fresh(&Channel::new(v), url, now).unwrap_err();
+        assert!(e.to_string().contains("names no expiry"), "{e}");
     }
 
     #[test]

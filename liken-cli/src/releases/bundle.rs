@@ -5,7 +5,9 @@
 //! fixed names of [`layout::INPUTS`], each hashed while it is copied, and
 //! release.yaml is written beside them naming every file by size and
 //! SHA-256. Then channel.yaml's latest moves forward if this release is
-//! the newest.
+//! the newest, fresh for `-channel-days` (signed with `-sign`; an
+//! unsigned rewrite removes a signature it leaves stale and says so, see
+//! [`super::channel`]).
 //!
 //! A version is immutable once published: machines pin release.yaml by
 //! digest, so rewriting a release under its old name would strand every
@@ -60,6 +62,8 @@ pub struct BundleRequest {
     pub progress: Style,
     /// The key that signs release.yaml and channel.yaml, if any.
     pub sign: Option<liken_api::signing::SigningKey>,
+    /// How many days a channel.yaml written now stays current.
+    pub channel_days: u32,
 }
 
 /// Why bundle refused or failed.
@@ -343,41 +347,33 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     staging.keep = true;
     files::sync_dir(&req.channel).map_err(io(format!("syncing {}", req.channel.display())))?;
 
-    let expires = channel::default_expiry(liken_api::Time::from_system(SystemTime::now()));
-    let latest = channel::advance_latest(&req.channel, &req.version, expires)
-        .map_err(BundleError::Channel)?;
-    let channel_file = req.channel.join(liken_api::release::CHANNEL_FILE);
-    let channel_sig = PathBuf::from(liken_api::signing::signature_name(
-        &channel_file.to_string_lossy(),
-    ));
-    match &req.sign {
-        Some(key) => {
-            let bytes = fs::read(&channel_file)
-                .map_err(io(format!("reading {}", channel_file.display())))?;
-            write_signature(key, &bytes, &channel_file)?;
-        }
-        // A signature left from a signed bundle no longer matches the
-        // channel.yaml just written: a stale one would read as tampering.
-        None => match fs::remove_file(&channel_sig) {
-            Ok(()) => writeln!(
-                out,
-                "removed {}: it signed the previous channel.yaml; sign this one with `liken sign`",
-                channel_sig.display()
-            )
-            .map_err(|error| BundleError::Io {
-                doing: "writing output".to_owned(),
-                error,
-            })?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(format!("removing {}", channel_sig.display()))(e)),
-        },
-    }
-
-    let total: u64 = sizes.iter().sum();
     let w = |e| BundleError::Io {
         doing: "writing output".to_owned(),
         error: e,
     };
+    let expires = channel::expiry(
+        liken_api::Time::from_system(SystemTime::now()),
+        req.channel_days,
+    );
+    // A newer latest is written and signed under the channel's lock; an
+    // unsigned rewrite removes the signature it leaves stale.
+    let update = channel::advance_latest(&req.channel, &req.version, expires, req.sign.as_ref())
+        .map_err(BundleError::Channel)?;
+    if let Some(key) = &req.sign
+        && !update.wrote()
+    {
+        // Latest stays: the document is as it was, so signing its bytes
+        // again is all -sign asks.
+        let channel_file = req.channel.join(liken_api::release::CHANNEL_FILE);
+        let bytes =
+            fs::read(&channel_file).map_err(io(format!("reading {}", channel_file.display())))?;
+        write_signature(key, &bytes, &channel_file)?;
+    }
+    if let Some(note) = update.stale_note() {
+        writeln!(out, "{note}").map_err(w)?;
+    }
+
+    let total: u64 = sizes.iter().sum();
     writeln!(
         out,
         "released {} in {}: {} artifacts, {}",
@@ -395,7 +391,16 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
         human(fit.allowed)
     )
     .map_err(w)?;
-    writeln!(out, "{}", latest.describe(&req.version)).map_err(w)?;
+    writeln!(out, "{}", update.latest.describe(&req.version)).map_err(w)?;
+    if let Some(key) = &req.sign {
+        writeln!(
+            out,
+            "signed release.yaml and channel.yaml with key {}: machines and `liken fetch` that \
+             trust it take this release",
+            key.id
+        )
+        .map_err(w)?;
+    }
     writeln!(
         out,
         "catalog entry for cluster.yaml's spec.releases.catalog:\n  - version: {}\n    digest: {digest}",
@@ -549,6 +554,7 @@ mod tests {
             components: parse_components(&["linux=6.1"]).unwrap(),
             progress: Style::Quiet,
             sign: None,
+            channel_days: liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS,
         }
     }
 

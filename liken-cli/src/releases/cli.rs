@@ -8,12 +8,13 @@
 //! command's `run`. What is wrong with the words is the entry's usage
 //! error; what goes wrong after is the command's own error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use liken_api::signing::{TRUST_FILE, TrustRoot};
 use liken_api::{Digest, Version};
 
 use super::bundle::{self, BundleError, BundleRequest};
-use super::fetch::{self, FetchError, FetchRequest, Wanted};
+use super::fetch::{self, FetchError, FetchRequest, Signatures, Wanted};
 use super::index::{self, IndexRequest};
 use super::layout::INPUTS;
 use super::progress::Style;
@@ -57,6 +58,11 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         None => None,
         Some(k) => Some(crate::signing::read_signing_key(std::path::Path::new(k))?),
     };
+    let channel_days = match parsed.value("channel-days") {
+        None => liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS,
+        Some(text) => super::channel::parse_validity_days(text)
+            .map_err(|e| super::Error::Bundle(BundleError::Invalid(e)))?,
+    };
     let mut positional = words.iter();
     let inputs = INPUTS.map(|input| match input.flag {
         Some(flag) => parsed.value(flag).map(PathBuf::from),
@@ -70,15 +76,85 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         components,
         progress: Style::detect(),
         sign,
+        channel_days,
     };
     bundle::run(&req, io.out).map_err(|e| super::Error::Bundle(e).into())
 }
 
-/// `liken fetch [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>`.
+/// Where fetch takes the keys it accepts from, as its flags say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrustFlag<'a> {
+    /// `-key release.pub`: that one key.
+    Key(&'a str),
+    /// `-trust trust.yaml` (or a deployment directory holding one).
+    Trust(&'a str),
+    /// `-unsigned`: no check.
+    Unsigned,
+}
+
+/// Decides which of `-key`, `-trust` and `-unsigned` fetch runs with:
+/// exactly one, because each says on its own whose signatures count,
+/// and fetching unchecked is never the default.
+pub fn decide_trust_flag<'a>(
+    key: Option<&'a str>,
+    trust: Option<&'a str>,
+    unsigned: bool,
+) -> Result<TrustFlag<'a>, FetchError> {
+    match (key, trust, unsigned) {
+        (Some(k), None, false) => Ok(TrustFlag::Key(k)),
+        (None, Some(t), false) => Ok(TrustFlag::Trust(t)),
+        (None, None, true) => Ok(TrustFlag::Unsigned),
+        (None, None, false) => Err(FetchError::Usage(
+            "fetch takes only what a trusted key signed: give -key <release.pub> (the \
+             publisher's public key) or -trust <trust.yaml> (a deployment's trust root, or the \
+             deployment directory), or -unsigned to fetch without checking signatures"
+                .into(),
+        )),
+        _ => Err(FetchError::Usage(
+            "-key, -trust and -unsigned each say whose signatures fetch accepts; give one of them"
+                .into(),
+        )),
+    }
+}
+
+/// Reads the keys `flag` names.
+fn signatures(flag: TrustFlag<'_>) -> Result<Signatures, FetchError> {
+    let usage =
+        |flag: &str, e: crate::signing::SigningError| FetchError::Usage(format!("-{flag}: {e}"));
+    match flag {
+        TrustFlag::Unsigned => Ok(Signatures::Unchecked),
+        TrustFlag::Key(path) => {
+            let key =
+                crate::signing::read_release_key(Path::new(path)).map_err(|e| usage("key", e))?;
+            Ok(Signatures::Verify(TrustRoot::new([key])))
+        }
+        TrustFlag::Trust(path) => {
+            // A deployment directory stands for the trust.yaml in it, as
+            // `liken layer` reads it there.
+            let path = Path::new(path);
+            let file = if path.is_dir() {
+                path.join(TRUST_FILE)
+            } else {
+                path.to_owned()
+            };
+            let trust = crate::signing::read_trust(&file).map_err(|e| usage("trust", e))?;
+            Ok(Signatures::Verify(trust))
+        }
+    }
+}
+
+/// `liken fetch (-key release.pub | -trust trust.yaml | -unsigned) [-digest sha256:<hex>] [-ca ca.pem] <source-url> <version|latest> <channel-dir>`.
 pub fn fetch(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
     if parsed.positionals().len() != 3 {
         return Err(parsed.usage());
     }
+    let flag = decide_trust_flag(
+        parsed.value("key"),
+        parsed.value("trust"),
+        parsed.switch("unsigned"),
+    )
+    .map_err(super::Error::Fetch)?;
+    let signatures = signatures(flag).map_err(super::Error::Fetch)?;
     let digest = match parsed.value("digest") {
         None => None,
         Some(text) => Some(Digest::parse(text).map_err(|e| {
@@ -95,6 +171,7 @@ pub fn fetch(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         ca: parsed.value("ca").map(PathBuf::from),
         progress: Style::detect(),
         observer: None,
+        signatures,
     };
     fetch::run(&req, io.out).map_err(|e| super::Error::Fetch(e).into())
 }
@@ -127,4 +204,75 @@ pub fn index(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         output,
     };
     index::run(&req, io.out).map_err(|e| super::Error::Index(e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_takes_exactly_one_source_of_trust() {
+        assert_eq!(
+            decide_trust_flag(Some("k.pub"), None, false).unwrap(),
+            TrustFlag::Key("k.pub")
+        );
+        assert_eq!(
+            decide_trust_flag(None, Some("home"), false).unwrap(),
+            TrustFlag::Trust("home")
+        );
+        assert_eq!(
+            decide_trust_flag(None, None, true).unwrap(),
+            TrustFlag::Unsigned
+        );
+        let none = decide_trust_flag(None, None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            none.contains("-key <release.pub>")
+                && none.contains("-trust <trust.yaml>")
+                && none.contains("-unsigned"),
+            "{none}"
+        );
+        for (k, t, u) in [
+            (Some("k"), Some("t"), false),
+            (Some("k"), None, true),
+            (None, Some("t"), true),
+        ] {
+            let e = decide_trust_flag(k, t, u).unwrap_err().to_string();
+            assert!(e.contains("give one of them"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_trust_flag_reads_a_key_a_trust_root_or_a_deployment() {
+        let tmp = crate::testdir::TestDir::new("fetch-trust-flag");
+        let (_, public) = crate::signing::keygen(tmp.path()).unwrap();
+        let trust = tmp.path().join(TRUST_FILE);
+        crate::signing::trust_command(&trust, std::slice::from_ref(&public), None, &mut Vec::new())
+            .unwrap();
+        let key = crate::signing::read_release_key(&public).unwrap();
+        let want = TrustRoot::new([key]);
+        let public = public.display().to_string();
+        let dir = tmp.path().display().to_string();
+        let trust = trust.display().to_string();
+        for flag in [
+            TrustFlag::Key(&public),
+            TrustFlag::Trust(&trust),
+            TrustFlag::Trust(&dir),
+        ] {
+            match signatures(flag.clone()).unwrap() {
+                Signatures::Verify(t) => assert_eq!(t, want, "{flag:?}"),
+                Signatures::Unchecked => panic!("{flag:?}"),
+            }
+        }
+        // A public key where a trust root belongs, and a missing file.
+        let e = signatures(TrustFlag::Trust(&public))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("-trust: "), "{e}");
+        let e = signatures(TrustFlag::Key("/nonexistent/release.pub"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("-key: /nonexistent/release.pub"), "{e}");
+    }
 }

@@ -15,8 +15,16 @@
 //! published channel alone. Every document is decoded strictly, and its
 //! catalog digest is the SHA-256 of exactly those bytes.
 //!
+//! Beside each release.yaml, its detached signature (`release.yaml.sig`)
+//! is read from the same place, and the pages and the command's output
+//! name the key that signed it ([`decide_signer`]). The index holds no
+//! trust root, so this says who claims to have signed, not that anyone
+//! should believe it: `liken fetch -key` and init check the signature
+//! itself. A signature over other bytes than the release.yaml beside it
+//! is shown as such rather than under its key.
+//!
 //! Written, each atomically:
-//! - `index.html`: every release, newest first, with its digest.
+//! - `index.html`: every release, newest first, with its digest and key.
 //! - `<version>/index.html`: the release's catalog entry (what to paste
 //!   into cluster.yaml), a fetch command and its artifacts.
 //! - `mirror.html`: how to mirror the channel from `-source`.
@@ -32,6 +40,7 @@ use std::path::{Path, PathBuf};
 
 use liken_api::cluster::CatalogEntry;
 use liken_api::release::{RELEASE_FILE, Release};
+use liken_api::signing::{DetachedSignature, KeyId, signature_name};
 use liken_api::{DecodeError, Digest, Version, decode};
 use serde::Serialize;
 
@@ -156,6 +165,46 @@ pub fn release_versions(keys: &[String]) -> Result<Vec<Version>, IndexError> {
     Ok(versions)
 }
 
+/// Who signed a release, as far as the index can tell without a trust
+/// root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signer {
+    /// release.yaml.sig names this key and the bytes beside it.
+    Key(KeyId),
+    /// There is no release.yaml.sig.
+    Unsigned,
+    /// release.yaml.sig is not a signature document.
+    Unreadable,
+    /// release.yaml.sig is this key's, but over other bytes than the
+    /// release.yaml beside it.
+    OtherBytes(KeyId),
+}
+
+impl fmt::Display for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Signer::Key(id) => write!(f, "key {id}"),
+            Signer::Unsigned => f.write_str("unsigned"),
+            Signer::Unreadable => f.write_str("unreadable signature"),
+            Signer::OtherBytes(id) => write!(f, "key {id}, over other bytes (stale signature)"),
+        }
+    }
+}
+
+/// Decides who signed the release.yaml of `bytes`, given the bytes of its
+/// `release.yaml.sig` if there is one.
+pub fn decide_signer(bytes: &[u8], signature: Option<&[u8]>) -> Signer {
+    let Some(raw) = signature else {
+        return Signer::Unsigned;
+    };
+    let text = String::from_utf8_lossy(raw);
+    match decode::strict::<DetachedSignature>(&text, "release.yaml.sig") {
+        Ok(sig) if sig.sha256 == stream::sha256(bytes) => Signer::Key(sig.key_id),
+        Ok(sig) => Signer::OtherBytes(sig.key_id),
+        Err(_) => Signer::Unreadable,
+    }
+}
+
 /// One release as the pages show it.
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -163,6 +212,8 @@ pub struct Entry {
     pub release: Release,
     /// `sha256:` of its bytes.
     pub digest: Digest,
+    /// Who signed it.
+    pub signer: Signer,
 }
 
 #[derive(Serialize)]
@@ -225,18 +276,19 @@ pub fn render_front(source: &str, entries: &[Entry]) -> String {
     if !entries.is_empty() {
         let _ = writeln!(
             b,
-            "<table>\n<tr><th>Version</th><th>Artifacts</th><th>Size</th><th>Catalog digest</th></tr>"
+            "<table>\n<tr><th>Version</th><th>Artifacts</th><th>Size</th><th>Catalog digest</th><th>Signed by</th></tr>"
         );
         for e in entries {
             let v = e.release.version.as_str();
             let _ = writeln!(
                 b,
-                "<tr><td><a href=\"{}/\">{}</a></td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                "<tr><td><a href=\"{}/\">{}</a></td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
                 escape(&href_segment(v)),
                 escape(v),
                 e.release.artifacts.len(),
                 escape(&human(e.release.total_size())),
-                escape(&e.digest.to_string())
+                escape(&e.digest.to_string()),
+                escape(&e.signer.to_string())
             );
         }
         let _ = writeln!(b, "</table>");
@@ -264,7 +316,30 @@ pub fn render_release(source: &str, e: &Entry) -> String {
     );
     let _ = writeln!(
         b,
-        "<h2>Fetch</h2>\n<pre>liken fetch -digest {} {} {} ./channel</pre>",
+        "<h2>Signature</h2>\n<p>{}</p>",
+        match &e.signer {
+            Signer::Key(id) => format!(
+                "<a href=\"{RELEASE_FILE}.sig\">{RELEASE_FILE}.sig</a> names key <code>{}</code>. \
+                 Machines whose trust root lists that key take this release; get the key's \
+                 <code>release.pub</code> from its publisher, not from this page.",
+                escape(id.as_str())
+            ),
+            other => format!(
+                "{}: machines that check signatures refuse this release.",
+                escape(&capitalised(&other.to_string()))
+            ),
+        }
+    );
+    // The command a reader copies must be one fetch accepts: with the
+    // publisher's key for a signed release, and saying -unsigned for one
+    // that is not, so the choice stays visible.
+    let trust = match e.signer {
+        Signer::Key(_) => "-key release.pub",
+        _ => "-unsigned",
+    };
+    let _ = writeln!(
+        b,
+        "<h2>Fetch</h2>\n<pre>liken fetch {trust} -digest {} {} {} ./channel</pre>",
         escape(&e.digest.to_string()),
         escape(source),
         escape(v)
@@ -314,8 +389,10 @@ pub fn render_mirror(source: &str) -> String {
          size and SHA-256. Any static web server can share a copy, and machines verify every \
          byte they download, so a mirror needs no trust of its own.</p>\n\
          <p>Copy a release (or <code>latest</code>) from <code>{s}</code>, verifying each file \
-         as it arrives; pin it with <code>-digest</code> from the release's catalog entry:</p>\n\
-         <pre>liken fetch -digest sha256:&lt;hex&gt; {s} &lt;version&gt; ./channel</pre>\n\
+         as it arrives. <code>-key</code> names the publisher's public key \
+         (<code>release.pub</code>, from the publisher), and fetch takes only what it signed; \
+         pin the release with <code>-digest</code> from its catalog entry:</p>\n\
+         <pre>liken fetch -key release.pub -digest sha256:&lt;hex&gt; {s} &lt;version&gt; ./channel</pre>\n\
          <p>Share the copy on your network (port 8017 unless you name another address):</p>\n\
          <pre>liken serve ./channel :8017</pre>\n\
          <p>Point the fleet at the mirror in cluster.yaml:</p>\n\
@@ -326,6 +403,15 @@ pub fn render_mirror(source: &str) -> String {
     page("Mirror this liken channel", &body)
 }
 
+/// A word with its first letter in upper case.
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 fn load(
     agent: &ureq::Agent,
     source: &str,
@@ -333,15 +419,13 @@ fn load(
     v: &Version,
 ) -> Result<Entry, IndexError> {
     let local = output.join(v.as_str()).join(RELEASE_FILE);
+    let url = format!("{source}/{v}/{RELEASE_FILE}");
     let (bytes, origin) = match fs::read(&local) {
         Ok(b) => (b, local.display().to_string()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let url = format!("{source}/{v}/{RELEASE_FILE}");
-            (
-                client::get_document(agent, &url).map_err(IndexError::Read)?,
-                url,
-            )
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (
+            client::get_document(agent, &url).map_err(IndexError::Read)?,
+            url.clone(),
+        ),
         Err(error) => {
             return Err(IndexError::Io {
                 doing: format!("reading {}", local.display()),
@@ -357,7 +441,29 @@ fn load(
             found: release.version,
         });
     }
+    // The signature comes from where the document came from, so a local
+    // release is never shown under a signature the server holds.
+    let signature = if origin == url {
+        match client::get_document(agent, &signature_name(&url)) {
+            Ok(b) => Some(b),
+            Err(ClientError::Status { status: 404, .. }) => None,
+            Err(e) => return Err(IndexError::Read(e)),
+        }
+    } else {
+        let sig = PathBuf::from(signature_name(&local.to_string_lossy()));
+        match fs::read(&sig) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(IndexError::Io {
+                    doing: format!("reading {}", sig.display()),
+                    error,
+                });
+            }
+        }
+    };
     Ok(Entry {
+        signer: decide_signer(&bytes, signature.as_deref()),
         release,
         digest: Digest::from(stream::sha256(&bytes)),
     })
@@ -394,6 +500,10 @@ pub fn run(req: &IndexRequest, out: &mut dyn Write) -> Result<(), IndexError> {
     // The front page last: once it links a release, that release's page
     // exists.
     write(Path::new("index.html"), &render_front(source, &entries))?;
+    let w = |error| IndexError::Io {
+        doing: "writing output".into(),
+        error,
+    };
     writeln!(
         out,
         "indexed {} release{} into {}: index.html, mirror.html, {VERSIONS_FILE} and a page per release",
@@ -401,10 +511,15 @@ pub fn run(req: &IndexRequest, out: &mut dyn Write) -> Result<(), IndexError> {
         if entries.len() == 1 { "" } else { "s" },
         req.output.display()
     )
-    .map_err(|error| IndexError::Io {
-        doing: "writing output".into(),
-        error,
-    })
+    .map_err(w)?;
+    for e in &entries {
+        let signer = match &e.signer {
+            Signer::Key(_) | Signer::OtherBytes(_) => format!("signed by {}", e.signer),
+            other => other.to_string(),
+        };
+        writeln!(out, "  {}: {signer}", e.release.version).map_err(w)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -455,6 +570,7 @@ mod tests {
                 }],
             ),
             digest: Digest::parse(&format!("sha256:{}", "b".repeat(64))).unwrap(),
+            signer: Signer::Unreadable,
         };
         let page = render_release("http://h/\"><x", &entry);
         assert!(!page.contains("<script>"), "{page}");
@@ -473,5 +589,68 @@ mod tests {
             format!("sha256:{}", "b".repeat(64))
         );
         assert!(render_front("http://h", &[]).contains("no releases yet"));
+    }
+
+    #[test]
+    fn the_signer_is_the_key_over_these_bytes() {
+        let (key, _) = liken_api::signing::key_pair([4; 32]);
+        let bytes = b"kind: Release\n";
+        let sig = |b: &[u8]| decode::to_yaml(&key.sign(b)).unwrap().into_bytes();
+        assert_eq!(decide_signer(bytes, None), Signer::Unsigned);
+        assert_eq!(
+            decide_signer(bytes, Some(&sig(bytes))),
+            Signer::Key(key.id.clone())
+        );
+        assert_eq!(
+            decide_signer(bytes, Some(&sig(b"other"))),
+            Signer::OtherBytes(key.id.clone())
+        );
+        assert_eq!(decide_signer(bytes, Some(b"\xff\x00")), Signer::Unreadable);
+        assert_eq!(Signer::Unreadable.to_string(), "unreadable signature");
+        assert_eq!(Signer::Unsigned.to_string(), "unsigned");
+        assert_eq!(
+            Signer::Key(key.id.clone()).to_string(),
+            format!("key {}", key.id)
+        );
+    }
+
+    #[test]
+    fn pages_show_who_signed_and_a_fetch_command_that_works() {
+        let (key, _) = liken_api::signing::key_pair([4; 32]);
+        let mut entry = Entry {
+            release: Release::new(
+                Version::parse("2026.07.11-001").unwrap(),
+                vec![Artifact {
+                    name: "kernel".into(),
+                    file: liken_api::FileName::parse("vmlinuz").unwrap(),
+                    sha256: liken_api::Sha256Hex::parse(&"a".repeat(64)).unwrap(),
+                    size: 1,
+                }],
+                vec![],
+            ),
+            digest: Digest::parse(&format!("sha256:{}", "b".repeat(64))).unwrap(),
+            signer: Signer::Key(key.id.clone()),
+        };
+        let page = render_release("http://h", &entry);
+        assert!(
+            page.contains(&format!("names key <code>{}</code>", key.id)),
+            "{page}"
+        );
+        assert!(
+            page.contains("liken fetch -key release.pub -digest sha256:"),
+            "{page}"
+        );
+        let front = render_front("http://h", std::slice::from_ref(&entry));
+        assert!(
+            front.contains("<th>Signed by</th>")
+                && front.contains(&format!("<td>key {}</td></tr>", key.id)),
+            "{front}"
+        );
+        entry.signer = Signer::Unsigned;
+        let page = render_release("http://h", &entry);
+        assert!(page.contains("<p>Unsigned: machines that check"), "{page}");
+        assert!(page.contains("liken fetch -unsigned -digest"), "{page}");
+        let front = render_front("http://h", &[entry]);
+        assert!(front.contains("<td>unsigned</td></tr>"), "{front}");
     }
 }

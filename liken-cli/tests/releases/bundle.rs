@@ -53,6 +53,20 @@ fn bundles_refuse_what_would_break_a_fleet() {
     let doc = std::fs::read_to_string(channel.join("2026.07.12-001/release.yaml")).unwrap();
     assert!(!doc.contains("microcode"), "{doc}");
 
+    // -channel-days sets how long the channel.yaml written stays current.
+    let (ok, _, err) = with(&["-channel-days", "0"], "2026.07.13-001");
+    assert!(!ok && err.contains("from 1 to 366"), "{err}");
+    let before = liken_api::Time::from_system(std::time::SystemTime::now());
+    let (ok, out, err) = with(&["-channel-days", "3"], "2026.07.13-001");
+    assert!(ok, "{out}{err}");
+    let ch: liken_api::Channel = liken_api::decode::strict(
+        &std::fs::read_to_string(channel.join("channel.yaml")).unwrap(),
+        "channel.yaml",
+    )
+    .unwrap();
+    let days = ch.expires.unwrap().seconds_since(before);
+    assert!((3 * 86_400..3 * 86_400 + 60).contains(&days), "{days}");
+
     let (ok, _, err) = run(&["bundle", "a", "b"]);
     assert!(
         !ok && err.contains("usage: liken bundle [-sign release.key] [-slot-size 1Gi]"),

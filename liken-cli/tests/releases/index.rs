@@ -49,9 +49,9 @@ fn renders_pages_and_versions_newest_first() {
     assert!(page.contains("<a href=\"liken.sqfs\">liken.sqfs</a>"));
     assert!(page.contains("linux") && page.contains("6.1.0-28"));
     let mirror = std::fs::read_to_string(channel.join("mirror.html")).unwrap();
-    assert!(
-        mirror.contains("liken fetch -digest sha256:&lt;hex&gt; https://releases.example/stable")
-    );
+    assert!(mirror.contains(
+        "liken fetch -key release.pub -digest sha256:&lt;hex&gt; https://releases.example/stable"
+    ));
 
     let versions: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(channel.join("versions.yaml")).unwrap())
@@ -95,4 +95,44 @@ fn refuses_broken_channels() {
     assert!(!ok && err.contains("apiVersion"), "{err}");
     let (ok, _, err) = run(&["index", &out.display().to_string()]);
     assert!(!ok && err.contains("usage: liken index -source"), "{err}");
+}
+
+#[test]
+fn shows_who_signed_each_release_locally_and_from_the_source() {
+    let root = TempDir::new("releases-index-signed");
+    let (key, _, id) = keygen(root.path(), "keys");
+    let k = key.display().to_string();
+    let (channel, _) = bundle_with(root.path(), "2026.07.11-001", 5000, &["-sign", &k]);
+    bundle(root.path(), "2026.07.12-001", 5000);
+    bundle(root.path(), "2026.07.13-001", 5000);
+    std::fs::write(
+        channel.join("2026.07.13-001/release.yaml.sig"),
+        "not: a signature\n",
+    )
+    .unwrap();
+    let keys = tree(&channel).join("\n");
+    let want = format!(
+        "  2026.07.13-001: unreadable signature\n  2026.07.12-001: unsigned\n  \
+         2026.07.11-001: signed by key {id}\n"
+    );
+
+    let (ok, out, err) = index("https://releases.example/stable", &channel, &keys);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("indexed 3 releases"), "{out}");
+    assert!(out.ends_with(&want), "{out}");
+    let front = std::fs::read_to_string(channel.join("index.html")).unwrap();
+    assert!(front.contains(&format!("<td>key {id}</td>")), "{front}");
+    assert!(front.contains("<td>unreadable signature</td>"), "{front}");
+    let page = std::fs::read_to_string(channel.join("2026.07.11-001/index.html")).unwrap();
+    assert!(
+        page.contains(&format!("names key <code>{id}</code>")),
+        "{page}"
+    );
+
+    // From the served channel alone, the signatures come over HTTP.
+    let s = Served::start(&channel);
+    let fresh = root.path().join("fresh");
+    let (ok, out, err) = index(&s.url, &fresh, &keys);
+    assert!(ok, "{out}{err}");
+    assert!(out.ends_with(&want), "{out}");
 }

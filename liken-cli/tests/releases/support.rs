@@ -60,9 +60,21 @@ pub fn input_args(dir: &Path) -> Vec<String> {
 /// Bundles a release of nine inputs into `<root>/channel`; the system
 /// image has `system_size` bytes. Returns the channel directory.
 pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
+    bundle_with(root, version, system_size, &[]).0
+}
+
+/// [`bundle`] with `flags` before the inputs; returns the channel
+/// directory and bundle's output.
+pub fn bundle_with(
+    root: &Path,
+    version: &str,
+    system_size: usize,
+    flags: &[&str],
+) -> (PathBuf, String) {
     let inputs = root.join(format!("inputs-{version}"));
     std::fs::create_dir_all(&inputs).unwrap();
     let mut args: Vec<String> = vec!["bundle".into(), "-slot-size".into(), "1Gi".into()];
+    args.extend(flags.iter().map(|f| f.to_string()));
     for (i, name) in FILES.iter().enumerate() {
         let p = inputs.join(name);
         let len = if i == 1 { system_size } else { 1000 + 777 * i };
@@ -76,7 +88,21 @@ pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (ok, out, err) = run(&args);
     assert!(ok, "bundle failed: {out}{err}");
-    channel
+    (channel, out)
+}
+
+/// A key pair made by `liken keygen` in `<root>/<name>`: (release.key,
+/// release.pub, the key id).
+pub fn keygen(root: &Path, name: &str) -> (PathBuf, PathBuf, String) {
+    let dir = root.join(name);
+    let (ok, out, err) = run(&["keygen", &dir.display().to_string()]);
+    assert!(ok, "keygen failed: {out}{err}");
+    let id = out
+        .strip_prefix("key ")
+        .and_then(|r| r.split(':').next())
+        .expect("keygen prints the key id first")
+        .to_owned();
+    (dir.join("release.key"), dir.join("release.pub"), id)
 }
 
 /// A running `liken serve` on a loopback port.

@@ -41,7 +41,7 @@ use liken_api::release::RELEASE_FILE;
 use liken_api::signing::signature_name;
 use liken_api::{Cluster, Digest, Sha256Hex, Version};
 use liken_releases::client::{self as release_client, ClientError};
-use liken_releases::fetch::{self, FetchError, FetchRequest, Wanted};
+use liken_releases::fetch::{self, FetchError, FetchRequest, Signatures, Wanted};
 use liken_releases::progress::{Observer, Style};
 
 use crate::machine::facts::Written;
@@ -492,6 +492,10 @@ fn fetch_into(
         ca: None,
         progress: Style::Quiet,
         observer: Some(observer),
+        // init checks release.yaml's signature against the trust root it
+        // keeps before it writes a slot, so nothing is written unchecked;
+        // fetch keeps the signature for the write request either way.
+        signatures: Signatures::Unchecked,
     };
     fetch::run(&request, &mut io::sink()).map_err(|e| (explain(&e), decide_blocked(&e)))?;
     let downloaded: PathBuf = staging.join(version.as_str());
