@@ -477,6 +477,27 @@ impl TrustRoot {
         self.keys.iter().map(|k| k.id.to_string()).collect()
     }
 
+    /// [`TrustRoot::verify`] from a `.sig` file as read: `signature` is
+    /// its bytes (`None`: the file does not exist), decoded strictly and
+    /// named `origin` in a decoding error. What every reader of a
+    /// published signature runs (the channel poller, the download worker,
+    /// `liken fetch`).
+    pub fn verify_file(
+        &self,
+        bytes: &[u8],
+        signature: Option<&[u8]>,
+        origin: &str,
+    ) -> Result<KeyId, FileError> {
+        let sig = match signature {
+            None => None,
+            Some(raw) => Some(
+                crate::decode::strict::<DetachedSignature>(&String::from_utf8_lossy(raw), origin)
+                    .map_err(FileError::Unreadable)?,
+            ),
+        };
+        self.verify(bytes, sig.as_ref()).map_err(FileError::Verify)
+    }
+
     /// Checks that `signature` is a trusted key's signature over exactly
     /// `bytes`; returns the key's id.
     pub fn verify(
@@ -636,6 +657,15 @@ impl fmt::Display for VerifyError {
 
 impl std::error::Error for VerifyError {}
 
+/// Why a `.sig` file was not accepted ([`TrustRoot::verify_file`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileError {
+    /// The file is not a signature document.
+    Unreadable(crate::decode::DecodeError),
+    /// The signature does not hold.
+    Verify(VerifyError),
+}
+
 /// Why a rollback permit does not apply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PermitError {
@@ -733,6 +763,23 @@ mod tests {
         );
         let both = TrustRoot::new([a_pub, b_pub]);
         assert_eq!(both.verify(bytes, Some(&by_b)).unwrap(), b.id);
+    }
+
+    #[test]
+    fn a_signature_file_is_decoded_strictly_then_verified() {
+        let (a, a_pub) = keys(1);
+        let trust = TrustRoot::new([a_pub]);
+        let bytes = b"apiVersion: liken.sh/v1alpha1\nkind: Channel\n";
+        let file = decode::to_yaml(&a.sign(bytes)).unwrap();
+        let check = |sig: Option<&[u8]>| trust.verify_file(bytes, sig, "channel.yaml.sig");
+        assert_eq!(check(Some(file.as_bytes())).unwrap(), a.id);
+        assert_eq!(check(None), Err(FileError::Verify(VerifyError::Unsigned)));
+        match check(Some(b"keyId: 0123\n")) {
+            Err(FileError::Unreadable(e)) => {
+                assert!(e.to_string().contains("channel.yaml.sig"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use liken_api::release::{Artifact, CHANNEL_FILE, RELEASE_FILE, Release};
-use liken_api::signing::{DetachedSignature, KeyId, TrustRoot, VerifyError, signature_name};
+use liken_api::signing::{FileError, KeyId, TrustRoot, VerifyError, signature_name};
 use liken_api::{Channel, DecodeError, Digest, Sha256Hex, Time, Version, decode};
 use sha2::Sha256;
 
@@ -473,28 +473,18 @@ pub fn decide_signature(
     let Signatures::Verify(trust) = signatures else {
         return Ok(None);
     };
-    let sig = match signature {
-        None => None,
-        Some(raw) => {
-            let sig_url = signature_name(url);
-            let text = String::from_utf8_lossy(raw);
-            Some(
-                decode::strict::<DetachedSignature>(&text, &sig_url).map_err(|error| {
-                    FetchError::UnreadableSignature {
-                        url: sig_url.clone(),
-                        error,
-                    }
-                })?,
-            )
-        }
-    };
-    trust
-        .verify(bytes, sig.as_ref())
-        .map(Some)
-        .map_err(|error| FetchError::Signature {
+    let sig_url = signature_name(url);
+    match trust.verify_file(bytes, signature, &sig_url) {
+        Ok(key) => Ok(Some(key)),
+        Err(FileError::Unreadable(error)) => Err(FetchError::UnreadableSignature {
+            url: sig_url,
+            error,
+        }),
+        Err(FileError::Verify(error)) => Err(FetchError::Signature {
             url: url.to_owned(),
             error,
-        })
+        }),
+    }
 }
 
 /// Decides whether a verified channel.yaml is current enough for its

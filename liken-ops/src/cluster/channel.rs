@@ -33,9 +33,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, bounded};
 use liken_api::cluster::ChannelTaken;
 use liken_api::condition::Condition;
-use liken_api::decode;
 use liken_api::release::{ChannelRefusal, decide_channel_freshness};
-use liken_api::signing::{DetachedSignature, TrustRoot, VerifyError};
+use liken_api::signing::{FileError, TrustRoot, VerifyError};
 use liken_api::{ConditionStatus, Time, Version};
 use liken_releases::fetch::ChannelDocument;
 
@@ -108,19 +107,16 @@ pub fn decide_take(
     let Some(trust) = trust else {
         return Ok(taken(None));
     };
-    let signature = match &served.signature {
-        None => None,
-        Some(bytes) => {
-            let text = String::from_utf8_lossy(bytes);
-            Some(
-                decode::strict::<DetachedSignature>(&text, "channel.yaml.sig")
-                    .map_err(|e| Refusal::SignatureUnreadable(e.to_string()))?,
-            )
-        }
-    };
     let key = trust
-        .verify(&served.bytes, signature.as_ref())
-        .map_err(Refusal::Unverified)?;
+        .verify_file(
+            &served.bytes,
+            served.signature.as_deref(),
+            "channel.yaml.sig",
+        )
+        .map_err(|e| match e {
+            FileError::Unreadable(e) => Refusal::SignatureUnreadable(e.to_string()),
+            FileError::Verify(e) => Refusal::Unverified(e),
+        })?;
     decide_channel_freshness(&served.channel, seen, now).map_err(Refusal::Stale)?;
     Ok(taken(Some(key.to_string())))
 }

@@ -20,7 +20,7 @@
 
 use liken_api::coordination::{DEPLOYMENT_CONFIG_MAP, HEARTBEAT_NAMESPACE};
 use liken_api::decode;
-use liken_api::signing::{DetachedSignature, KeyId, TRUST_FILE, TrustRoot, VerifyError};
+use liken_api::signing::{FileError, KeyId, TRUST_FILE, TrustRoot, VerifyError};
 use liken_kube::request::CONFIG_MAPS;
 use liken_kube::{Api, Client, DynamicObject};
 
@@ -121,16 +121,12 @@ pub fn decide_release(
     let Deployed::Signed(root) = deployed else {
         return Ok(None);
     };
-    let signature = match signature {
-        None => None,
-        Some(b) => Some(
-            decode::strict::<DetachedSignature>(&String::from_utf8_lossy(b), "release.yaml.sig")
-                .map_err(|e| Refused::SignatureUnreadable(e.to_string()))?,
-        ),
-    };
-    root.verify(bytes, signature.as_ref())
+    root.verify_file(bytes, signature, "release.yaml.sig")
         .map(Some)
-        .map_err(Refused::Verify)
+        .map_err(|e| match e {
+            FileError::Unreadable(e) => Refused::SignatureUnreadable(e.to_string()),
+            FileError::Verify(e) => Refused::Verify(e),
+        })
 }
 
 #[cfg(test)]
