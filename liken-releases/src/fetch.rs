@@ -80,9 +80,10 @@ pub enum Signatures {
     /// Only documents a key of this trust root signed: release.yaml, and
     /// for `latest` channel.yaml too.
     Verify(TrustRoot),
-    /// No check: `liken fetch -unsigned`, and the machine operator, whose
-    /// init checks release.yaml's signature before it writes a slot. A
-    /// signature the channel publishes is still kept beside its document.
+    /// No check: `liken fetch -unsigned`, and the machine operator of a
+    /// deployment with no trust root, whose init decides what it writes.
+    /// A signature the channel publishes is still kept beside its
+    /// document.
     Unchecked,
 }
 

@@ -17,10 +17,11 @@
 //! under its final name. An interrupted transfer resumes from the
 //! partial files on the next try.
 //!
-//! Before any artifact moves, release.yaml's detached signature is
-//! checked against the deployment's trust root (crate::machine::trust), so
-//! a release init would refuse is Blocked with the key and the reason
-//! instead of being downloaded first.
+//! Before any artifact moves, the fetch checks release.yaml's detached
+//! signature against the deployment's trust root (crate::machine::trust),
+//! so a release init would refuse is Blocked with the key and the reason
+//! instead of being downloaded first; a release already on disk is
+//! checked the same way.
 //!
 //! Failures divide in two. A network failure is tried again after a
 //! backoff (30 s doubling to 10 min). A release that does not verify, a
@@ -40,7 +41,6 @@ use liken_api::control::WriteRelease;
 use liken_api::release::RELEASE_FILE;
 use liken_api::signing::signature_name;
 use liken_api::{Cluster, Digest, Sha256Hex, Version};
-use liken_releases::client::{self as release_client, ClientError};
 use liken_releases::fetch::{self, FetchError, FetchRequest, Signatures, Wanted};
 use liken_releases::progress::{Observer, Style};
 
@@ -48,7 +48,7 @@ use crate::machine::facts::Written;
 use crate::machine::host::{self, HostPaths};
 use crate::machine::init_client::{InitClient, InitError};
 use crate::machine::release::{Intent, Worker};
-use crate::machine::trust::{self, Deployed, TrustError};
+use crate::machine::trust::{Deployed, TrustError};
 
 /// Reads the deployment's trust root (crate::machine::trust), once per
 /// download.
@@ -143,10 +143,18 @@ pub fn retry_after(failures: u32) -> Duration {
         .min(RETRY_MAX)
 }
 
-/// A message for a fetch failure in the operator's words (the library's
-/// speak to a person at a terminal running `liken fetch`).
-fn explain(e: &FetchError) -> String {
+/// A message for a fetch failure of `version` in the operator's words
+/// (the library's speak to a person at a terminal running `liken fetch`).
+fn explain(e: &FetchError, version: &Version) -> String {
     match e {
+        FetchError::Signature { error, .. } => format!(
+            "release {version} was refused before download ({}): {error}",
+            error.reason()
+        ),
+        FetchError::UnreadableSignature { error, .. } => format!(
+            "release {version} was refused before download (bad-signature): release.yaml.sig \
+             cannot be read ({error}); sign the release again with `liken sign`"
+        ),
         FetchError::DocumentDigest { url, want, got } => format!(
             "{url} has digest {got}, but the Cluster's catalog pins {want}: this is not the release \
              the catalog trusts, and nothing was written; check the catalog entry and \
@@ -361,14 +369,20 @@ fn download(
             total: None,
         },
     );
-    let have = final_dir.join(RELEASE_FILE).is_file();
-    let result = check_signature(trust, &final_dir, have, source, version, digest).and_then(|()| {
-        if have {
-            Ok(())
-        } else {
-            fetch_into(&releases, &final_dir, version, source, digest, shared, wake)
-        }
-    });
+    let result = trust()
+        .map_err(|e| {
+            let blocked = matches!(e, TrustError::Unreadable(_));
+            (e.to_string(), blocked)
+        })
+        .and_then(|deployed| {
+            let signatures = deployed.signatures();
+            if final_dir.join(RELEASE_FILE).is_file() {
+                check_downloaded(&final_dir, version, &signatures)
+            } else {
+                let fetch = (source, digest, signatures);
+                fetch_into(&releases, &final_dir, version, fetch, shared, wake)
+            }
+        });
     let state = match result.and_then(|()| verified(&final_dir, digest)) {
         Ok(sha) => {
             log::info("downloaded and verified", &[("release", version)]);
@@ -408,63 +422,21 @@ fn download(
     set(shared, wake, state);
 }
 
-/// Checks release.yaml's signature against the deployment's trust root
-/// before any artifact moves (crate::machine::trust): from the finished
-/// download when `have`, else from the channel. A release.yaml that is not
-/// the catalog's is left for the fetch to report, in its own words.
-fn check_signature(
-    trust: &TrustLoader,
-    final_dir: &Path,
-    have: bool,
-    source: &str,
+/// Checks a release downloaded before (under another trust root, or
+/// none) against the deployment's: the decision fetch makes before it
+/// downloads, on the files at hand.
+fn check_downloaded(
+    dir: &Path,
     version: &Version,
-    digest: &Digest,
+    signatures: &Signatures,
 ) -> Result<(), (String, bool)> {
-    let deployed = trust().map_err(|e| {
-        let blocked = matches!(e, TrustError::Unreadable(_));
-        (e.to_string(), blocked)
-    })?;
-    if !matches!(deployed, Deployed::Signed(_)) {
-        return Ok(());
-    }
-    let (bytes, signature) = if have {
-        let read = |name: &str| fs::read(final_dir.join(name));
-        let bytes = read(RELEASE_FILE).map_err(|e| (format!("reading release.yaml: {e}"), true))?;
-        (bytes, read(&signature_name(RELEASE_FILE)).ok())
-    } else {
-        let fetched = |e: ClientError| {
-            let e = FetchError::from(e);
-            (explain(&e), decide_blocked(&e))
-        };
-        let Some(source) = release_client::normalize_source(source) else {
-            // fetch refuses it with its own message.
-            return Ok(());
-        };
-        let agent = release_client::agent();
-        let url = format!("{source}/{version}/{RELEASE_FILE}");
-        let bytes = release_client::get_document(&agent, &url).map_err(fetched)?;
-        let signature = match release_client::get_document(&agent, &format!("{url}.sig")) {
-            Ok(b) => Some(b),
-            Err(ClientError::Status { status: 404, .. }) => None,
-            Err(e) => return Err(fetched(e)),
-        };
-        (bytes, signature)
-    };
-    if &liken_api::hash::sha256(&bytes) != digest.hex() {
-        return Ok(());
-    }
-    match trust::decide_release(&deployed, &bytes, signature.as_deref()) {
-        Ok(key) => {
-            if let Some(key) = key {
-                log::info(
-                    "release.yaml is signed by a key the deployment trusts",
-                    &[("release", version), ("key", &key)],
-                );
-            }
-            Ok(())
-        }
-        Err(refused) => Err((format!("release {version} was {refused}"), true)),
-    }
+    let path = dir.join(RELEASE_FILE);
+    let bytes = fs::read(&path).map_err(|e| (format!("reading {}: {e}", path.display()), true))?;
+    let signature = fs::read(dir.join(signature_name(RELEASE_FILE))).ok();
+    let origin = path.display().to_string();
+    fetch::decide_signature(signatures, &origin, &bytes, signature.as_deref())
+        .map(|_| ())
+        .map_err(|e| (explain(&e, version), decide_blocked(&e)))
 }
 
 /// Fetches into the download directory, then renames the verified
@@ -473,8 +445,7 @@ fn fetch_into(
     releases: &Path,
     final_dir: &Path,
     version: &Version,
-    source: &str,
-    digest: &Digest,
+    (source, digest, signatures): (&str, &Digest, Signatures),
     shared: &Arc<Mutex<Shared>>,
     wake: &Sender<()>,
 ) -> Result<(), (String, bool)> {
@@ -492,12 +463,13 @@ fn fetch_into(
         ca: None,
         progress: Style::Quiet,
         observer: Some(observer),
-        // init checks release.yaml's signature against the trust root it
-        // keeps before it writes a slot, so nothing is written unchecked;
-        // fetch keeps the signature for the write request either way.
-        signatures: Signatures::Unchecked,
+        // The deployment's trust root, checked before any artifact
+        // (crate::machine::trust); init checks again against the root it
+        // keeps, and fetch keeps the signature for the write request.
+        signatures,
     };
-    fetch::run(&request, &mut io::sink()).map_err(|e| (explain(&e), decide_blocked(&e)))?;
+    fetch::run(&request, &mut io::sink())
+        .map_err(|e| (explain(&e, version), decide_blocked(&e)))?;
     let downloaded: PathBuf = staging.join(version.as_str());
     liken_releases::files::rename_noreplace(&downloaded, final_dir)
         .and_then(|()| liken_releases::files::sync_dir(releases))
@@ -744,14 +716,18 @@ mod tests {
 
     #[test]
     fn a_full_disk_says_what_to_free_and_a_bad_digest_what_to_check() {
-        let full = explain(&io_error(io::ErrorKind::StorageFull));
+        let v = Version::parse("2026.12.06-001").unwrap();
+        let full = explain(&io_error(io::ErrorKind::StorageFull), &v);
         assert!(full.contains("the data partition is full"), "{full}");
         assert!(full.contains("free space on /var"), "{full}");
-        let bad = explain(&FetchError::DocumentDigest {
-            url: "http://c/r/release.yaml".into(),
-            want: Digest::from(sha256(b"a")),
-            got: Digest::from(sha256(b"b")),
-        });
+        let bad = explain(
+            &FetchError::DocumentDigest {
+                url: "http://c/r/release.yaml".into(),
+                want: Digest::from(sha256(b"a")),
+                got: Digest::from(sha256(b"b")),
+            },
+            &v,
+        );
         assert!(bad.contains("the Cluster's catalog pins"), "{bad}");
         assert!(bad.contains("nothing was written"), "{bad}");
     }
@@ -776,6 +752,46 @@ mod tests {
         }
         let waits: Vec<u64> = (1..=9).map(|n| write_retry_after(n).as_secs()).collect();
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+    }
+
+    #[test]
+    fn a_release_is_checked_only_against_a_deployed_root() {
+        use liken_api::signing::{SigningKey, TrustRoot, key_pair};
+        let (a, _) = key_pair([1; 32]);
+        let (b, _) = key_pair([2; 32]);
+        let v = Version::parse("2026.12.06-001").unwrap();
+        let root = Deployed::Signed(TrustRoot::new([a.public()])).signatures();
+        let bytes = b"apiVersion: liken.sh/v1alpha1\nkind: Release\n";
+        let sig = |k: &SigningKey, bytes: &[u8]| {
+            serde_yaml::to_string(&k.sign(bytes)).unwrap().into_bytes()
+        };
+        let check = |s: &Signatures, bytes: &[u8], sig: Option<&[u8]>| {
+            fetch::decide_signature(s, "release.yaml", bytes, sig)
+                .map_err(|e| (explain(&e, &v), decide_blocked(&e)))
+        };
+        assert_eq!(
+            check(&root, bytes, Some(&sig(&a, bytes))).unwrap(),
+            Some(a.public().id)
+        );
+        let refused = |r: Result<_, (String, bool)>| {
+            let (message, blocked) = r.unwrap_err();
+            assert!(blocked, "{message}");
+            message
+        };
+        assert!(
+            refused(check(&root, bytes, None))
+                .starts_with("release 2026.12.06-001 was refused before download (unsigned)")
+        );
+        let foreign = refused(check(&root, bytes, Some(&sig(&b, bytes))));
+        assert!(foreign.contains("(unknown-key)"), "{foreign}");
+        assert!(foreign.contains(b.public().id.as_str()), "{foreign}");
+        let changed = refused(check(&root, b"other bytes", Some(&sig(&a, bytes))));
+        assert!(changed.contains("(changed)"), "{changed}");
+        assert!(refused(check(&root, bytes, Some(b"garbage"))).contains("bad-signature"));
+        // Nothing deployed to check against: init decides.
+        for nothing in [Deployed::Unsigned, Deployed::Absent] {
+            assert_eq!(check(&nothing.signatures(), bytes, None).unwrap(), None);
+        }
     }
 
     #[test]
