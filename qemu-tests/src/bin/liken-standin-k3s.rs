@@ -279,6 +279,16 @@ fn stage_release(from: &Path, release: &Release, bytes: &[u8]) -> Result<PathBuf
     Ok(dir)
 }
 
+/// Where a release source is read from: `from` itself, or, for a device
+/// (`/dev/...`), where it is mounted read-only.
+fn source_dir(from: &str) -> Result<PathBuf, String> {
+    if from.starts_with("/dev/") {
+        mount_source(from)
+    } else {
+        Ok(PathBuf::from(from))
+    }
+}
+
 /// Mounts a release disk read-only and returns where.
 fn mount_source(device: &str) -> Result<PathBuf, String> {
     let at = PathBuf::from("/run/liken-standin/release");
@@ -289,13 +299,9 @@ fn mount_source(device: &str) -> Result<PathBuf, String> {
 }
 
 fn write_release(from: &str) {
-    let source = if from.starts_with("/dev/") {
-        match mount_source(from) {
-            Ok(at) => at,
-            Err(e) => return say(&format!("cannot read the release disk: {e}")),
-        }
-    } else {
-        PathBuf::from(from)
+    let source = match source_dir(from) {
+        Ok(at) => at,
+        Err(e) => return say(&format!("cannot read the release disk: {e}")),
     };
     let (release, yaml) = match read_release(&source) {
         Ok(r) => r,
@@ -332,11 +338,7 @@ fn write_release(from: &str) {
             {
                 say(&format!("cannot write {}: {e}", marker.display()));
             }
-            say("asking for reboot");
-            match ask(&Request::Reboot) {
-                Ok(r) => say_answer("reboot answered", &r),
-                Err(e) => say(&format!("reboot request failed: {e}")),
-            }
+            ask_reboot();
         }
         Ok(r) => say_answer("write-release answered", &r),
         Err(e) => say(&format!("write-release request failed: {e}")),
@@ -345,13 +347,9 @@ fn write_release(from: &str) {
 
 /// Runs a `write-script` (see the module's documentation).
 fn write_script(from: &str) {
-    let source = if from.starts_with("/dev/") {
-        match mount_source(from) {
-            Ok(at) => at,
-            Err(e) => return say(&format!("cannot read the release disk: {e}")),
-        }
-    } else {
-        PathBuf::from(from)
+    let source = match source_dir(from) {
+        Ok(at) => at,
+        Err(e) => return say(&format!("cannot read the release disk: {e}")),
     };
     let script = match std::fs::read_to_string(source.join("script")) {
         Ok(s) => s,
@@ -403,11 +401,17 @@ fn write_script(from: &str) {
         say(&format!("attempt {label} slot B {}", slot_b_digest()));
     }
     if written {
-        say("asking for reboot");
-        match ask(&Request::Reboot) {
-            Ok(r) => say_answer("reboot answered", &r),
-            Err(e) => say(&format!("reboot request failed: {e}")),
-        }
+        ask_reboot();
+    }
+}
+
+/// Asks init for the reboot that boots a written slot, and prints the
+/// answer.
+fn ask_reboot() {
+    say("asking for reboot");
+    match ask(&Request::Reboot) {
+        Ok(r) => say_answer("reboot answered", &r),
+        Err(e) => say(&format!("reboot request failed: {e}")),
     }
 }
 
