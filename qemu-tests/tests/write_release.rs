@@ -12,19 +12,20 @@
 //! signature (and a rollback permit), prints the answer and the digest of
 //! LIKEN-B as the block device holds it, and asks for a reboot after the
 //! last, written one; QEMU's `-no-reboot` ends the run there. Only the
-//! releases signed by the key the layer trusts, at or above the floor or
-//! with a permit, are written. The test then reads the disk image: slot
-//! B's partition must start with the last release's system image, the ESP
+//! releases signed by a key the machine trusts, at or above the floor or
+//! with a permit, are written. Midway the layer's trust.yaml is replaced
+//! under /etc/liken (where the kernel unpacks a layer booted from the
+//! ESP, and where root on the machine could write one): first by a root
+//! of key C signed only by C, which init does not take, then by a
+//! rotation to A and C signed by A, which it takes, so a release signed
+//! by C is then written. The test then reads the disk image: slot B's
+//! partition must start with the last release's system image, the ESP
 //! must hold slot B's kernel and initrds, the new `liken-b+3.conf` with
 //! slot A's console arguments, no stale entry, a grubenv preferring B
 //! with three tries, and the floor the permit lowered.
 //!
 //! The system images in that first test are random bytes, as the writer
-//! does not care what it writes, only that it reads it back. A trust
-//! root's rotation (a new trust.yaml in the layer, signed by a key the
-//! kept one trusts) is not exercised here: it takes a second boot with
-//! another layer, and liken-init's unit tests carry it
-//! (trust::decide_root). The second
+//! does not care what it writes, only that it reads it back. The second
 //! test (the plan's test (c)) boots an installed disk under UEFI into
 //! slot A, writes the stand-in channel's newest release into slot B the
 //! same way, and boots B from the entry init wrote, which then blesses
@@ -55,6 +56,8 @@ const BOOT: Duration = Duration::from_secs(120);
 const WRITE: Duration = Duration::from_secs(120);
 
 const VERSION: &str = "2026.12.02-042";
+/// The release signed by the rotated-in key C.
+const ROTATED: &str = "2026.12.03-001";
 
 /// A release channel made with the real CLI from small stand-in inputs,
 /// the real kernel and boot.cpio, signed by `key` (`liken bundle -sign`).
@@ -159,9 +162,10 @@ fn copy_release(from: &Path, to: &Path, artifacts: bool) {
     }
 }
 
-/// The script's answer for `label`: init's response and the LIKEN-B
-/// digest the stand-in read after it.
-fn attempt(vm: &mut Vm, label: &str) -> (serde_json::Value, String) {
+/// The script's answer for `label`: init's response, the LIKEN-B digest
+/// the stand-in read after it, and the digest of the trust root init
+/// keeps on the data partition.
+fn attempt(vm: &mut Vm, label: &str) -> (serde_json::Value, String, String) {
     let line = vm.expect_unordered(
         &format!("liken-standin-k3s: attempt {label} answered "),
         WRITE,
@@ -179,7 +183,15 @@ fn attempt(vm: &mut Vm, label: &str) -> (serde_json::Value, String) {
         .split_once(" slot B ")
         .map(|(_, d)| d.trim().to_owned())
         .unwrap();
-    (answer, digest)
+    let line = vm.expect_unordered(
+        &format!("liken-standin-k3s: attempt {label} kept root "),
+        WRITE,
+    );
+    let kept = line
+        .split_once(" kept root ")
+        .map(|(_, d)| d.trim().to_owned())
+        .unwrap();
+    (answer, digest, kept)
 }
 
 /// init is the last word on what is written, under the real kernel and
@@ -191,16 +203,20 @@ fn attempt(vm: &mut Vm, label: &str) -> (serde_json::Value, String) {
 /// rollback permit signed by A (`liken sign -allow-rollback`), and N+1
 /// signed by A (`liken bundle -sign`). The first four are refused with
 /// their reasons and LIKEN-B, read from the block device by the stand-in
-/// after each answer, stays as it was; the last two are written. The disk
-/// is then read on the host: slot B holds N+1's system image byte for
-/// byte, and the ESP the new entry, kernel and initrds, and grubenv.
+/// after each answer, stays as it was; the next two are written. Then
+/// the layer's trust root is swapped twice (`liken trust -sign`): to key
+/// C alone signed by C, and N+2 signed by C is refused with the kept root
+/// unchanged on the data partition; to A and C signed by A, which init
+/// keeps, and the same N+2 is written. The disk is then read on the host:
+/// slot B holds N+2's system image byte for byte, and the ESP the new
+/// entry, kernel and initrds, and grubenv.
 #[test]
 fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     let images = images();
     let dir = scratch("write-release");
     let keys = dir.join("keys");
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    for k in ["a", "b"] {
+    for k in ["a", "b", "c"] {
         liken(&["keygen", &s(&keys.join(k))]);
     }
     let key = |k: &str| keys.join(k).join("release.key");
@@ -214,8 +230,9 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     };
     let release_dir = bundle(&dir, VERSION, 0x9e37_79b9_7f4a_7c15, &key("a"));
     let older_dir = bundle(&dir, OLDER, 0x2545_f491_4f6c_dd1d, &key("a"));
+    let rotated_dir = bundle(&dir, ROTATED, 0x6a09_e667_f3bc_c908, &key("c"));
     let release: Release = decode::strict(
-        &std::fs::read_to_string(release_dir.join("release.yaml")).unwrap(),
+        &std::fs::read_to_string(rotated_dir.join("release.yaml")).unwrap(),
         "release.yaml",
     )
     .unwrap();
@@ -255,10 +272,23 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
         "node-1",
         &s(&disk_dir.join("permit.yaml")),
     ]);
+    // The two trust roots the layer is given midway, as a person makes
+    // them: C alone, signed by C; A and C, signed by A (a rotation).
+    let public = |k: &str| s(&keys.join(k).join("release.pub"));
+    let only_c = disk_dir.join("only-c").join("trust.yaml");
+    let rotation = disk_dir.join("rotation").join("trust.yaml");
+    for (file, by, listed) in [(&only_c, "c", vec!["c"]), (&rotation, "a", vec!["a", "c"])] {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let mut args = vec!["trust".to_owned(), "-sign".into(), s(&key(by)), s(file)];
+        args.extend(listed.iter().map(|k| public(k)));
+        liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    copy_release(&rotated_dir, &disk_dir.join("by-c"), true);
     std::fs::write(
         disk_dir.join("script"),
         "unsigned unsigned\nforeign foreign\nchanged changed\nbelow-floor older\n\
-         permit older permit.yaml\ngood good\n",
+         permit older permit.yaml\ngood good\n\
+         @layer only-c\nc-only by-c\n@layer rotation\nrotated by-c\n",
     )
     .unwrap();
 
@@ -301,7 +331,9 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     release_disk(&rel, &disk_dir);
 
     let trusted = keys.join("a").join("release.pub");
-    let (_, layer) = cli_layer_trusting(&dir, "test", "node-1", &[&trusted]);
+    let (deployment, layer) = cli_layer_trusting(&dir, "test", "node-1", &[&trusted]);
+    let sha_of = |p: &Path| liken_api::hash::sha256(&std::fs::read(p).unwrap()).to_string();
+    let first_root = sha_of(&deployment.join("trust.yaml"));
     let parts = [images.boot_cpio.clone(), layer, standin_cpio(&dir)];
     let mut qemu = drives::virtio("disk", &disk.path, None, false);
     qemu.extend(drives::virtio("release", &rel, None, true));
@@ -317,47 +349,85 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     vm.expect_unordered("liken-standin-k3s: attempt unsigned: asking init", boot);
 
     // Refused, each with its reason, and slot B as it was.
-    let refused = |vm: &mut Vm, label: &str, says: &[&str]| {
-        let (answer, b) = attempt(vm, label);
+    let refused = |vm: &mut Vm, label: &str, says: &[&str], slot_b: &str| {
+        let (answer, b, kept) = attempt(vm, label);
         assert_eq!(answer["response"], "refused", "{label}: {answer}");
         let message = answer["message"].as_str().unwrap_or_default().to_owned();
         for want in says {
             assert!(message.contains(want), "{label}: {answer}");
         }
         assert!(message.contains("nothing was written"), "{label}: {answer}");
-        assert_eq!(b, blank_b, "{label}: LIKEN-B changed after a refusal");
+        assert_eq!(b, slot_b, "{label}: LIKEN-B changed after a refusal");
+        // The layer's first root is what init keeps, whatever came since.
+        assert_eq!(kept, first_root, "{label}: the kept trust root");
     };
-    refused(&mut vm, "unsigned", &["refused (unsigned)"]);
+    refused(&mut vm, "unsigned", &["refused (unsigned)"], &blank_b);
     refused(
         &mut vm,
         "foreign",
         &["refused (unknown-key)", &id_of("b"), &id_of("a")],
+        &blank_b,
     );
-    refused(&mut vm, "changed", &["refused (changed)"]);
+    refused(&mut vm, "changed", &["refused (changed)"], &blank_b);
     refused(
         &mut vm,
         "below-floor",
         &[&format!(
             "refused (below-floor): release {OLDER} is older than {BOOTED}"
         )],
+        &blank_b,
     );
     // The permit lets the older release through; the newer one follows.
-    let (answer, after_permit) = attempt(&mut vm, "permit");
+    let (answer, after_permit, _) = attempt(&mut vm, "permit");
     assert_eq!(answer["response"], "releaseWritten", "{answer}");
     assert_eq!(answer["version"], OLDER, "{answer}");
     assert_ne!(
         after_permit, blank_b,
         "the permitted write left LIKEN-B as it was"
     );
-    let (answer, after_good) = attempt(&mut vm, "good");
-    let written = &answer;
-    assert_eq!(written["response"], "releaseWritten", "{answer}");
-    assert_eq!(written["slot"], "B", "{answer}");
-    assert_eq!(written["version"], VERSION, "{answer}");
-    assert_eq!(written["entry"], "liken-b+3.conf", "{answer}");
+    let (answer, after_good, _) = attempt(&mut vm, "good");
+    assert_eq!(answer["response"], "releaseWritten", "{answer}");
+    assert_eq!(answer["version"], VERSION, "{answer}");
     assert_ne!(
         after_good, after_permit,
         "the second write left LIKEN-B as it was"
+    );
+
+    // A root of C signed only by C is not taken: C's release is refused
+    // as unknown, and the console says why the layer's root was passed
+    // over.
+    vm.expect_unordered(
+        "liken-standin-k3s: layer only-c: trust.yaml replaced",
+        WRITE,
+    );
+    refused(
+        &mut vm,
+        "c-only",
+        &["refused (unknown-key)", &id_of("c"), &id_of("a")],
+        &after_good,
+    );
+    assert!(
+        vm.seen.iter().any(
+            |l| l.contains("the layer's trust.yaml differs from the one kept and is not taken")
+        ),
+        "no console line on the refused root; see {}",
+        vm.log.display()
+    );
+    // The rotation signed by A is kept, and C's release is written.
+    vm.expect_unordered(
+        "liken-standin-k3s: layer rotation: trust.yaml replaced",
+        WRITE,
+    );
+    let (answer, after_rotation, kept) = attempt(&mut vm, "rotated");
+    let written = &answer;
+    assert_eq!(written["response"], "releaseWritten", "{answer}");
+    assert_eq!(written["slot"], "B", "{answer}");
+    assert_eq!(written["version"], ROTATED, "{answer}");
+    assert_eq!(written["entry"], "liken-b+3.conf", "{answer}");
+    assert_eq!(kept, sha_of(&rotation), "init did not keep the rotation");
+    assert_ne!(
+        after_rotation, after_good,
+        "the rotated key's write left LIKEN-B as it was"
     );
     // Progress reached the end of the slot write.
     assert!(
@@ -372,7 +442,7 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     assert!(status.success(), "QEMU ended with {status}");
 
     // Slot B holds the system image, byte for byte.
-    let system = std::fs::read(release_dir.join("liken.sqfs")).unwrap();
+    let system = std::fs::read(rotated_dir.join("liken.sqfs")).unwrap();
     let got = disk.read_part("LIKEN-B", system.len());
     assert!(got == system, "slot B does not hold the system image");
     // Slot A's partition was not touched.
@@ -391,9 +461,9 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     let written_entry = String::from_utf8(disk.esp_file("loader/entries/liken-b+3.conf")).unwrap();
     assert_eq!(
         written_entry,
-        "title liken 2026.12.02-042 (slot B)\n\
+        "title liken 2026.12.03-001 (slot B)\n\
          sort-key liken\n\
-         version 2026.12.02-042\n\
+         version 2026.12.03-001\n\
          linux /liken/b/vmlinuz\n\
          initrd /liken/b/microcode.cpio\n\
          initrd /liken/b/boot.cpio\n\

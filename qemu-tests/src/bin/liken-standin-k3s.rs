@@ -43,8 +43,16 @@
 //!   given, the rollback permit `<permit>` with `<permit>.sig`, then prints
 //!   `attempt <label> answered {json}` and `attempt <label> slot B
 //!   <sha256>`: the SHA-256 of the first 4 MiB of the LIKEN-B partition,
-//!   read from the block device by this program, not by init. After the
-//!   last attempt it asks for a reboot if that one was written.
+//!   read from the block device by this program, not by init, and
+//!   `attempt <label> kept root <sha256>` of the trust root init keeps
+//!   in /var/lib/liken/trust (the data partition on an installed
+//!   machine; `none` when there is none). A line `@layer
+//!   <subdir>` instead puts `<subdir>`'s trust.yaml (and its .sig, or
+//!   none) in place of the layer's under /etc/liken, where a new layer
+//!   booted from the ESP would put it and where root on the machine
+//!   could write it: init reads the layer's trust root on every write.
+//!   After the last attempt it asks for a reboot if that one was
+//!   written.
 //! - `net:<targets>`: ask init for its status and print the answer, then
 //!   print what a program on the machine sees of the network whenever it
 //!   changes and send a datagram to each target every second
@@ -358,6 +366,13 @@ fn write_script(from: &str) {
     let mut written = false;
     for line in script.lines().filter(|l| !l.trim().is_empty()) {
         let words: Vec<&str> = line.split_whitespace().collect();
+        if let ["@layer", sub] = words.as_slice() {
+            match replace_layer_trust(&source.join(sub)) {
+                Ok(()) => say(&format!("layer {sub}: trust.yaml replaced in {LAYER_DIR}")),
+                Err(e) => return say(&format!("layer {sub}: {e}")),
+            }
+            continue;
+        }
         let (label, sub, permit) = match words.as_slice() {
             [label, sub] => (*label, *sub, None),
             [label, sub, permit] => (*label, *sub, Some(*permit)),
@@ -399,9 +414,39 @@ fn write_script(from: &str) {
             Err(e) => return say(&format!("attempt {label}: request failed: {e}")),
         }
         say(&format!("attempt {label} slot B {}", slot_b_digest()));
+        say(&format!("attempt {label} kept root {}", kept_root_digest()));
     }
     if written {
         ask_reboot();
+    }
+}
+
+/// Where the deployment layer is unpacked.
+const LAYER_DIR: &str = "/etc/liken";
+/// The trust root init keeps (on the data partition, when /var is one).
+const KEPT_ROOT: &str = "/var/lib/liken/trust/trust.yaml";
+
+/// Puts `from`'s trust.yaml, and its signature or none, in the layer.
+fn replace_layer_trust(from: &Path) -> Result<(), String> {
+    let layer = Path::new(LAYER_DIR);
+    for name in ["trust.yaml", "trust.yaml.sig"] {
+        let (src, dst) = (from.join(name), layer.join(name));
+        if src.exists() {
+            std::fs::copy(&src, &dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+        } else if dst.exists() {
+            std::fs::remove_file(&dst).map_err(|e| format!("{}: {e}", dst.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The SHA-256 of the trust root init keeps, `none`, or why it could
+/// not be read.
+fn kept_root_digest() -> String {
+    match std::fs::read(KEPT_ROOT) {
+        Ok(bytes) => liken_api::hash::sha256(&bytes).to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none".to_owned(),
+        Err(e) => format!("unreadable: {KEPT_ROOT}: {e}"),
     }
 }
 
