@@ -18,6 +18,14 @@
 # nothing is bundled when the channel's newest releases already hold
 # exactly these files, in this order; a change to any input gives new
 # versions.
+#
+# With LIKEN_RELEASE_KEY set to a release.key (`liken keygen`), every
+# release is bundled `-sign`ed, and the channel is kept signed by that
+# key: a release already in the channel that carries no signature by it
+# (bundled before, or by another key) is signed with `liken sign`, and
+# channel.yaml is signed again, which renews it, whenever its signature
+# is not this key's over its bytes or it expires within a week, so a
+# channel built weeks ago never reads as stopped.
 set -euo pipefail
 
 usage="usage: release.sh IMAGES_OUT CHANNEL SYSTEM [SYSTEM...]"
@@ -64,7 +72,42 @@ same() {
     cmp -s "${inputs[$i]}" "$dir/${names[$i]}" || return 1
   done
   # No artifact beyond these (a microcode.cpio that is gone since).
-  [ "$(find "$dir" -mindepth 1 ! -name release.yaml | wc -l)" -eq "${#names[@]}" ]
+  [ "$(find "$dir" -mindepth 1 ! -name release.yaml ! -name release.yaml.sig | wc -l)" -eq "${#names[@]}" ]
+}
+
+key=${LIKEN_RELEASE_KEY:-}
+key_id=
+if [ -n "$key" ]; then
+  pub=$(dirname "$key")/release.pub
+  [ -f "$key" ] && [ -f "$pub" ] || { echo "images: LIKEN_RELEASE_KEY: $key or $pub is missing (liken keygen <dir>)" >&2; exit 1; }
+  key_id=$(sed -n 's/^id: *//p' "$pub")
+  flags+=(-sign "$key")
+fi
+
+# Whether file $1's detached signature is by the key, over its bytes.
+signed_by_key() {
+  local sig=$1.sig
+  [ -f "$sig" ] || return 1
+  [ "$(sed -n 's/^keyId: *//p' "$sig")" = "$key_id" ] || return 1
+  [ "$(sed -n 's/^sha256: *//p' "$sig")" = "$(sha256sum < "$1" | cut -d' ' -f1)" ]
+}
+
+# Signs what the channel holds unsigned by the key, and renews
+# channel.yaml when its signature is not the key's over its bytes or it
+# expires within a week.
+sign_channel() {
+  [ -n "$key" ] || return 0
+  local dir expires
+  for dir in "$channel"/*/; do
+    [ -f "$dir/release.yaml" ] || continue
+    signed_by_key "$dir/release.yaml" || "$liken" sign -key "$key" "$dir/release.yaml" >&2
+  done
+  [ -f "$channel/channel.yaml" ] || return 0
+  expires=$(sed -n 's/^expires: *//p' "$channel/channel.yaml")
+  if ! signed_by_key "$channel/channel.yaml" || [ -z "$expires" ] ||
+     [ "$(date -u -d "$expires" +%s)" -lt "$(( $(date -u +%s) + 7 * 86400 ))" ]; then
+    "$liken" sign -key "$key" "$channel/channel.yaml" >&2
+  fi
 }
 
 # One build at a time per channel: two would pick the same serial.
@@ -79,6 +122,7 @@ if [ -n "${LIKEN_VERSION:-}" ]; then
   [ "$count" -eq 1 ] || { echo "images: LIKEN_VERSION names one release; $channel takes $count" >&2; exit 1; }
   if same "$channel/$LIKEN_VERSION" 0; then
     echo "images: $channel/$LIKEN_VERSION is up to date" >&2
+    sign_channel
     exit 0
   fi
   versions=("$LIKEN_VERSION")
@@ -90,6 +134,7 @@ else
     for v in "${existing[@]:n-count}"; do same "$channel/$v" "$i" || fresh=0; i=$((i + 1)); done
     if [ "$fresh" -eq 1 ]; then
       echo "images: $channel is up to date (${existing[*]:n-count})" >&2
+      sign_channel
       exit 0
     fi
   fi
@@ -146,3 +191,4 @@ if [ ${#all[@]} -gt "$keep" ]; then
     echo "images: pruned $v from $channel (build channels keep the newest $keep)" >&2
   done
 fi
+sign_channel

@@ -33,6 +33,13 @@
 # - the other artifacts (kernel, liken, loaders, licenses) linked from
 #   IMAGES_OUT.
 #
+# Every release and channel.yaml is signed (release.sh with
+# LIKEN_RELEASE_KEY) by the test fleets' release key, made once with
+# `liken keygen` in IMAGES_OUT/e2e-release-key (outside the channel, so
+# `liken serve` never serves the private key); the fleets' deployments
+# trust its release.pub. channel.yaml is renewed whenever it would
+# expire within a week, so a channel built long ago stays current.
+#
 # Cost: a release's init and boot.cpio are rebuilt only when the
 # development boot.cpio (which holds the development init) changed; the
 # system images are left alone by build-system.sh when their inputs
@@ -55,6 +62,12 @@ for f in "$standin" "$out/boot.cpio"; do
   [ -e "$f" ] || { echo "e2e-images: $f is missing; run make qemu-images" >&2; exit 1; }
 done
 mkdir -p "$out/e2e" "$channel"
+keydir=$out/e2e-release-key
+if [ ! -f "$keydir/release.key" ]; then
+  rm -rf "$keydir"
+  "$out/liken" keygen "$keydir" >&2
+fi
+export LIKEN_RELEASE_KEY=$keydir/release.key
 echo node > "$out/e2e/instruction-node"
 echo unhealthy > "$out/e2e/instruction-unhealthy"
 
@@ -68,7 +81,7 @@ stale() {
   local dir=$1 from=$2 f
   [ -d "$dir" ] || return 1
   for f in "$dir"/*; do
-    [ "$(basename "$f")" = release.yaml ] && continue
+    case $(basename "$f") in release.yaml | release.yaml.sig) continue ;; esac
     cmp -s "$f" "$from/$(basename "$f")" || return 0
   done
   return 1

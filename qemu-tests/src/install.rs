@@ -28,8 +28,13 @@ pub fn stick(
 ) -> PathBuf {
     let stick = dir.join("stick.img");
     let out = stick.to_string_lossy().into_owned();
-    // Unsigned: the test channels' releases are (see cli_fleet).
-    let mut args = vec!["stick", "-unsigned", "-output", &out, "-console", "ttyS0"];
+    let mut args = vec!["stick", "-output", &out, "-console", "ttyS0"];
+    // A deployment with no trust root (the stand-in channel's releases
+    // are unsigned, see cli_fleet) is packed as liken allows it only
+    // when asked.
+    if !deployment.join("trust.yaml").exists() {
+        args.push("-unsigned");
+    }
     for a in kernel_args {
         args.extend(["-kernel-arg", a]);
     }

@@ -331,6 +331,15 @@ fn wait_on(fleet: &mut Fleet, name: &str, version: &str, slot: &str, within: Dur
     )
 }
 
+/// The id of the key the end-to-end channel is signed with.
+fn release_key_id() -> String {
+    let path = fleet::release_key();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let key: liken_api::signing::ReleaseKey = liken_api::decode::strict(&text, "release.pub")
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    key.id.to_string()
+}
+
 /// The Cluster's spec naming `target` from the catalog `releases`.
 fn target(fleet: &Fleet, releases: &[&fleet::Release], target: &str) {
     let catalog: Vec<Value> = releases
@@ -373,8 +382,12 @@ const TURN: Duration = Duration::from_secs(1200);
 ///    to its node; all three Machines Ready on N in slot A with their
 ///    boot records, reported by their own machine operators; the
 ///    Cluster tallies 3/3.
+///    The channel and every release in it are signed by a key `make
+///    e2e-images` made; the deployment trusts it, and the cluster
+///    operator says it takes channel.yaml only signed by that key.
 /// 2. N+1, published in the channel `liken serve` shares, set as the
-///    target: each machine downloads it, has init write slot B, takes
+///    target: each machine downloads it, has init write slot B (init
+///    says it checked the signature against the layer's key), takes
 ///    its turn, reboots and reports N+1; the Manual one shows
 ///    UpdatePending and stays on N until `liken approve-reboot`. From
 ///    the whole watch history of Machines and Cluster: never two
@@ -413,6 +426,7 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         &specs,
         channel,
         Some((&n.version, &n.digest)),
+        Some(&fleet::release_key()),
     );
     // A trial boot that is not healthy reboots after this long. Healthy
     // ones bless 5 to 15 s after init starts under TCG (the first boots
@@ -498,6 +512,21 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         }
     });
 
+    // The channel is signed by the fleet's key (make e2e-images), and
+    // the cluster operator took that key from the deployment's trust
+    // root. (It runs on the host here, where the Cluster's source, the
+    // host as the guests reach it, is not reachable, so its channel
+    // verdicts are tested against nginx in liken-ops' the_channel_is_polled.)
+    let key_id = release_key_id();
+    let log = fleet.host.logs().join("liken-cluster-operator.log");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        said.contains("channel.yaml is taken only when signed by a key the deployment trusts")
+            && said.contains(&format!("keys={key_id}")),
+        "the cluster operator did not take the deployment's trust root; see {}",
+        log.display()
+    );
+
     // From here the fleet is up: the independent judge counts every
     // downtime after this moment against the budget.
     let fleet_up = Instant::now();
@@ -555,6 +584,18 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     ));
     wait_on(&mut fleet, &manual, &n1.version, "B", TURN);
     let rollout_took = rollout_began.elapsed().as_secs_f64();
+    // init, the last word, checked N+1's signature against the trust
+    // root the stick's layer carried before it wrote slot B.
+    for name in &names {
+        let needle = format!("release {} signed by trusted key {key_id}", n1.version);
+        if fleet
+            .machine(name)
+            .console_after(0, &needle, Duration::from_secs(5))
+            .is_none()
+        {
+            fleet.fail(Some(name), &format!("init never said: {needle}"));
+        }
+    }
     let rollout_records = history.since(mark);
     judge(&fleet, &history, fleet_up, "the rollout to N+1");
     let turns = rollout::decide_turns(&rollout_records, &n1.version);

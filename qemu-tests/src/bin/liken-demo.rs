@@ -357,6 +357,8 @@ fn daemon(dir: &Path) {
         // The test releases' inits know their versions (e2e-images), so
         // the Cluster names N as its target and the channel as source.
         Some((&n.version, &n.digest)),
+        // Its releases are signed by a key make e2e-images made once.
+        Some(&fleet::release_key()),
     );
     // The deployment where a person expects it, and the CLI beside it.
     link(&host.deployment, &dir.join(CLUSTER));

@@ -282,7 +282,11 @@ impl Host {
     /// digest), the channel and that release as its target and catalog.
     /// Without it the Cluster names no target release, which a machine
     /// whose init is a development build (no version of its own) can
-    /// satisfy.
+    /// satisfy. With `trusted` (a release.pub) the deployment's trust
+    /// root lists that key (`liken trust`), so the stick packs it and
+    /// the machines write only releases it signed; without, the
+    /// deployment is unsigned.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         dir: &Path,
         liken: &Path,
@@ -291,6 +295,7 @@ impl Host {
         machines: &[MachineSpec],
         channel: &Path,
         release: Option<(&str, &str)>,
+        trusted: Option<&Path>,
     ) -> Host {
         let deployment = dir.join("deployment");
         let identity = deployment.join("identity");
@@ -369,6 +374,13 @@ impl Host {
             let path = deployment.join("machines").join(format!("{}.yaml", m.name));
             std::fs::write(&path, machine_yaml(m))
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+        if let Some(key) = trusted {
+            let trust = deployment.join("trust.yaml");
+            run(
+                liken,
+                &["trust", &trust.to_string_lossy(), &key.to_string_lossy()],
+            );
         }
         if let Some((v, d)) = release {
             let cluster_yaml = deployment.join("cluster.yaml");
@@ -498,8 +510,14 @@ impl Host {
             .arg(format!(
                 "--cluster-file={}",
                 self.deployment.join("cluster.yaml").display()
-            ))
-            .args(flags)
+            ));
+        // The deployment's trust root, as the Deployment mounts it from
+        // the same ConfigMap: the channel is verified against it.
+        let trust = self.deployment.join("trust.yaml");
+        if trust.exists() {
+            cmd.arg(format!("--trust-file={}", trust.display()));
+        }
+        cmd.args(flags)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap_or_else(|e| panic!("{e}")))
             .stderr(file);

@@ -230,6 +230,16 @@ pub struct Release {
     pub dir: PathBuf,
 }
 
+/// The public key the end-to-end channel's releases and channel.yaml
+/// are signed with (`make e2e-images` makes the pair once with `liken
+/// keygen`, beside the channel): the fleets' deployments trust it.
+pub fn release_key() -> PathBuf {
+    crate::images()
+        .dir
+        .join("e2e-release-key")
+        .join("release.pub")
+}
+
 /// The end-to-end channel `make e2e-images` builds
 /// (`$IMAGES_OUT/channel-e2e`): N, N+1 and N+2, built once per test
 /// process after [`crate::images`] (unless [`crate::images_just_built`]),
