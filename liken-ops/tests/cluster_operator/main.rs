@@ -28,7 +28,6 @@ use liken_api::{Cluster, ConditionStatus, Machine, Phase, Time, Version};
 use liken_kube::request::{CLUSTERS, LEASES, MACHINES};
 use liken_kube::{Api, DynamicObject, Event};
 use liken_testenv::audit::{compare_rbac, grants};
-use liken_testenv::nginx::Nginx;
 use serde_json::{Value, json};
 
 fn sims(list: &[(&str, Sim)]) -> BTreeMap<String, Sim> {
@@ -424,15 +423,16 @@ fn failed_release_halts(env: &Env, op: &Operator) {
     drop(player);
 }
 
-/// The channel poller asks the Cluster's source (Debian's nginx serving
-/// a channel directory), again on a new check-releases value, and keeps
-/// its last answer when the server is gone. The deployment trusts
+/// The channel poller asks the Cluster's source (`liken serve`'s server,
+/// run in this process from liken-cli, serving a channel directory),
+/// again on a new check-releases value, and keeps its last answer when
+/// the channel is gone. The deployment trusts
 /// [`release_key`]: a channel.yaml is taken only when that key signed it,
 /// its serial does not go back and it is not past its expiry; anything
 /// else keeps the answer and turns ReleaseChannel False with a Warning.
 fn the_channel_is_polled(env: &Env, op: &Operator) {
-    // Not under the control plane's (private) directory: nginx's workers
-    // drop root, and the channel must be world-readable.
+    // liken serve shares only world-readable files; the channel is
+    // published as a person publishes one.
     let www = liken_testenv::scratch::TempDir::new("cluster-operator-channel");
     let root = www.path().join("root");
     let channel = root.join("stable");
@@ -456,7 +456,15 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
         (bytes, sig)
     };
     let first = publish(&key, NEW, 1, in_a_day());
-    let mut nginx = Nginx::start(www.path(), &root);
+    let server = liken_cli::releases::serve::Server::bind(
+        &root,
+        "127.0.0.1:0",
+        liken_cli::releases::serve::Config::default(),
+    )
+    .unwrap();
+    let url = format!("http://{}", server.local_addr().unwrap());
+    // Serves until the test process ends; its access log is dropped.
+    std::thread::spawn(move || server.run(&mut std::io::sink()));
     let patch = |v: Value| {
         env.admin
             .merge_patch::<DynamicObject>(&Api::all(CLUSTERS), "home", &v)
@@ -472,7 +480,7 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
     // channel (what is published) its latest.
     let digest = format!("sha256:{}", "ab".repeat(32));
     patch(
-        json!({"spec": {"releases": {"source": format!("{}/stable", nginx.url), "catalog": [
+        json!({"spec": {"releases": {"source": format!("{url}/stable"), "catalog": [
         {"version": OLD, "digest": digest}, {"version": "2026.11.15-002", "digest": digest}]}}}),
     );
     let c = env.wait_cluster(
@@ -576,8 +584,9 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
     );
     wait_warning(env, "ChannelStale");
 
-    // The server goes away: the last answer stays, the failure is counted.
-    nginx.stop();
+    // The channel goes away (its directory removed; the server answers
+    // 404): the last answer stays, the failure is counted.
+    std::fs::remove_dir_all(&channel).unwrap();
     let failures = || {
         metric(
             &metrics_text(op),
@@ -608,7 +617,7 @@ fn the_channel_is_polled(env: &Env, op: &Operator) {
 }
 
 /// Writes channel.yaml and channel.yaml.sig into `dir`, each by a rename,
-/// as a publisher's tools do, so nginx never serves half a file.
+/// as a publisher's tools do, so the server never serves half a file.
 fn put(dir: &std::path::Path, channel: &str, signature: &str) {
     for (name, text) in [("channel.yaml", channel), ("channel.yaml.sig", signature)] {
         let tmp = dir.join(format!(".{name}.tmp"));
