@@ -11,7 +11,9 @@
 # - k3s, when the system image holds one (K3S);
 # - every Debian package whose files the images hold, with its Debian
 #   copyright file in full: the kernel and its modules, the system
-#   image's packages (system-debs.sh), systemd-boot-efi and grub-pc-bin.
+#   image's packages (system-debs.sh), systemd-boot-efi and grub-pc-bin;
+# - musl, the C library liken-init links statically (Rust's musl
+#   target), with its MIT terms.
 #
 # Sorted and free of dates and paths, so the same inputs give the same
 # bytes.
@@ -37,6 +39,17 @@ crates=$(cd "$root" && cargo tree -q -p liken-init -p liken-cli -p liken-ops -e 
   exit 1
 }
 
+# The musl that Rust's musl target links into liken-init: its version is
+# the one string of that form in the target's libc.a.
+musl_libc=$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-musl/lib/self-contained/libc.a
+# (All of strings' output is read: grep -m1 would leave strings writing
+# into a closed pipe, which pipefail counts as a failure.)
+musl_version=$(strings "$musl_libc" 2>/dev/null | grep -xE '1\.[0-9]+\.[0-9]+') || {
+  echo "images: no musl version in $musl_libc; run scripts/setup.sh (it adds the musl target)" >&2
+  exit 1
+}
+musl_version=${musl_version%%$'\n'*}
+
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
@@ -60,6 +73,34 @@ trap 'rm -f "$tmp"' EXIT
     read -r name ver _ <<< "$pkg"
     echo "| $name | ${ver#v} | ${license:-see the crate license file} |"
   done <<< "$(sed 's/ (\*)$//' <<< "$crates")" | LC_ALL=C sort -u
+  echo
+  echo "## musl"
+  echo
+  echo "liken-init (boot.cpio) links musl $musl_version, the C library of Rust's"
+  echo "x86_64-unknown-linux-musl target, statically. musl is under the MIT license:"
+  echo
+  echo '```text'
+  echo "Copyright © 2005-2020 Rich Felker, et al."
+  echo
+  echo "Permission is hereby granted, free of charge, to any person obtaining"
+  echo "a copy of this software and associated documentation files (the"
+  echo "\"Software\"), to deal in the Software without restriction, including"
+  echo "without limitation the rights to use, copy, modify, merge, publish,"
+  echo "distribute, sublicense, and/or sell copies of the Software, and to"
+  echo "permit persons to whom the Software is furnished to do so, subject to"
+  echo "the following conditions:"
+  echo
+  echo "The above copyright notice and this permission notice shall be"
+  echo "included in all copies or substantial portions of the Software."
+  echo
+  echo "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND,"
+  echo "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF"
+  echo "MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT."
+  echo "IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY"
+  echo "CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT,"
+  echo "TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE"
+  echo "SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE."
+  echo '```'
   echo
   if [ -n "$k3s" ]; then
     echo "## k3s"

@@ -54,7 +54,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 channel=$out/channel-e2e
 versions=(2026.01.01-001 2026.01.01-002 2026.01.01-003)
 export LIKEN_SQUASHFS_LEVEL=${LIKEN_SQUASHFS_LEVEL:-3}
-target=x86_64-unknown-linux-gnu
+# The Makefile's INIT_TARGET (liken-init links musl statically).
+target=${LIKEN_INIT_TARGET:-x86_64-unknown-linux-musl}
 : "${CARGO_TARGET_DIR:?e2e-images: CARGO_TARGET_DIR is not set; run it through make e2e-images}"
 
 standin=$out/liken-standin-k3s

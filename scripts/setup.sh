@@ -107,3 +107,15 @@ for tool in cargo rustfmt cargo-clippy go; do
     exit 1
   }
 done
+
+# liken-init is built for the musl target (the Makefile's INIT_TARGET):
+# rustup fetches its standard library, with musl's C library, once.
+init_target=x86_64-unknown-linux-musl
+if ! rustup target list --installed 2>/dev/null | grep -qx "$init_target"; then
+  command -v rustup >/dev/null || {
+    echo "setup: liken-init needs Rust's $init_target target, and rustup is not on PATH to add it" >&2
+    exit 1
+  }
+  echo "setup: adding Rust's $init_target target (liken-init links musl statically)" >&2
+  rustup target add "$init_target" >&2
+fi

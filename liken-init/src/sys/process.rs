@@ -25,6 +25,7 @@ use nix::sys::signal::SigSet;
 /// memory for reuse; once the boot steps have dropped the module
 /// indexes (megabytes), PID 1 will not reuse most of it for the rest of
 /// the machine's uptime.
+#[cfg(target_env = "gnu")]
 pub fn trim_heap() {
     // SAFETY: malloc_trim has no preconditions: it walks glibc's own
     // arenas under their locks, returns unused pages with madvise, and
@@ -33,6 +34,11 @@ pub fn trim_heap() {
         nix::libc::malloc_trim(0);
     }
 }
+
+/// musl's allocator hands freed groups back to the kernel by itself and
+/// has no malloc_trim: nothing to do.
+#[cfg(not(target_env = "gnu"))]
+pub fn trim_heap() {}
 
 /// Sets the calling thread's nice value (Linux schedules threads, and
 /// setpriority with a thread id applies to that thread alone). Used for
