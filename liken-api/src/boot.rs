@@ -62,6 +62,49 @@ impl Slot {
     }
 }
 
+/// How a machine goes from one boot to the next when it reboots on
+/// purpose (an update, a requested reboot).
+///
+/// `Kexec` lets the running kernel load the next boot's kernel and jump
+/// to it, skipping the firmware (on a server, the one to five minutes of
+/// POST and option ROMs that dominate a reboot); init counts the try on
+/// the bootloader's entry itself, so the A/B fallback is unchanged.
+/// `Firmware` goes through the firmware and the bootloader every time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RebootVia {
+    /// Jump straight into the next boot's kernel (the default).
+    #[default]
+    Kexec,
+    /// Reset through the firmware and the bootloader.
+    Firmware,
+}
+
+impl RebootVia {
+    /// Both, in the order the CRD enum lists them.
+    pub const ALL: [RebootVia; 2] = [RebootVia::Kexec, RebootVia::Firmware];
+
+    /// The name as the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebootVia::Kexec => "kexec",
+            RebootVia::Firmware => "firmware",
+        }
+    }
+
+    /// The way a machine reboots: its Machine's choice, else its
+    /// Cluster's, else kexec.
+    pub fn decide(machine: Option<RebootVia>, cluster: Option<RebootVia>) -> RebootVia {
+        machine.or(cluster).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for RebootVia {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -81,6 +124,15 @@ pub struct BootStatus {
     /// The release in that slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<Version>,
+    /// How the boot was reached: by kexec from the previous boot, or
+    /// through the firmware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<RebootVia>,
+    /// Why a reboot init made went through the firmware rather than by
+    /// kexec (kexec was not asked for, not possible, or refused); absent
+    /// after a kexec or a power-on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_reason: Option<String>,
 }
 
 impl BootStatus {
@@ -114,6 +166,13 @@ pub struct BootRecord {
     /// has looked (boot assessment); `None` for a boot with no slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assessment: Option<BootAssessment>,
+    /// How the boot was reached ([`BootStatus::via`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<RebootVia>,
+    /// Why the reboot into it went through the firmware
+    /// ([`BootStatus::via_reason`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_reason: Option<String>,
 }
 
 /// Boot assessment: whether the booted entry was on trial, whether init
@@ -139,6 +198,8 @@ impl BootRecord {
             time: Some(self.time),
             slot: self.slot,
             version: self.version.clone(),
+            via: self.via,
+            via_reason: self.via_reason.clone(),
         }
     }
 
@@ -168,6 +229,21 @@ mod tests {
     }
 
     #[test]
+    fn reboot_via_machine_first_then_cluster_then_kexec() {
+        use RebootVia::{Firmware, Kexec};
+        assert_eq!(RebootVia::decide(None, None), Kexec);
+        assert_eq!(RebootVia::decide(None, Some(Firmware)), Firmware);
+        assert_eq!(RebootVia::decide(Some(Kexec), Some(Firmware)), Kexec);
+        assert_eq!(RebootVia::decide(Some(Firmware), None), Firmware);
+        assert_eq!(serde_json::to_string(&Firmware).unwrap(), r#""firmware""#);
+        assert_eq!(
+            serde_json::from_str::<RebootVia>(r#""kexec""#).unwrap(),
+            Kexec
+        );
+        assert!(serde_json::from_str::<RebootVia>(r#""Kexec""#).is_err());
+    }
+
+    #[test]
     fn slots() {
         assert_eq!(Slot::A.other(), Slot::B);
         assert_eq!(Slot::B.partition_label(), "LIKEN-B");
@@ -186,6 +262,8 @@ mod tests {
                 blessed: true,
                 other_slot_bad: false,
             }),
+            via: Some(RebootVia::Kexec),
+            via_reason: None,
         };
         let json = serde_json::to_string(&r).unwrap();
         assert!(

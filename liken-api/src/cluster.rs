@@ -74,6 +74,11 @@ pub struct ClusterSpec {
     /// When reboot turns may be granted: the fleet's weekly windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceSpec>,
+    /// How machines reboot into a release or on request: `kexec` (the
+    /// default: the firmware is skipped, the try counting kept) or
+    /// `firmware`. A Machine may choose for itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<crate::boot::RebootVia>,
 }
 
 /// A feature's configuration, free-form: each feature reads its own keys.

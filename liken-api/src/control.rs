@@ -35,7 +35,7 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::boot::{BootRecord, Slot};
+use crate::boot::{BootRecord, RebootVia, Slot};
 use crate::digest::Sha256Hex;
 use crate::version::Version;
 
@@ -70,8 +70,15 @@ pub const WRITE_BUSY: &str =
 pub enum Request {
     /// Report init's state ([`InitStatus`]).
     Status,
-    /// Stop k3s and every other process, unmount, and reboot.
-    Reboot,
+    /// Stop k3s and every other process, unmount, and reboot: by kexec
+    /// into the entry the bootloader would pick when `via` says so and
+    /// init can, else through the firmware. A request without `via`
+    /// (from a client older than kexec) means kexec.
+    Reboot {
+        /// The way the machine's documents choose ([`RebootVia::decide`]).
+        #[serde(default)]
+        via: RebootVia,
+    },
     /// As [`Request::Reboot`], then power off.
     Poweroff,
     /// Stop k3s and start it again (a k3s configuration change).
@@ -140,7 +147,7 @@ impl Request {
     pub fn name(&self) -> &'static str {
         match self {
             Request::Status => "status",
-            Request::Reboot => "reboot",
+            Request::Reboot { .. } => "reboot",
             Request::Poweroff => "poweroff",
             Request::RestartK3s => "restartK3s",
             Request::WriteRelease(_) => "writeRelease",
@@ -337,10 +344,31 @@ mod tests {
     }
 
     #[test]
+    fn a_reboot_request_without_via_means_kexec() {
+        let r: Request = serde_json::from_str(r#"{"request":"reboot"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Reboot {
+                via: RebootVia::Kexec
+            }
+        );
+        let json = serde_json::to_string(&Request::Reboot {
+            via: RebootVia::Firmware,
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"request":"reboot","via":"firmware"}"#);
+    }
+
+    #[test]
     fn requests_and_responses_round_trip() {
         for r in [
             Request::Status,
-            Request::Reboot,
+            Request::Reboot {
+                via: RebootVia::Kexec,
+            },
+            Request::Reboot {
+                via: RebootVia::Firmware,
+            },
             Request::Poweroff,
             Request::RestartK3s,
             Request::WriteRelease(write_request()),
@@ -372,6 +400,8 @@ mod tests {
                 version: None,
                 documents: Default::default(),
                 assessment: None,
+                via: None,
+                via_reason: None,
             }),
             machine: Some("m1".into()),
             problems: vec![StepProblem {

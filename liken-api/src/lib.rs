@@ -48,6 +48,7 @@ pub mod machine;
 pub mod maintenance;
 pub mod meta;
 pub mod network;
+pub mod next_boot;
 pub mod ondisk;
 pub mod phase;
 pub mod release;
@@ -58,7 +59,7 @@ pub mod tzif;
 pub mod validate;
 pub mod version;
 
-pub use boot::{BootAssessment, BootRecord, BootStatus, Slot};
+pub use boot::{BootAssessment, BootRecord, BootStatus, RebootVia, Slot};
 pub use cluster::{Cluster, ClusterSpec, ClusterStatus};
 pub use condition::{Condition, ConditionStatus};
 pub use decode::DecodeError;

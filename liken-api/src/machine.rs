@@ -102,6 +102,10 @@ pub struct MachineSpec {
     /// Cluster's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceSpec>,
+    /// How this machine reboots (`kexec` or `firmware`), in place of
+    /// the Cluster's `reboot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<crate::boot::RebootVia>,
 }
 
 /// The machine's network.

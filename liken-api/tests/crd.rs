@@ -64,6 +64,8 @@ fn full_machine() -> Machine {
         time: Some(Time::from_unix(1_780_000_000)),
         slot: Some(Slot::B),
         version: Some(v("2026.07.11-001")),
+        via: Some(liken_api::RebootVia::Firmware),
+        via_reason: Some("kexec is disabled".into()),
     });
     m.status.release = Some(ReleaseStatus {
         running: Some(v("2026.07.11-001")),

@@ -84,6 +84,8 @@ fn with_status(mut m: Machine) -> Machine {
         time: Some(t),
         slot: Some(Slot::A),
         version: Some(Version::parse("2026.07.11-001").unwrap()),
+        via: None,
+        via_reason: None,
     });
     m.status.observed_generation = 4;
     m

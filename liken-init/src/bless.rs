@@ -138,6 +138,17 @@ pub fn decide_trial(
     })
 }
 
+/// The entry a kexec boot names (`liken.kexec=`): `Some(Some(entry))`
+/// for systemd-boot's, `Some(None)` for GRUB's (grubenv counts), and
+/// `None` when the boot came through the firmware, whose bootloader
+/// says in LoaderEntrySelected.
+pub fn decide_selected(kexec_arg: Option<&str>) -> Option<Option<String>> {
+    match kexec_arg? {
+        liken_api::next_boot::KEXEC_GRUB => Some(None),
+        entry => Some(Some(entry.to_owned())),
+    }
+}
+
 /// The kubeconfig k3s writes on a server (admin) and on an agent
 /// (the kubelet's, which may read /readyz and its own node).
 pub fn kubeconfig_for(role: Role) -> &'static str {
@@ -608,15 +619,22 @@ pub fn step(boot: &mut Boot) -> Outcome {
     let Some(slot) = boot.cmdline.slot else {
         return Outcome::ok_with("no slot booted: nothing to assess");
     };
-    if let Err(e) = ensure_efivarfs(boot) {
-        crate::console::line(&format!("assess: {e}"));
-    }
-    let selected = match efivars::loader_entry_selected(&boot.paths.sys) {
-        Ok(s) => s,
-        Err(e) => {
-            return Outcome::Failed(format!(
-                "{e}; this boot cannot be blessed, so after its tries the other slot boots"
-            ));
+    // A boot reached by kexec names its entry on the command line: the
+    // EFI variables still describe the boot before it (crate::kexec).
+    let selected = match decide_selected(boot.cmdline.kexec.as_deref()) {
+        Some(from_kexec) => from_kexec,
+        None => {
+            if let Err(e) = ensure_efivarfs(boot) {
+                crate::console::line(&format!("assess: {e}"));
+            }
+            match efivars::loader_entry_selected(&boot.paths.sys) {
+                Ok(s) => s,
+                Err(e) => {
+                    return Outcome::Failed(format!(
+                        "{e}; this boot cannot be blessed, so after its tries the other slot boots"
+                    ));
+                }
+            }
         }
     };
     let esp_mount = boot.paths.run_liken.join("esp");
@@ -726,6 +744,25 @@ mod tests {
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_kexec_boot_names_its_entry_on_the_command_line() {
+        assert_eq!(decide_selected(None), None);
+        assert_eq!(decide_selected(Some("grub")), Some(None));
+        let selected = decide_selected(Some("liken-b+3.conf")).unwrap();
+        assert_eq!(selected.as_deref(), Some("liken-b+3.conf"));
+        // The entry was renamed when the try was counted; the trial is
+        // read from the slot it names, as with LoaderEntrySelected.
+        let t = decide_trial(
+            Slot::B,
+            selected.as_deref(),
+            &names(&["liken-a.conf", "liken-b+2-1.conf"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.slot, Slot::B);
+        assert!(t.counted);
     }
 
     #[test]

@@ -10,20 +10,23 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use liken_api::{BootRecord, Cluster, Machine, Slot, Time, Version};
+use liken_api::{BootRecord, Cluster, Machine, RebootVia, Slot, Time, Version};
 
 use crate::fsutil::write_atomic;
 
 /// The record's file name under /run/liken.
 pub const FILE: &str = liken_api::ondisk::BOOT_RECORD;
 
-/// The record for this boot.
+/// The record for this boot. `via`: how it was reached, and why through
+/// the firmware when the last shutdown said ([`crate::kexec::decide_via`];
+/// `None` for a boot with no slot, from install media or netboot).
 pub fn decide_record(
     started: Time,
     slot: Option<Slot>,
     version: Option<Version>,
     machine: Option<&Machine>,
     cluster: Option<&Cluster>,
+    via: Option<(RebootVia, Option<String>)>,
 ) -> BootRecord {
     let mut documents = BTreeMap::new();
     if let Some(m) = machine {
@@ -38,6 +41,8 @@ pub fn decide_record(
         version,
         documents,
         assessment: None,
+        via: via.as_ref().map(|(v, _)| *v),
+        via_reason: via.and_then(|(_, why)| why),
     }
 }
 
@@ -76,7 +81,10 @@ mod tests {
             None,
             Some(&m),
             None,
+            Some((RebootVia::Firmware, Some("kexec is disabled".into()))),
         );
+        assert_eq!(r.via, Some(RebootVia::Firmware));
+        assert_eq!(r.via_reason.as_deref(), Some("kexec is disabled"));
         assert_eq!(r.documents.get("machine"), Some(&m.canonical_hash()));
         assert!(!r.documents.contains_key("cluster"));
         assert_eq!(r.slot, Some(Slot::B));

@@ -4,7 +4,8 @@
 //! carries them: `liken.machine=<name>` picks this computer's Machine
 //! document, `liken.install` boots install mode, `liken.slot=A|B` says
 //! which slot the entry boots, `liken.bless-after=<s>` and
-//! `liken.bless-deadline=<s>` tune boot assessment, and `console=`
+//! `liken.bless-deadline=<s>` tune boot assessment, `liken.kexec=<entry>`
+//! says the previous boot reached this one by kexec, and `console=`
 //! arguments are kept so the installed machine's entries carry them on. Anything else is the
 //! kernel's business and ignored here.
 //!
@@ -31,6 +32,9 @@ pub struct Cmdline {
     /// `liken.bless-deadline=<seconds>`: how long a counted boot may take
     /// to become healthy before init reboots it.
     pub bless_deadline: Option<u64>,
+    /// `liken.kexec=<entry>|grub`: the previous boot's init reached this
+    /// one by kexec, booting that entry ([`liken_api::next_boot::KEXEC_ARG`]).
+    pub kexec: Option<String>,
     /// Arguments that start with `liken.` but mean nothing to this
     /// version, so the console can say so (a typo picks no machine).
     pub unknown: Vec<String>,
@@ -101,6 +105,9 @@ impl Cmdline {
                 ("liken.bless-deadline", Some(v)) if seconds(v).is_some() => {
                     c.bless_deadline = seconds(v);
                 }
+                (liken_api::next_boot::KEXEC_ARG, Some(v)) if !v.is_empty() => {
+                    c.kexec = Some(v.to_owned());
+                }
                 (k, _) if k.starts_with("liken.") && !k.starts_with("liken.standin") => {
                     c.unknown.push(arg.clone());
                 }
@@ -149,6 +156,20 @@ mod tests {
         assert_eq!(c.bless_after, None);
         assert_eq!(c.bless_deadline, None);
         assert_eq!(c.unknown.len(), 4, "{:?}", c.unknown);
+    }
+
+    #[test]
+    fn a_kexec_names_its_entry() {
+        let c = Cmdline::parse("liken.slot=b liken.kexec=liken-b+3.conf");
+        assert_eq!(c.kexec.as_deref(), Some("liken-b+3.conf"));
+        assert!(c.unknown.is_empty());
+        assert_eq!(
+            Cmdline::parse("liken.kexec=grub").kexec.as_deref(),
+            Some("grub")
+        );
+        let c = Cmdline::parse("liken.kexec=");
+        assert_eq!(c.kexec, None);
+        assert_eq!(c.unknown, vec!["liken.kexec="]);
     }
 
     #[test]

@@ -249,13 +249,24 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let loop_side = std::thread::spawn(move || match rx.recv().unwrap() {
             Event::Control { request, reply } => {
-                assert_eq!(request, Request::Reboot);
+                assert_eq!(
+                    request,
+                    Request::Reboot {
+                        via: liken_api::RebootVia::Kexec
+                    }
+                );
                 reply.send(Response::Accepted).unwrap();
             }
             other => panic!("unexpected {other:?}"),
         });
         let mut s = UnixStream::connect(&path).unwrap();
-        write_frame(&mut s, &Request::Reboot).unwrap();
+        write_frame(
+            &mut s,
+            &Request::Reboot {
+                via: liken_api::RebootVia::Kexec,
+            },
+        )
+        .unwrap();
         let r: Response = read_frame(&mut s).unwrap();
         loop_side.join().unwrap();
         // Tests run as root in CI and as a user elsewhere; both answers

@@ -179,7 +179,8 @@ pub struct Esp<'a> {
     root: PathBuf,
     /// Whether this guard mounted the ESP (and so must unmount it).
     mounted: bool,
-    _held: MutexGuard<'static, ()>,
+    /// The lock, unless a [`Hold`] the guard borrows from keeps it.
+    _held: Option<MutexGuard<'static, ()>>,
 }
 
 impl<'a> Esp<'a> {
@@ -209,7 +210,19 @@ impl<'a> Esp<'a> {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Err(EspError::Busy),
         };
-        Esp::mount_held(mounter, &find(sys, disk)?, at, held)
+        Esp::mount_held(mounter, &find(sys, disk)?, at, Some(held))
+    }
+
+    /// As [`Esp::mount`], for the shutdown that keeps every other job
+    /// out with `hold`: the guard borrows the hold's lock.
+    pub fn mount_holding(
+        _hold: &'a Hold,
+        mounter: &'a dyn Mounter,
+        sys: &Path,
+        disk: Option<&str>,
+        at: &Path,
+    ) -> Result<Esp<'a>, EspError> {
+        Esp::mount_held(mounter, &find(sys, disk)?, at, None)
     }
 
     /// Mounts `device` at `at` as the ESP.
@@ -221,14 +234,14 @@ impl<'a> Esp<'a> {
         let held = HELD
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Esp::mount_held(mounter, device, at, held)
+        Esp::mount_held(mounter, device, at, Some(held))
     }
 
     fn mount_held(
         mounter: &'a dyn Mounter,
         device: &Path,
         at: &Path,
-        held: MutexGuard<'static, ()>,
+        held: Option<MutexGuard<'static, ()>>,
     ) -> Result<Esp<'a>, EspError> {
         std::fs::create_dir_all(at).map_err(|error| EspError::Mount {
             device: device.to_owned(),
@@ -265,7 +278,18 @@ impl<'a> Esp<'a> {
             mounter,
             root: root.to_owned(),
             mounted: false,
-            _held: held,
+            _held: Some(held),
+        }
+    }
+
+    /// [`Esp::at_directory`] for a test of the shutdown, which holds
+    /// the ESP already.
+    pub fn at_directory_holding(_hold: &'a Hold, mounter: &'a dyn Mounter, root: &Path) -> Esp<'a> {
+        Esp {
+            mounter,
+            root: root.to_owned(),
+            mounted: false,
+            _held: None,
         }
     }
 

@@ -58,7 +58,8 @@
 //!   floor and rollback permits, checked before the release writer runs.
 //! - [`bless`]: boot assessment, blessing a healthy boot's entry.
 //! - [`serve`]: the loop and the shutdown sequence; [`fatal`]: the last
-//!   resort.
+//!   resort; [`kexec`]: a reboot into the bootloader's next entry
+//!   without the firmware, its try counted as the bootloader would.
 //! - [`sys`]: the kernel, one narrow seam per area.
 //! - [`udp`]: the connected socket and deadline wait that DNS and NTP
 //!   share.
@@ -100,6 +101,7 @@ pub mod fsutil;
 pub mod image_modules;
 pub mod install;
 pub mod k3s_host;
+pub mod kexec;
 pub mod layer;
 pub mod modload;
 pub mod mounts;

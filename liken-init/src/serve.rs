@@ -26,6 +26,7 @@ use crate::bless::{self, Assessor};
 use crate::console::{self, Outcome};
 use crate::context::Boot;
 use crate::events::Event;
+use crate::kexec::{Prepared, Wanted};
 use crate::mounts;
 use crate::release_writer::{self, WorkerPaths, WriteGate};
 use crate::supervisor::{Spawner, Supervisor};
@@ -84,7 +85,17 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
         // Boot assessment: bless a healthy boot, or end a trial that
         // ran out of time (crate::bless).
         if bless::run_due(&mut boot, sup.state(), &mut assess).is_some() {
-            shutdown(&mut boot, &mut sup, &events, PowerAction::Reboot);
+            // Never by kexec: the firmware's bootloader spends the
+            // slot's next try, and falls back once they are spent.
+            let why = "the trial boot did not become healthy in time; the bootloader judges the \
+                       slot's remaining tries";
+            shutdown(
+                &mut boot,
+                &mut sup,
+                &events,
+                PowerAction::Reboot,
+                Wanted::Firmware(why.into()),
+            );
         }
         let event = match deferred.pop_front() {
             Some(e) => e,
@@ -118,7 +129,15 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                     console::line(&line);
                 }
             }
-            Event::Signal(action) => shutdown(&mut boot, &mut sup, &events, action),
+            Event::Signal(action) => shutdown(
+                &mut boot,
+                &mut sup,
+                &events,
+                action,
+                Wanted::Firmware(
+                    "a signal asked init to reboot (Ctrl-Alt-Del, or SIGINT to PID 1)".into(),
+                ),
+            ),
             Event::Problem(problem) => boot.problems.push(problem),
             Event::AddressChanged {
                 interface,
@@ -137,11 +156,10 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                 Request::Status => {
                     let _ = reply.send(Response::Status(status(&boot, &sup)));
                 }
-                Request::Reboot | Request::Poweroff => {
-                    let action = if request == Request::Reboot {
-                        PowerAction::Reboot
-                    } else {
-                        PowerAction::Poweroff
+                Request::Reboot { .. } | Request::Poweroff => {
+                    let (action, wanted) = match request {
+                        Request::Reboot { via } => (PowerAction::Reboot, Wanted::from_request(via)),
+                        _ => (PowerAction::Poweroff, Wanted::Firmware("a poweroff".into())),
                     };
                     // The write is safe to cut short (its entry comes
                     // last), but a client asking now would lose the
@@ -166,7 +184,7 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                         continue;
                     }
                     console::line(&format!("control: {} requested", action.name()));
-                    shutdown(&mut boot, &mut sup, &events, action);
+                    shutdown(&mut boot, &mut sup, &events, action, wanted);
                 }
                 Request::WriteRelease(write) => {
                     start_write(&boot, &writes, release_writer::Job::Write(write), reply)
@@ -399,12 +417,15 @@ fn kill_rest(proc: &Path) -> Outcome {
     Outcome::ok_with(format!("{stubborn} killed after SIGTERM"))
 }
 
-/// The orderly shutdown; never returns.
+/// The orderly shutdown; never returns. A reboot goes by kexec when
+/// `wanted` asks for it and [`crate::kexec::prepare`] could load the
+/// next boot, else through the firmware.
 pub fn shutdown<S: Spawner>(
     boot: &mut Boot,
     sup: &mut Supervisor<S>,
     events: &Receiver<Event>,
     action: PowerAction,
+    wanted: Wanted,
 ) -> ! {
     console::milestone(
         "shutdown",
@@ -446,6 +467,7 @@ pub fn shutdown<S: Spawner>(
             "shutdown: a release write still holds the ESP; going on (its entry comes last, so the running release still boots)",
         );
     }
+    let kexec = action == PowerAction::Reboot && reboot_via(boot, &wanted, esp_hold.as_ref());
     boot.sys.power.sync();
     console::milestone("sync", &Outcome::Ok(None));
     // What k3s left mounted below /var (containerd's overlays, the
@@ -476,7 +498,49 @@ pub fn shutdown<S: Spawner>(
         ))
     };
     console::milestone("unmount", &outcome);
+    if kexec {
+        console::milestone("kexec", &Outcome::Ok(None));
+        boot.sys.power.sync();
+        let e = boot.sys.power.kexec_reboot();
+        console::line(&format!(
+            "kexec: the kernel refused the jump ({e}); rebooting through the firmware, which \
+             counts the try once more"
+        ));
+    }
     power_off(boot, action)
+}
+
+/// Decides how the reboot goes, loads the next kernel for a kexec (the
+/// ESP mounted under the shutdown's hold), and leaves the reason for a
+/// firmware reboot on the data partition for the next boot's record.
+/// Whether the reboot is by kexec.
+fn reboot_via(boot: &Boot, wanted: &Wanted, hold: Option<&crate::esp::Hold>) -> bool {
+    let loader = boot.assessment.as_ref().map(|p| &p.trial.loader);
+    let esp_at = boot.paths.run_liken.join("esp");
+    let mount = || match hold {
+        Some(hold) => crate::esp::Esp::mount_holding(
+            hold,
+            &*boot.sys.mount,
+            &boot.paths.sys,
+            boot.paths.boot_disk.as_deref(),
+            &esp_at,
+        )
+        .map_err(|e| e.to_string()),
+        None => Err("a release write still held the ESP".to_owned()),
+    };
+    let prepared = crate::kexec::prepare(wanted, loader, mount, &*boot.sys.power);
+    let outcome = match &prepared {
+        Prepared::Kexec(what) => Outcome::ok_with(format!("by kexec: {what}")),
+        Prepared::Firmware(why) => Outcome::ok_with(format!("through the firmware: {why}")),
+    };
+    console::milestone("reboot-via", &outcome);
+    if let Err(e) = crate::kexec::write_note(&boot.paths.var_liken, &prepared) {
+        console::line(&format!(
+            "reboot-via: cannot keep the reason in {} ({e}); the next boot's record will not say it",
+            boot.paths.var_liken.join(crate::kexec::NOTE).display()
+        ));
+    }
+    matches!(prepared, Prepared::Kexec(_))
 }
 
 /// Reboots or powers off, retrying forever if the kernel refuses.

@@ -454,22 +454,38 @@ fn publish_record(boot: &mut Boot) -> Outcome {
     if let Some(t) = SystemTime::now().checked_sub(boot.started_at.elapsed()) {
         boot.started = Time::from_system(t);
     }
+    // A slot's boot was reached by kexec (its command line says so) or
+    // through the firmware, for the reason the last shutdown left.
+    let via = boot.cmdline.slot.map(|_| {
+        crate::kexec::decide_via(
+            boot.cmdline.kexec.as_deref(),
+            crate::kexec::take_note(&boot.paths.var_liken),
+        )
+    });
     let mut record = boot_record::decide_record(
         boot.started,
         boot.cmdline.slot,
         boot_record::build_version(),
         boot.machine.as_ref(),
         boot.cluster.as_ref(),
+        via,
     );
     record.assessment = boot.assessment.as_ref().map(crate::bless::Plan::record);
     let result = std::fs::create_dir_all(&boot.paths.run_liken)
         .and_then(|()| boot_record::publish(&boot.paths.run_liken, &record));
     let outcome = match result {
-        Ok(path) => Outcome::ok_with(format!(
-            "{}, boot {}",
-            path.display(),
-            record.boot_id().short()
-        )),
+        Ok(path) => {
+            let via = match (&record.via, &record.via_reason) {
+                (Some(v), Some(why)) => format!(", reached by {v} ({why})"),
+                (Some(v), None) => format!(", reached by {v}"),
+                (None, _) => String::new(),
+            };
+            Outcome::ok_with(format!(
+                "{}, boot {}{via}",
+                path.display(),
+                record.boot_id().short()
+            ))
+        }
         Err(e) => Outcome::Failed(format!(
             "cannot write {}: {e}; the machine operator cannot see this boot",
             boot.paths.run_liken.join(boot_record::FILE).display()

@@ -114,7 +114,9 @@ fn the_budget_holds_through_a_killed_operator_a_conflict_storm_a_busy_init_and_u
         Duration::from_secs(60),
         || {
             let asked = lead_host.asked();
-            (asked.contains(&Request::Reboot) && grants(&both) == 1)
+            (asked.contains(&Request::Reboot {
+                via: liken_api::RebootVia::Kexec,
+            }) && grants(&both) == 1)
                 .then_some(())
                 .ok_or_else(|| format!("asked {asked:?}\n{}", lead_op.log_text()))
         },

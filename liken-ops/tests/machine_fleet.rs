@@ -145,9 +145,12 @@ spec:
         Duration::from_secs(60),
         || {
             assert!(grants(&both) <= 1, "two turns at once");
-            (work_host.asked() == [Request::Reboot])
-                .then_some(())
-                .ok_or_else(|| format!("asked {:?}\n{}", work_host.asked(), work_op.log_text()))
+            (work_host.asked()
+                == [Request::Reboot {
+                    via: liken_api::RebootVia::Kexec,
+                }])
+            .then_some(())
+            .ok_or_else(|| format!("asked {:?}\n{}", work_host.asked(), work_op.log_text()))
         },
     );
     assert!(pods_on("shop", "work-1").is_empty(), "the web pods left");
@@ -183,9 +186,12 @@ spec:
         Duration::from_secs(90),
         || {
             assert!(grants(&both) <= 1, "two turns at once");
-            (lead_host.asked() == [Request::Reboot])
-                .then_some(())
-                .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
+            (lead_host.asked()
+                == [Request::Reboot {
+                    via: liken_api::RebootVia::Kexec,
+                }])
+            .then_some(())
+            .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
         },
     );
     let back = machine("work-1").unwrap();
@@ -283,7 +289,9 @@ spec:
     ));
     assert_eq!(
         work_host.asked(),
-        [Request::Reboot],
+        [Request::Reboot {
+            via: liken_api::RebootVia::Kexec
+        }],
         "nothing more asked of init"
     );
     patch(
@@ -294,9 +302,17 @@ spec:
         "work-1's init to be asked to reboot again",
         Duration::from_secs(60),
         || {
-            (work_host.asked() == [Request::Reboot, Request::Reboot])
-                .then_some(())
-                .ok_or_else(|| format!("{}\n{}", work_op.log_text(), cluster_op.log_text()))
+            (work_host.asked()
+                == [
+                    Request::Reboot {
+                        via: liken_api::RebootVia::Kexec,
+                    },
+                    Request::Reboot {
+                        via: liken_api::RebootVia::Kexec,
+                    },
+                ])
+            .then_some(())
+            .ok_or_else(|| format!("{}\n{}", work_op.log_text(), cluster_op.log_text()))
         },
     );
     assert!(
@@ -330,9 +346,17 @@ spec:
         "lead-1's init to be asked to reboot again",
         Duration::from_secs(60),
         || {
-            (lead_host.asked() == [Request::Reboot, Request::Reboot])
-                .then_some(())
-                .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
+            (lead_host.asked()
+                == [
+                    Request::Reboot {
+                        via: liken_api::RebootVia::Kexec,
+                    },
+                    Request::Reboot {
+                        via: liken_api::RebootVia::Kexec,
+                    },
+                ])
+            .then_some(())
+            .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
         },
     );
     assert!(

@@ -510,7 +510,12 @@ fn a_grant_for_something_else_is_never_acted_on() {
         Duration::from_secs(60),
         |m| has_reason(m, SYSCTLS_APPLIED, reason::REBOOTING),
     );
-    assert_eq!(host.asked(), [Request::Reboot]);
+    assert_eq!(
+        host.asked(),
+        [Request::Reboot {
+            via: liken_api::RebootVia::Kexec
+        }]
+    );
     op.stop();
 }
 
@@ -589,7 +594,13 @@ fn an_approval_and_a_request_survive_init_refusing_the_reboot() {
         liken_api::coordination::REBOOT_REQUEST_HONORED,
         reason::REBOOTING
     ));
-    assert_eq!(host.asked(), [Request::Reboot], "asked once so far");
+    assert_eq!(
+        host.asked(),
+        [Request::Reboot {
+            via: liken_api::RebootVia::Kexec
+        }],
+        "asked once so far"
+    );
     // init accepts now: the next ask, after the backoff, reboots.
     host.state.lock().unwrap().refuse_disrupt = None;
     wait_for("init to be asked again", Duration::from_secs(30), || {
@@ -598,7 +609,17 @@ fn an_approval_and_a_request_survive_init_refusing_the_reboot() {
             .then_some(())
             .ok_or_else(|| format!("{asked:?}"))
     });
-    assert_eq!(host.asked(), [Request::Reboot, Request::Reboot]);
+    assert_eq!(
+        host.asked(),
+        [
+            Request::Reboot {
+                via: liken_api::RebootVia::Kexec
+            },
+            Request::Reboot {
+                via: liken_api::RebootVia::Kexec
+            }
+        ]
+    );
     let refusals = events_about("refused-1")
         .iter()
         .filter(|(r, _)| r == "InitRefused")

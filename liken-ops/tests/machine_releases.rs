@@ -202,7 +202,9 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
         Duration::from_secs(30),
         || {
             host.asked()
-                .contains(&Request::Reboot)
+                .contains(&Request::Reboot {
+                    via: liken_api::RebootVia::Kexec,
+                })
                 .then_some(())
                 .ok_or_else(|| op.log_text())
         },
@@ -255,7 +257,11 @@ fn a_target_release_is_verified_waits_for_the_blessing_is_written_and_booted() {
             (host
                 .asked()
                 .iter()
-                .filter(|r| **r == Request::Reboot)
+                .filter(|r| {
+                    **r == Request::Reboot {
+                        via: liken_api::RebootVia::Kexec,
+                    }
+                })
                 .count()
                 == 2)
                 .then_some(())

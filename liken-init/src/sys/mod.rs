@@ -9,7 +9,9 @@
 //!
 //! - [`mount`] wraps mount(2) and umount2(2);
 //! - [`modules`] wraps finit_module(2);
-//! - [`power`] wraps sync(2), reboot(2) and the Ctrl-Alt-Del switch;
+//! - [`power`] wraps sync(2), reboot(2) and the Ctrl-Alt-Del switch,
+//!   and the kexec calls of [`kexec`] (kexec_file_load(2), a raw
+//!   syscall);
 //! - [`block`] finds GPT partitions by label in /sys/class/block;
 //! - [`efivars`] reads EFI variables (the entry systemd-boot booted);
 //! - [`children`] holds the table of init's children that the reaper
@@ -21,13 +23,15 @@
 //! - [`sysctl`] writes a kernel parameter under /proc/sys;
 //! - [`clock`] reads and sets the wall clock (the NTP step);
 //! - [`process`] clears init's signal mask in a child before exec,
-//!   chroots a child, and trims the heap: the crate's only unsafe code.
+//!   chroots a child, and trims the heap; with [`kexec`], the crate's
+//!   only unsafe code.
 
 pub mod block;
 pub mod children;
 pub mod clock;
 pub mod command;
 pub mod efivars;
+pub mod kexec;
 pub mod modules;
 pub mod mount;
 pub mod netlink;

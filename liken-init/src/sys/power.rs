@@ -1,6 +1,7 @@
-//! sync(2), reboot(2) and the Ctrl-Alt-Del switch.
+//! sync(2), reboot(2), kexec_file_load(2) and the Ctrl-Alt-Del switch.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 
 /// How the machine goes down.
@@ -32,6 +33,18 @@ pub trait Power {
     /// reboot, so the keystroke (and QEMU's `sendkey ctrl-alt-delete`)
     /// gets an orderly shutdown.
     fn cad_to_signal(&self) -> io::Result<()>;
+    /// Loads the next kernel for a kexec reboot ([`super::kexec::load`]).
+    fn kexec_load(
+        &self,
+        kernel: BorrowedFd<'_>,
+        initrd: BorrowedFd<'_>,
+        cmdline: &str,
+    ) -> io::Result<()>;
+    /// Drops a loaded kernel again ([`super::kexec::unload`]).
+    fn kexec_unload(&self) -> io::Result<()>;
+    /// Jumps into the loaded kernel; returns only when the kernel
+    /// refused.
+    fn kexec_reboot(&self) -> io::Error;
 }
 
 /// The kernel's.
@@ -56,6 +69,26 @@ impl Power for RealPower {
     fn cad_to_signal(&self) -> io::Result<()> {
         nix::sys::reboot::set_cad_enabled(false).map_err(io::Error::from)
     }
+
+    fn kexec_load(
+        &self,
+        kernel: BorrowedFd<'_>,
+        initrd: BorrowedFd<'_>,
+        cmdline: &str,
+    ) -> io::Result<()> {
+        super::kexec::load(kernel, initrd, cmdline)
+    }
+
+    fn kexec_unload(&self) -> io::Result<()> {
+        super::kexec::unload()
+    }
+
+    fn kexec_reboot(&self) -> io::Error {
+        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_KEXEC) {
+            Err(e) => io::Error::from(e),
+            Ok(never) => match never {},
+        }
+    }
 }
 
 /// Starts a thread that reboots (or powers off) through the kernel after
@@ -79,11 +112,20 @@ pub fn force_after(action: PowerAction, deadline: std::time::Duration) -> io::Re
         .map(drop)
 }
 
+/// What a fake kexec load was handed: the kernel's bytes, the
+/// initrd's, the command line.
+pub type Loaded = (Vec<u8>, Vec<u8>, String);
+
 /// Records calls; reboot "fails" so a test sees it return.
 #[derive(Clone, Default)]
 pub struct FakePower {
-    /// "sync", "reboot", "poweroff", "cad", in order.
+    /// "sync", "reboot", "poweroff", "cad", "kexec-load",
+    /// "kexec-unload", "kexec", in order.
     pub calls: Arc<Mutex<Vec<&'static str>>>,
+    /// What the last kexec load was handed.
+    pub loaded: Arc<Mutex<Option<Loaded>>>,
+    /// When set, kexec_load fails with this errno.
+    pub refuse_load: Option<i32>,
 }
 
 impl FakePower {
@@ -116,5 +158,41 @@ impl Power for FakePower {
     fn cad_to_signal(&self) -> io::Result<()> {
         self.record("cad");
         Ok(())
+    }
+
+    fn kexec_load(
+        &self,
+        kernel: BorrowedFd<'_>,
+        initrd: BorrowedFd<'_>,
+        cmdline: &str,
+    ) -> io::Result<()> {
+        self.record("kexec-load");
+        if let Some(errno) = self.refuse_load {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let read = |fd: BorrowedFd<'_>| -> io::Result<Vec<u8>> {
+            use std::io::{Read, Seek};
+            let mut f = std::fs::File::from(fd.try_clone_to_owned()?);
+            f.rewind()?;
+            let mut v = Vec::new();
+            f.read_to_end(&mut v)?;
+            Ok(v)
+        };
+        *self
+            .loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((read(kernel)?, read(initrd)?, cmdline.to_owned()));
+        Ok(())
+    }
+
+    fn kexec_unload(&self) -> io::Result<()> {
+        self.record("kexec-unload");
+        Ok(())
+    }
+
+    fn kexec_reboot(&self) -> io::Error {
+        self.record("kexec");
+        io::Error::other("fake kexec")
     }
 }

@@ -7,7 +7,8 @@
 //! politely and its own children would never be reaped. The fix has to
 //! run in the child between fork and exec, which only
 //! `CommandExt::pre_exec` offers, and that is unsafe. This module is
-//! the one place in init that allows unsafe code, which is why it also
+//! one of the two places in init that allow unsafe code (the other is
+//! [`super::kexec`]'s raw syscall), which is why it also
 //! holds the other pre_exec hooks (a chroot, and the process limits k3s
 //! starts with), [`trim_heap`], init's one call into the C library's
 //! allocator, and [`set_thread_nice`], which nix does not wrap.

@@ -187,9 +187,18 @@ mod tests {
                 message: "a release is being written".into(),
             }),
         );
-        let e = InitClient::new(&path).disrupt(Request::Reboot).unwrap_err();
+        let e = InitClient::new(&path)
+            .disrupt(Request::Reboot {
+                via: liken_api::RebootVia::Kexec,
+            })
+            .unwrap_err();
         assert_eq!(e, InitError::Refused("a release is being written".into()));
-        assert_eq!(t.join().unwrap(), Request::Reboot);
+        assert_eq!(
+            t.join().unwrap(),
+            Request::Reboot {
+                via: liken_api::RebootVia::Kexec
+            }
+        );
     }
 
     #[test]

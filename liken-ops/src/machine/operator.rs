@@ -901,7 +901,9 @@ impl Operator {
         }
         let (request, reason_, note) = match kind {
             DisruptionKind::Reboot => (
-                Request::Reboot,
+                Request::Reboot {
+                    via: liken_api::RebootVia::Kexec,
+                },
                 event_reason::REBOOTING,
                 "drained; asking init to reboot",
             ),

@@ -921,6 +921,8 @@ mod tests {
             version: Some(Version::parse("2026.11.01-001").unwrap()),
             documents: Default::default(),
             assessment: None,
+            via: None,
+            via_reason: None,
         }
     }
 

@@ -379,6 +379,8 @@ mod tests {
             version: version.map(v),
             documents: Default::default(),
             assessment,
+            via: None,
+            via_reason: None,
         }
     }
 

@@ -306,6 +306,8 @@ impl Host {
                 blessed: true,
                 other_slot_bad: false,
             }),
+            via: None,
+            via_reason: None,
         };
         let mut json = serde_json::to_vec_pretty(&record).unwrap();
         json.push(b'\n');
@@ -370,7 +372,9 @@ impl Host {
                         st.written = None;
                         Response::Accepted
                     }
-                    (Request::Reboot | Request::RestartK3s, _) if st.refuse_disrupt.is_some() => {
+                    (Request::Reboot { .. } | Request::RestartK3s, _)
+                        if st.refuse_disrupt.is_some() =>
+                    {
                         Response::Refused {
                             message: st.refuse_disrupt.clone().unwrap_or_default(),
                         }
@@ -381,7 +385,7 @@ impl Host {
                         st.disrupted.push((Instant::now(), req.clone()));
                         Response::Accepted
                     }
-                    (Request::Reboot, _) => {
+                    (Request::Reboot { .. }, _) => {
                         st.disrupted.push((Instant::now(), req.clone()));
                         Response::Accepted
                     }
@@ -888,7 +892,7 @@ impl Host {
             .disrupted
             .iter()
             .map(|(at, req)| match req {
-                Request::Reboot => {
+                Request::Reboot { .. } => {
                     let up = st.rebooted.iter().find(|r| **r >= *at).copied();
                     (*at, up.unwrap_or(now))
                 }

@@ -454,7 +454,9 @@ fn kept_root_digest() -> String {
 /// answer.
 fn ask_reboot() {
     say("asking for reboot");
-    match ask(&Request::Reboot) {
+    match ask(&Request::Reboot {
+        via: liken_api::RebootVia::Kexec,
+    }) {
         Ok(r) => say_answer("reboot answered", &r),
         Err(e) => say(&format!("reboot request failed: {e}")),
     }
@@ -851,7 +853,9 @@ fn main() {
                 Err(e) => say(&format!("status request failed: {e}")),
             }
             let request = if what == "reboot" {
-                Request::Reboot
+                Request::Reboot {
+                    via: liken_api::RebootVia::Kexec,
+                }
             } else {
                 Request::Poweroff
             };
