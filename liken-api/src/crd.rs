@@ -14,8 +14,8 @@
 //! - structural schemas with every field typed, so unknown fields are
 //!   pruned and wrong types refused;
 //! - the version grammar as a pattern wherever a version appears;
-//! - enums for phase, role, rebootPolicy, condition status, slot and
-//!   disruption kind;
+//! - enums for phase, role, rebootPolicy, reboot (kexec or firmware),
+//!   condition status, slot and disruption kind;
 //! - on the Cluster, a CEL rule that refuses a target `spec.version` older
 //!   than the oldest release in `spec.releases.catalog`: the catalog is
 //!   the set of releases a machine may download and therefore the floor a
@@ -26,7 +26,7 @@
 
 use serde_json::{Value, json};
 
-use crate::boot::Slot;
+use crate::boot::{RebootVia, Slot};
 use crate::cluster::HaltCause;
 use crate::condition::ConditionStatus;
 use crate::digest::{DIGEST_PATTERN, SHA256_PATTERN};
@@ -132,6 +132,19 @@ fn phase() -> Value {
     enum_of(Phase::ALL.iter().map(|p| p.as_str()))
 }
 
+fn reboot_via() -> Value {
+    enum_of(RebootVia::ALL.iter().map(|v| v.as_str()))
+}
+
+/// A schema with a description for `kubectl explain`. Most fields go
+/// without one (docs/api.md describes them); the reboot fields carry
+/// theirs because "reboot: firmware" is easy to misread as "whether to
+/// reboot", and which document wins is not obvious from the shape.
+fn described(mut schema: Value, description: &str) -> Value {
+    schema["description"] = json!(description);
+    schema
+}
+
 /// The Machine's spec schema.
 pub fn machine_spec_schema() -> Value {
     let route = object(json!({"to": string(), "via": string()}), &["to", "via"]);
@@ -185,6 +198,15 @@ pub fn machine_spec_schema() -> Value {
                 "nodeTaints": string_array(),
             }), &[]),
             "maintenance": maintenance(),
+            "reboot": described(
+                reboot_via(),
+                "How this machine reboots into a release or on request: kexec (the default: \
+                 the running kernel starts the next one, skipping the firmware, with the \
+                 bootloader's try counting kept; init falls back to the firmware when kexec \
+                 is not possible) or firmware. Set, it replaces the \
+                 Cluster's spec.reboot for this machine. A change takes effect at the next \
+                 reboot and disrupts nothing by itself.",
+            ),
         }),
         &[],
     )
@@ -201,6 +223,17 @@ pub fn machine_status_schema() -> Value {
                 "time": time(),
                 "slot": enum_of(Slot::ALL.iter().map(|s| s.as_str())),
                 "version": version(),
+                "via": described(
+                    reboot_via(),
+                    "How this boot was reached: by kexec from the previous boot, or through \
+                     the firmware.",
+                ),
+                "viaReason": described(
+                    string(),
+                    "Why the reboot init made into this boot went through the firmware rather \
+                     than by kexec (firmware asked for, a trial that failed, or kexec not \
+                     possible); absent after a kexec or a power-on.",
+                ),
             }), &[]),
             "release": object(json!({
                 "running": version(),
@@ -249,6 +282,15 @@ pub fn cluster_spec_schema() -> Value {
                 "maxUnavailable": {"type": "integer", "format": "int32", "minimum": 1},
             }), &[]),
             "maintenance": maintenance(),
+            "reboot": described(
+                reboot_via(),
+                "How machines reboot into a release or on request: kexec (the default: the \
+                 running kernel starts the next one, skipping the firmware, with the \
+                 bootloader's try counting kept; init falls back to the firmware when kexec \
+                 is not possible) or firmware. A Machine's own spec.reboot \
+                 replaces this one for that machine. A change takes effect at each machine's \
+                 next reboot and disrupts nothing by itself.",
+            ),
         }),
         &["endpoint", "leaders"],
     );
@@ -328,6 +370,13 @@ fn column(name: &str, path: &str, ty: &str, description: &str) -> Value {
     json!({"name": name, "type": ty, "jsonPath": path, "description": description})
 }
 
+/// A column `kubectl get -o wide` shows and the plain listing leaves out.
+fn wide_column(name: &str, path: &str, ty: &str, description: &str) -> Value {
+    let mut c = column(name, path, ty, description);
+    c["priority"] = json!(1);
+    c
+}
+
 struct Names<'a> {
     kind: &'a str,
     plural: &'a str,
@@ -394,6 +443,12 @@ pub fn machine_crd() -> Value {
                 ".metadata.creationTimestamp",
                 "date",
                 "Since the Machine was created",
+            ),
+            wide_column(
+                "Booted-Via",
+                ".status.boot.via",
+                "string",
+                "How the running boot was reached: kexec or firmware",
             ),
         ],
     )

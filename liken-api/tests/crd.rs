@@ -227,7 +227,17 @@ fn crds_carry_status_subresource_columns_and_enums() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Phase", "Role", "Version", "Age"]);
+    assert_eq!(columns, ["Phase", "Role", "Version", "Age", "Booted-Via"]);
+    // How the boot was reached is for `-o wide`: the plain listing stays
+    // as narrow as it was.
+    let wide: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["priority"] == 1)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(wide, ["Booted-Via"]);
     let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
     assert_eq!(
         status["phase"]["enum"].as_array().unwrap().len(),
@@ -262,5 +272,27 @@ fn crds_carry_status_subresource_columns_and_enums() {
         m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["rebootPolicy"]
             ["enum"],
         serde_json::json!(["Auto", "Manual"])
+    );
+    // The reboot way: the same enum on both kinds and in the status, and
+    // the descriptions `kubectl explain` shows say the default and who
+    // wins.
+    let machine_reboot = &m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["reboot"];
+    let cluster_reboot = &spec["properties"]["reboot"];
+    for r in [
+        machine_reboot,
+        cluster_reboot,
+        &status["boot"]["properties"]["via"],
+    ] {
+        assert_eq!(r["enum"], serde_json::json!(["kexec", "firmware"]), "{r}");
+    }
+    let said = |v: &Value| v["description"].as_str().unwrap_or_default().to_owned();
+    assert!(said(machine_reboot).contains("kexec (the default"));
+    assert!(said(machine_reboot).contains("replaces the Cluster's spec.reboot"));
+    assert!(said(cluster_reboot).contains("kexec (the default"));
+    assert!(said(cluster_reboot).contains("A Machine's own spec.reboot replaces this one"));
+    assert_eq!(
+        status["boot"]["properties"]["viaReason"]["type"],
+        serde_json::json!("string")
     );
 }

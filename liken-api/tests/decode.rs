@@ -7,7 +7,7 @@ use liken_api::machine::{BondMode, InterfaceSpec};
 use liken_api::release::{Artifact, Component};
 use liken_api::{
     BootStatus, Channel, Cluster, Condition, ConditionStatus, FileName, Machine, Phase,
-    RebootPolicy, Release, Role, Sha256Hex, Slot, Time, Version,
+    RebootPolicy, RebootVia, Release, Role, Sha256Hex, Slot, Time, Version,
 };
 
 const MACHINE: &str = include_str!("fixtures/machine.yaml");
@@ -49,6 +49,7 @@ fn strict_reads_every_field_of_a_machine() {
         m.spec.k3s.as_ref().unwrap().node_taints,
         ["dedicated=storage:NoSchedule"]
     );
+    assert_eq!(m.spec.reboot, Some(RebootVia::Kexec));
 }
 
 #[test]
@@ -61,6 +62,7 @@ fn strict_reads_every_field_of_a_cluster() {
     assert!(c.feature_enabled("metrics-server"));
     assert_eq!(c.spec.features["metrics-server"], None);
     assert_eq!(c.flux_config().unwrap().unwrap().branch, "main");
+    assert_eq!(c.spec.reboot, Some(RebootVia::Firmware));
 }
 
 #[test]
@@ -306,6 +308,13 @@ fn strict_refuses_an_unknown_enum_value() {
     let text = err_text(decode::strict::<Machine>(&doc, "m.yaml"));
     assert!(
         text.contains("unknown variant `Sometimes`, expected `Auto` or `Manual`"),
+        "{text}"
+    );
+    // The reboot way is lowercase, as kubectl shows it.
+    let doc = CLUSTER.replace("reboot: firmware", "reboot: Firmware");
+    let text = err_text(decode::strict::<Cluster>(&doc, "cluster.yaml"));
+    assert!(
+        text.contains("unknown variant `Firmware`, expected `kexec` or `firmware`"),
         "{text}"
     );
 }
