@@ -10,16 +10,28 @@
 //! judged against the Node instead ([`crate::machine::node`]) and take a
 //! Restart.
 //!
+//! The rest of each document is settings, and a change to them alone
+//! disrupts nothing: the reboot policy, the maintenance windows and the
+//! way a reboot is made (`spec.reboot`) are read from the API as the
+//! operators go; the install disk matters only to an install; the
+//! Cluster's target release, catalog and budget drive the rollout, not
+//! what this boot runs. The document is still staged, so the next boot
+//! runs what the API holds, but no condition asks for a turn.
+//! `spec.reboot` in particular is read from the live Machine and Cluster
+//! when init is asked to reboot, so it applies at the very next reboot; a
+//! reboot made only to apply it would be the disruption it exists to
+//! shorten.
+//!
 //! Everything here is pure: the pass hands in two documents and gets the
 //! differences back, and the tests are tables of pairs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use liken_api::Cluster;
 use liken_api::coordination::{
     K3S_CONFIGURED, KERNEL_ARGS_APPLIED, MODULES_LOADED, NETWORK_CONFIGURED, SYSCTLS_APPLIED,
 };
 use liken_api::machine::{DisruptionKind, InterfaceSpec, MachineSpec, NetworkSpec, RouteSpec};
+use liken_api::{Cluster, RebootVia};
 
 /// How many differences a summary names before it counts the rest.
 const SUMMARY_ITEMS: usize = 4;
@@ -104,6 +116,71 @@ pub fn cluster_change(running: &Cluster, desired: &Cluster) -> Option<Change> {
         condition: K3S_CONFIGURED,
         kind: DisruptionKind::Reboot,
         summary: summarize("cluster", items),
+    })
+}
+
+/// The Machine's settings that differ ([module docs](self)), for the
+/// staging Event: none of them is a [`Change`].
+pub fn machine_settings(running: &MachineSpec, desired: &MachineSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if running.reboot_policy != desired.reboot_policy {
+        out.push(format!(
+            "rebootPolicy {} → {}",
+            running.reboot_policy.map_or("unset", |p| p.as_str()),
+            desired.reboot_policy.map_or("unset", |p| p.as_str())
+        ));
+    }
+    if running.install_disk != desired.install_disk {
+        out.push(format!(
+            "installDisk {} → {}",
+            running.install_disk.as_deref().unwrap_or("unset"),
+            desired.install_disk.as_deref().unwrap_or("unset")
+        ));
+    }
+    if running.maintenance != desired.maintenance {
+        out.push("maintenance windows".to_owned());
+    }
+    if let Some(r) = reboot_via_diff(running.reboot, desired.reboot) {
+        out.push(r);
+    }
+    out
+}
+
+/// The Cluster's settings that differ ([module docs](self)), for the
+/// staging Event: none of them is a [`Change`].
+pub fn cluster_settings(running: &Cluster, desired: &Cluster) -> Vec<String> {
+    let (r, d) = (&running.spec, &desired.spec);
+    let mut out = Vec::new();
+    if r.version != d.version {
+        out.push(format!(
+            "version {} → {}",
+            r.version.as_ref().map_or("unset", |v| v.as_str()),
+            d.version.as_ref().map_or("unset", |v| v.as_str())
+        ));
+    }
+    if r.releases != d.releases {
+        out.push("releases".to_owned());
+    }
+    if r.disruption_budget != d.disruption_budget {
+        out.push("disruptionBudget".to_owned());
+    }
+    if r.maintenance != d.maintenance {
+        out.push("maintenance windows".to_owned());
+    }
+    if let Some(x) = reboot_via_diff(r.reboot, d.reboot) {
+        out.push(x);
+    }
+    out
+}
+
+/// `reboot unset → firmware (from the next reboot)`.
+fn reboot_via_diff(old: Option<RebootVia>, new: Option<RebootVia>) -> Option<String> {
+    (old != new).then(|| {
+        format!(
+            "reboot {} → {} (from the next reboot)",
+            old.map_or("unset", RebootVia::as_str),
+            new.map_or("unset", RebootVia::as_str)
+        )
     })
 }
 
@@ -507,5 +584,88 @@ mod tests {
         assert_eq!(change.condition, K3S_CONFIGURED);
         assert_eq!(change.kind, DisruptionKind::Reboot);
         assert_eq!(change.summary, "cluster: leaders a → a, b, +feature flux");
+    }
+
+    #[test]
+    fn the_way_a_reboot_is_made_is_a_setting_never_a_disruption() {
+        use liken_api::RebootPolicy;
+        use liken_api::RebootVia::{Firmware, Kexec};
+
+        // The Machine: spec.reboot alone (set, switched, unset) is no
+        // change of any kind, only a setting the staging Event names.
+        for (old, new, want) in [
+            (
+                None,
+                Some(Firmware),
+                "reboot unset → firmware (from the next reboot)",
+            ),
+            (
+                Some(Firmware),
+                Some(Kexec),
+                "reboot firmware → kexec (from the next reboot)",
+            ),
+            (
+                Some(Kexec),
+                None,
+                "reboot kexec → unset (from the next reboot)",
+            ),
+        ] {
+            let running = MachineSpec {
+                reboot: old,
+                ..MachineSpec::default()
+            };
+            let desired = MachineSpec {
+                reboot: new,
+                ..MachineSpec::default()
+            };
+            assert_eq!(machine_changes(&running, &desired), [], "{want}");
+            assert_eq!(machine_settings(&running, &desired), [want]);
+        }
+        // Beside a real change it stays a setting: the change alone is
+        // the disruption.
+        let running = MachineSpec::default();
+        let desired = MachineSpec {
+            reboot: Some(Firmware),
+            reboot_policy: Some(RebootPolicy::Manual),
+            sysctls: map(&[("vm.swappiness", "10")]),
+            ..MachineSpec::default()
+        };
+        let changes = machine_changes(&running, &desired);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].condition, SYSCTLS_APPLIED);
+        assert_eq!(
+            machine_settings(&running, &desired),
+            [
+                "rebootPolicy unset → Manual",
+                "reboot unset → firmware (from the next reboot)"
+            ]
+        );
+        assert!(machine_settings(&desired, &desired).is_empty());
+
+        // The Cluster: the same.
+        let running = Cluster::new(
+            "home",
+            ClusterSpec {
+                endpoint: "https://10.0.0.10:6443".into(),
+                leaders: strings(&["a"]),
+                ..ClusterSpec::default()
+            },
+        );
+        let mut desired = running.clone();
+        desired.spec.reboot = Some(Firmware);
+        assert_eq!(cluster_change(&running, &desired), None);
+        assert_eq!(
+            cluster_settings(&running, &desired),
+            ["reboot unset → firmware (from the next reboot)"]
+        );
+        desired.spec.version = Some(liken_api::Version::parse("2026.12.02-001").unwrap());
+        assert_eq!(
+            cluster_settings(&running, &desired),
+            [
+                "version unset → 2026.12.02-001",
+                "reboot unset → firmware (from the next reboot)"
+            ]
+        );
+        assert!(cluster_settings(&running, &running).is_empty());
     }
 }

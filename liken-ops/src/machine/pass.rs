@@ -35,8 +35,8 @@ use liken_api::hash::sha256;
 use liken_api::machine::{DisruptionKind, PendingDisruption, ReleaseStatus};
 use liken_api::ondisk::{Document, REJECTED_DIR, VAR_LIKEN};
 use liken_api::{
-    BootRecord, BootStatus, Cluster, Condition, ConditionStatus, Machine, Phase, Role, Sha256Hex,
-    Time, annotations, decode,
+    BootRecord, BootStatus, Cluster, Condition, ConditionStatus, Machine, Phase, RebootVia, Role,
+    Sha256Hex, Time, annotations, decode,
 };
 
 use crate::kinds::Node;
@@ -44,7 +44,9 @@ use crate::machine::approval::{
     Approval, RebootRequest, covered, decide_approval, decide_carried, decide_request,
     decide_wanted,
 };
-use crate::machine::changes::{self, Change, cluster_change, machine_changes};
+use crate::machine::changes::{
+    self, Change, cluster_change, cluster_settings, machine_changes, machine_settings,
+};
 use crate::machine::facts::{Facts, decide_kernel_gaps};
 use crate::machine::node::{Managed, NodeDrift, decide_node_drift};
 use crate::machine::phase::{decide_phase, decide_ready};
@@ -140,6 +142,11 @@ pub struct Pass {
     pub machine_hash: Sha256Hex,
     /// k3s's pid as init reports it, recorded with a restart request.
     pub k3s_pid: Option<u32>,
+    /// How a reboot asked of init now is to be made: the Machine's
+    /// `spec.reboot`, else the Cluster's, else kexec. Taken from the API
+    /// rather than the running documents, so a change applies at the very
+    /// next reboot without one of its own.
+    pub via: RebootVia,
     /// What init was asked this boot, when anything was (a re-ask after
     /// a refusal counts on from it).
     pub asked: Option<Asked>,
@@ -262,6 +269,8 @@ fn blind(facts: &Facts, status: ConditionStatus, reason: &str, message: String) 
         boot_id: record.map(BootRecord::boot_id),
         machine_hash: sha256(b""),
         k3s_pid: None,
+        // A blind pass asks init for nothing.
+        via: RebootVia::default(),
         asked: None,
         blind: true,
     }
@@ -503,30 +512,36 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         _ => Staged::Same,
     };
 
+    // The staging Event names every difference: the changes, then the
+    // settings that ride along without a disruption of their own.
     let mut staging = Vec::new();
-    let summaries = |list: &[Change]| {
-        list.iter()
-            .map(|c| c.summary.clone())
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let mut machine_summary: Vec<String> = doc_changes.iter().map(|c| c.summary.clone()).collect();
+    let settings = machine_settings(&running.spec, &machine.spec);
+    if !settings.is_empty() {
+        machine_summary.push(changes::summarize("settings", settings));
+    }
     plan_staging(
         Document::Machine,
         machine_differs,
         &machine_staged,
         facts,
-        summaries(&doc_changes),
+        machine_summary.join("; "),
         &mut staging,
     );
+    let mut cluster_summary: Vec<String> =
+        cluster_change.iter().map(|c| c.summary.clone()).collect();
+    if let (Some(r), Some(c)) = (running_cluster, cluster) {
+        let settings = cluster_settings(r, c);
+        if !settings.is_empty() {
+            cluster_summary.push(changes::summarize("cluster settings", settings));
+        }
+    }
     plan_staging(
         Document::Cluster,
         cluster_differs,
         &cluster_staged,
         facts,
-        cluster_change.as_ref().map_or_else(
-            || "cluster: release settings".to_owned(),
-            |c| c.summary.clone(),
-        ),
+        cluster_summary.join("; "),
         &mut staging,
     );
 
@@ -749,6 +764,7 @@ pub fn decide_pass(input: PassInput<'_>) -> Pass {
         boot_id: Some(boot_id),
         machine_hash: desired_hash,
         k3s_pid: init.k3s.pid,
+        via: RebootVia::decide(machine.spec.reboot, cluster.and_then(|c| c.spec.reboot)),
         asked: under_way.cloned(),
         blind: false,
     }
@@ -1516,6 +1532,87 @@ mod tests {
         );
         let p = pass(&api(|_| {}), &facts(&running()), None);
         assert_eq!(reason_of(&p, K3S_CONFIGURED), reason::NOT_APPLIED);
+    }
+
+    #[test]
+    fn the_way_a_reboot_is_made_stages_no_disruption_and_rides_the_next_reboot() {
+        use liken_api::RebootVia::{Firmware, Kexec};
+        let f = facts(&running());
+        let with = |machine: Option<liken_api::RebootVia>,
+                    cluster_via: Option<liken_api::RebootVia>,
+                    spec: fn(&mut MachineSpec)| {
+            let mut m = api(spec);
+            m.spec.reboot = machine;
+            let mut c = cluster();
+            c.spec.reboot = cluster_via;
+            decide_pass(PassInput {
+                machine: &m,
+                cluster: Some(&c),
+                node: Some(&node()),
+                facts: &f,
+                worker: &Worker::Idle,
+                now: NOW,
+                window: None,
+            })
+        };
+
+        // spec.reboot alone, on the Machine, the Cluster or both: both
+        // documents are staged for the next boot, nothing is pending,
+        // nothing asks for a turn, the machine stays Ready.
+        let p = with(Some(Kexec), Some(Firmware), |_| {});
+        assert_eq!(p.phase, Phase::Ready, "{:?}", p.conditions);
+        assert!(
+            p.pending.is_empty() && p.waiting.is_empty(),
+            "{:?}",
+            p.pending
+        );
+        assert_eq!(p.wanted, None);
+        assert_eq!(p.turn, TurnStep::Idle);
+        let summaries: Vec<(Document, &str)> = p
+            .staging
+            .iter()
+            .map(|s| match s {
+                Staging::Write { doc, summary, .. } => (*doc, summary.as_str()),
+                Staging::Remove { doc } => (*doc, "removed"),
+            })
+            .collect();
+        assert_eq!(
+            summaries,
+            [
+                (
+                    Document::Machine,
+                    "settings: reboot unset → kexec (from the next reboot)"
+                ),
+                (
+                    Document::Cluster,
+                    "cluster settings: reboot unset → firmware (from the next reboot)"
+                ),
+            ]
+        );
+        // The Machine's choice wins; the Cluster's applies without one;
+        // kexec with neither.
+        assert_eq!(p.via, Kexec);
+        assert_eq!(with(None, Some(Firmware), |_| {}).via, Firmware);
+        assert_eq!(with(Some(Firmware), Some(Kexec), |_| {}).via, Firmware);
+        assert_eq!(with(None, None, |_| {}).via, Kexec);
+
+        // Beside a real change, only the change is pending, and the
+        // reboot it takes is made the new way at once.
+        let p = with(Some(Firmware), None, swappiness);
+        assert_eq!(p.pending.len(), 1, "{:?}", p.pending);
+        assert_eq!(p.pending[0].condition, SYSCTLS_APPLIED);
+        assert_eq!(p.wanted, Some(DisruptionKind::Reboot));
+        assert_eq!(p.via, Firmware);
+        assert!(
+            matches!(
+                &p.staging[0],
+                Staging::Write { summary, .. }
+                    if summary == "sysctls: vm.swappiness 60 → 10; \
+                                   settings: reboot unset → firmware (from the next reboot)"
+            ),
+            "{:?}",
+            p.staging
+        );
     }
 
     #[test]
