@@ -19,7 +19,7 @@ use liken_api::control::Request;
 use liken_api::coordination::{self, GrantFor, K3S_CONFIGURED, reason};
 use liken_api::machine::DisruptionKind;
 use liken_api::ondisk::Document;
-use liken_api::{Cluster, Machine, Time, annotations};
+use liken_api::{Cluster, Machine, RebootVia, Time, annotations};
 use liken_kube::events::{EventType, ObjectReference, Recorder, RecorderConfig};
 use liken_kube::metrics::{self, Counter, Gauge, Registry};
 use liken_kube::request::{CLUSTERS, MACHINES, NODES, PODS};
@@ -41,7 +41,7 @@ use crate::machine::node::node_patch;
 use crate::machine::pass::{Pass, PassInput, Staging, decide_pass};
 use crate::machine::release::Worker;
 use crate::machine::seed::{Seeded, seed_machine};
-use crate::machine::status::{compose, decide_released, transition_events};
+use crate::machine::status::{compose, decide_booted, decide_released, transition_events};
 use crate::machine::turn::{
     Asked, Refused, TurnStep, cordon_patch, decide_same_ask, uncordon_patch,
 };
@@ -80,6 +80,9 @@ pub mod event_reason {
     pub const UNCORDONED: &str = "Uncordoned";
     /// The Machine or the Cluster was created from the booted documents.
     pub const SEEDED: &str = "Seeded";
+    /// The first status write of a new boot: its release, slot and how
+    /// it was reached (kexec, or the firmware and why).
+    pub const BOOTED: &str = "Booted";
 }
 
 /// Why the operator stopped.
@@ -901,11 +904,12 @@ impl Operator {
         }
         let (request, reason_, note) = match kind {
             DisruptionKind::Reboot => (
-                Request::Reboot {
-                    via: liken_api::RebootVia::Kexec,
-                },
+                Request::Reboot { via: pass.via },
                 event_reason::REBOOTING,
-                "drained; asking init to reboot",
+                match pass.via {
+                    RebootVia::Kexec => "drained; asking init to reboot by kexec",
+                    RebootVia::Firmware => "drained; asking init to reboot through the firmware",
+                },
             ),
             DisruptionKind::Restart => (
                 Request::RestartK3s,
@@ -917,7 +921,13 @@ impl Operator {
             self.event(machine, EventType::Normal, reason_, note);
         }
         match self.init.disrupt(request) {
-            Ok(()) => log::info("init accepted", &[("kind", &kind.as_str())]),
+            Ok(()) => match kind {
+                DisruptionKind::Reboot => log::info(
+                    "init accepted",
+                    &[("kind", &kind.as_str()), ("via", &pass.via.as_str())],
+                ),
+                DisruptionKind::Restart => log::info("init accepted", &[("kind", &kind.as_str())]),
+            },
             Err(e) => {
                 // The record stays, refused: it carries the spent approval
                 // and reboot request, and spaces the next ask out. One
@@ -1032,6 +1042,9 @@ impl Operator {
         let mut body = machine.clone();
         body.status = status;
         let mut attempt = body;
+        // The boot the written status replaces: the copy the attempt was
+        // composed on (after a conflict, theirs).
+        let mut replaced_boot = machine.status.boot.clone();
         for _ in 0..2 {
             match self
                 .client
@@ -1039,6 +1052,11 @@ impl Operator {
             {
                 Ok(stored) => {
                     self.metrics.status_writes.inc();
+                    if let Some(note) =
+                        decide_booted(replaced_boot.as_ref(), stored.status.boot.as_ref())
+                    {
+                        self.event(&stored, EventType::Normal, event_reason::BOOTED, &note);
+                    }
                     for (kind, r, note) in
                         transition_events(&machine.status.conditions, &stored.status.conditions)
                     {
@@ -1076,6 +1094,7 @@ impl Operator {
                                 self.written = Some(fresh);
                                 return true;
                             }
+                            replaced_boot = fresh.status.boot.clone();
                             attempt = fresh;
                             attempt.status = status;
                         }

@@ -8,11 +8,15 @@
 //! A pass that could not read its facts keeps the last known boot,
 //! release, role and pending list: they are still the machine's last
 //! word, and only the conditions say that it cannot judge now.
+//!
+//! The Events a write earns are decided here too, from the status it
+//! replaced and the one stored: condition transitions, the approval that
+//! released a change, and the first write of each boot ([`decide_booted`]).
 
 use liken_api::condition::{self, transitions};
 use liken_api::coordination::{self, machine_owned, reason};
 use liken_api::machine::MachineStatus;
-use liken_api::{Condition, Time};
+use liken_api::{BootStatus, Condition, RebootVia, Time};
 use liken_kube::events::EventType;
 
 use crate::machine::pass::Pass;
@@ -78,6 +82,39 @@ pub fn transition_events(
         .collect()
 }
 
+/// The note of the `Booted` Event a status write earns: when the status
+/// it replaced named another boot (or none) and the stored one names a
+/// boot, this is the first write of that boot, so the Event is said once
+/// per boot however many passes, restarts or failed writes it takes (a
+/// write that fails posts nothing, and the next one still replaces the
+/// old boot). The note says how the boot was reached; a firmware boot
+/// with no reason is one init did not make (a power-on, a reset).
+pub fn decide_booted(stored: Option<&BootStatus>, written: Option<&BootStatus>) -> Option<String> {
+    let written = written?;
+    let id = written.boot_id()?;
+    if stored.and_then(BootStatus::boot_id).as_ref() == Some(&id) {
+        return None;
+    }
+    let release = written.version.as_ref().map_or_else(
+        || "an unknown release".to_owned(),
+        |v| format!("release {v}"),
+    );
+    let place = written.slot.map_or_else(
+        || " with no slot (install media or netboot)".to_owned(),
+        |s| format!(" in slot {s}"),
+    );
+    let via = match (written.via, written.via_reason.as_deref()) {
+        (Some(RebootVia::Kexec), _) => ", reached by kexec".to_owned(),
+        (Some(RebootVia::Firmware), Some(why)) => {
+            format!(", reached through the firmware: {why}")
+        }
+        (Some(RebootVia::Firmware), None) => ", reached through the firmware".to_owned(),
+        // An init older than kexec reboots says nothing of the way.
+        (None, _) => String::new(),
+    };
+    Some(format!("boot {}: {release}{place}{via}", id.short()))
+}
+
 /// The convergence conditions a person's approval just released: those
 /// that waited for one (RebootPending, RestartPending) in the stored
 /// status and now use or ask for the turn. Only an approval moves a
@@ -136,6 +173,7 @@ mod tests {
             boot_id: None,
             machine_hash: liken_api::hash::sha256(b""),
             k3s_pid: None,
+            via: liken_api::RebootVia::Kexec,
             asked: None,
             blind,
         }
@@ -206,6 +244,90 @@ mod tests {
         assert_eq!(s.conditions.last().unwrap().type_, REBOOT_APPROVED);
         let events = transition_events(&stored.conditions, &s.conditions);
         assert_eq!(events[0].0, EventType::Warning);
+    }
+
+    fn boot(at: i64, via: Option<RebootVia>, why: Option<&str>) -> BootStatus {
+        BootStatus {
+            time: Some(Time::from_unix(at)),
+            slot: Some(liken_api::Slot::B),
+            version: Some(liken_api::Version::parse("2026.12.02-001").unwrap()),
+            via,
+            via_reason: why.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_status_says_how_the_boot_was_reached() {
+        let why = "the kernel refused to load liken/b/vmlinuz (EPERM): kexec is disabled";
+        let mut pass = pass_with(Vec::new(), false);
+        pass.boot = Some(boot(1_780_000_000, Some(RebootVia::Firmware), Some(why)));
+        let s = compose(&MachineStatus::default(), &pass, 1, Time::from_unix(5));
+        let b = s.boot.as_ref().unwrap();
+        assert_eq!(b.via, Some(RebootVia::Firmware));
+        assert_eq!(b.via_reason.as_deref(), Some(why));
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["boot"]["via"], "firmware");
+        assert_eq!(json["boot"]["viaReason"], why);
+    }
+
+    #[test]
+    fn booted_is_said_on_the_first_write_of_each_boot() {
+        use RebootVia::{Firmware, Kexec};
+        let earlier = boot(1_780_000_000, Some(Firmware), None);
+        let kexec = boot(1_780_000_600, Some(Kexec), None);
+        let note = |b: &BootStatus| {
+            format!(
+                "boot {}: release 2026.12.02-001 in slot B",
+                b.boot_id().unwrap().short()
+            )
+        };
+        // A new boot, reached each way.
+        assert_eq!(
+            decide_booted(Some(&earlier), Some(&kexec)),
+            Some(format!("{}, reached by kexec", note(&kexec)))
+        );
+        let refused = boot(
+            1_780_000_600,
+            Some(Firmware),
+            Some("the kernel refused to load liken/b/vmlinuz (ENOSYS)"),
+        );
+        assert_eq!(
+            decide_booted(Some(&earlier), Some(&refused)),
+            Some(format!(
+                "{}, reached through the firmware: the kernel refused to load liken/b/vmlinuz (ENOSYS)",
+                note(&refused)
+            ))
+        );
+        // A power-on: no reason; the first status ever: a boot too.
+        assert_eq!(
+            decide_booted(None, Some(&earlier)),
+            Some(format!("{}, reached through the firmware", note(&earlier)))
+        );
+        // An init that says nothing of the way, on install media.
+        let bare = BootStatus {
+            time: Some(Time::from_unix(1_780_000_900)),
+            ..BootStatus::default()
+        };
+        let bare_id = bare.boot_id().unwrap();
+        assert_eq!(
+            decide_booted(Some(&kexec), Some(&bare)),
+            Some(format!(
+                "boot {}: an unknown release with no slot (install media or netboot)",
+                bare_id.short()
+            ))
+        );
+        // The same boot again (another pass, a restarted operator, the
+        // via filled in later): nothing.
+        assert_eq!(decide_booted(Some(&kexec), Some(&kexec)), None);
+        let mut same = kexec.clone();
+        same.via = None;
+        assert_eq!(decide_booted(Some(&same), Some(&kexec)), None);
+        // No boot to name: nothing.
+        assert_eq!(decide_booted(Some(&kexec), None), None);
+        assert_eq!(
+            decide_booted(Some(&kexec), Some(&BootStatus::default())),
+            None
+        );
     }
 
     #[test]
