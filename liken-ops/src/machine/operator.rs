@@ -848,9 +848,19 @@ impl Operator {
             return None;
         }
         let kind = pass.wanted?;
-        let (r, what) = match kind {
-            DisruptionKind::Reboot => (reason::REBOOTING, "drained; init is asked to reboot"),
-            DisruptionKind::Restart => {
+        // The condition (and so its transition's Event) says the way: the
+        // Rebooting Event posted when init is asked joins the transition's
+        // series and keeps its note.
+        let (r, what) = match (kind, pass.via) {
+            (DisruptionKind::Reboot, RebootVia::Kexec) => (
+                reason::REBOOTING,
+                "drained; init is asked to reboot by kexec",
+            ),
+            (DisruptionKind::Reboot, RebootVia::Firmware) => (
+                reason::REBOOTING,
+                "drained; init is asked to reboot through the firmware",
+            ),
+            (DisruptionKind::Restart, _) => {
                 (reason::RESTARTING, "drained; init is asked to restart k3s")
             }
         };
