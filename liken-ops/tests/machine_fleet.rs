@@ -4,7 +4,10 @@
 //! of their own (the cluster operator judges the whole fleet, so it must
 //! not meet the other test binaries' machines). Turns come one at a time
 //! (the budget is 1), and the drain meets a PodDisruptionBudget that
-//! first holds it and then lets it go.
+//! first holds it and then lets it go. Along the way the way a reboot is
+//! made changes: the Cluster asks for the firmware and work-1 keeps
+//! kexec, which disrupts nothing by itself, reaches init with the next
+//! reboots, and comes back in each Machine's status and Booted Events.
 
 #[path = "machine/support.rs"]
 mod support;
@@ -15,6 +18,7 @@ mod cluster_op;
 use std::time::Duration;
 
 use cluster_op::ClusterOperator;
+use liken_api::RebootVia::{Firmware, Kexec};
 use liken_api::control::Request;
 use liken_api::coordination::{
     self, HEARTBEAT_NAMESPACE, MACHINE_OPERATOR, SYSCTLS_APPLIED, reason,
@@ -32,6 +36,8 @@ fn auto_machines_take_turns_from_the_cluster_operator_and_drain_under_a_budget()
     let fast = ["--drain-timeout=3s", "--heartbeat-interval=2s"];
     let (lead_host, lead_op) = start_machine("lead-1", &lead, &c, &fast);
     let (work_host, work_op) = start_machine("work-1", &work, &c, &fast);
+    let mut lead_boots = vec![lead_host.record().boot_id()];
+    let mut work_boots = vec![work_host.record().boot_id()];
     let cluster_op = ClusterOperator::start();
     let both = ["lead-1", "work-1"];
 
@@ -145,12 +151,9 @@ spec:
         Duration::from_secs(60),
         || {
             assert!(grants(&both) <= 1, "two turns at once");
-            (work_host.asked()
-                == [Request::Reboot {
-                    via: liken_api::RebootVia::Kexec,
-                }])
-            .then_some(())
-            .ok_or_else(|| format!("asked {:?}\n{}", work_host.asked(), work_op.log_text()))
+            (work_host.asked() == [Request::Reboot { via: Kexec }])
+                .then_some(())
+                .ok_or_else(|| format!("asked {:?}\n{}", work_host.asked(), work_op.log_text()))
         },
     );
     assert!(pods_on("shop", "work-1").is_empty(), "the web pods left");
@@ -179,6 +182,7 @@ spec:
     // reclaims its turn and grants the leader its own.
     work_op.stop();
     let (running, _) = work_host.reboot(&work, &c);
+    work_boots.push(work_host.record().boot_id());
     assert_eq!(running.spec.sysctls["vm.swappiness"], "10");
     let work_op = restart(&work_host, &fast);
     wait_for(
@@ -186,12 +190,9 @@ spec:
         Duration::from_secs(90),
         || {
             assert!(grants(&both) <= 1, "two turns at once");
-            (lead_host.asked()
-                == [Request::Reboot {
-                    via: liken_api::RebootVia::Kexec,
-                }])
-            .then_some(())
-            .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
+            (lead_host.asked() == [Request::Reboot { via: Kexec }])
+                .then_some(())
+                .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
         },
     );
     let back = machine("work-1").unwrap();
@@ -207,6 +208,7 @@ spec:
     );
     lead_op.stop();
     lead_host.reboot(&lead, &c);
+    lead_boots.push(lead_host.record().boot_id());
     let lead_op = restart(&lead_host, &fast);
 
     // Both converged, every turn reclaimed, the ledger empty.
@@ -240,6 +242,74 @@ spec:
                 .ok_or_else(|| cluster_op.log_text())
         })
     };
+    // Nothing asked for another way, so both rebooted by kexec, and each
+    // said so once for the power-on and once for the kexec boot.
+    for (name, boots) in [("lead-1", &lead_boots), ("work-1", &work_boots)] {
+        let boot = machine(name).unwrap().status.boot.unwrap();
+        assert_eq!((boot.via, boot.via_reason), (Some(Kexec), None), "{name}");
+        let notes = booted_once_per_boot(name, boots);
+        assert!(
+            notes[0].ends_with("in slot A, reached through the firmware"),
+            "{notes:?}"
+        );
+        assert!(notes[1].ends_with("reached by kexec"), "{notes:?}");
+    }
+
+    // The Cluster asks for firmware reboots and work-1 keeps kexec. That
+    // alone disrupts nothing: each machine stages the documents for its
+    // next boot, stays Ready and asks for no turn. One at a time, since
+    // an operator's second staging Event within minutes joins the first
+    // one's series and keeps its note.
+    let staged = |name: &str, host: &Host, doc: &str| {
+        let path = host.path(&format!("var/lib/liken/staged/{doc}"));
+        wait_for(
+            &format!("{name} to stage {doc}"),
+            Duration::from_secs(30),
+            || {
+                path.exists()
+                    .then_some(())
+                    .ok_or_else(|| "not staged".to_owned())
+            },
+        );
+    };
+    patch(
+        &["machine", "work-1"],
+        &json!({"spec": {"reboot": "kexec"}}),
+    );
+    staged("work-1", &work_host, "machine.yaml");
+    assert!(has_event(
+        "work-1",
+        "ChangeStaged",
+        "settings: reboot unset → kexec (from the next reboot)"
+    ));
+    patch(
+        &["cluster", "home"],
+        &json!({"spec": {"reboot": "firmware"}}),
+    );
+    staged("lead-1", &lead_host, "cluster.yaml");
+    staged("work-1", &work_host, "cluster.yaml");
+    assert!(has_event(
+        "lead-1",
+        "ChangeStaged",
+        "cluster settings: reboot unset → firmware (from the next reboot)"
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    for name in both {
+        let m = machine(name).unwrap();
+        assert_eq!(
+            m.status.phase,
+            Some(Phase::Ready),
+            "{:?}",
+            m.status.conditions
+        );
+        assert!(
+            m.status.pending.is_empty(),
+            "{name}: {:?}",
+            m.status.pending
+        );
+    }
+    assert_eq!(grants(&both), 0, "no turn for the way reboots are made");
+    assert_eq!(lead_host.asked().len(), 1, "nothing more asked of init");
 
     // Manual: the change waits for a person, the cluster grants nothing;
     // a stale approval is ignored and removed with an Event; the right
@@ -289,11 +359,15 @@ spec:
     ));
     assert_eq!(
         work_host.asked(),
-        [Request::Reboot {
-            via: liken_api::RebootVia::Kexec
-        }],
+        [Request::Reboot { via: Kexec }],
         "nothing more asked of init"
     );
+    // work-1's own kexec wins over the Cluster's firmware; this time its
+    // kernel refuses the load, so init falls back to the firmware.
+    let refusal = "the kernel refused to load liken/a/vmlinuz (Operation not permitted): \
+                   kexec is disabled (kernel.kexec_load_disabled is 1) or kernel lockdown \
+                   forbids it";
+    work_host.state.lock().unwrap().refuse_kexec = Some(refusal.into());
     patch(
         &["machine", "work-1"],
         &json!({"metadata": {"annotations": {annotations::APPROVE_DISRUPTION: hash.short()}}}),
@@ -304,17 +378,18 @@ spec:
         || {
             (work_host.asked()
                 == [
-                    Request::Reboot {
-                        via: liken_api::RebootVia::Kexec,
-                    },
-                    Request::Reboot {
-                        via: liken_api::RebootVia::Kexec,
-                    },
+                    Request::Reboot { via: Kexec },
+                    Request::Reboot { via: Kexec },
                 ])
             .then_some(())
             .ok_or_else(|| format!("{}\n{}", work_op.log_text(), cluster_op.log_text()))
         },
     );
+    assert!(has_event(
+        "work-1",
+        "Rebooting",
+        "init is asked to reboot by kexec"
+    ));
     assert!(
         !machine("work-1")
             .unwrap()
@@ -332,9 +407,28 @@ spec:
     holds_turn_until_down("work-1", SYSCTLS_APPLIED);
     work_op.stop();
     let (running, _) = work_host.reboot(&running, &c);
+    work_boots.push(work_host.record().boot_id());
     assert_eq!(running.spec.sysctls["vm.swappiness"], "5");
+    assert_eq!(running.spec.reboot, Some(Kexec));
     let work_op = restart(&work_host, &fast);
     settled();
+    let boot = wait_machine(
+        "work-1",
+        "the new boot in the status",
+        &work_op,
+        Duration::from_secs(30),
+        |m| m.status.boot.as_ref().and_then(|b| b.boot_id()).as_ref() == work_boots.last(),
+    )
+    .status
+    .boot
+    .unwrap();
+    assert_eq!(boot.via, Some(Firmware));
+    assert_eq!(boot.via_reason.as_deref(), Some(refusal));
+    let notes = booted_once_per_boot("work-1", &work_boots);
+    assert!(
+        notes[2].ends_with(&format!("reached through the firmware: {refusal}")),
+        "{notes:?}"
+    );
 
     // A reboot request names the running boot and takes a turn too.
     let boot = lead_host.record().boot_id();
@@ -342,23 +436,25 @@ spec:
         &["machine", "lead-1"],
         &json!({"metadata": {"annotations": {annotations::REQUEST_REBOOT: boot.short()}}}),
     );
+    // lead-1 sets no way of its own: the Cluster's firmware.
     wait_for(
         "lead-1's init to be asked to reboot again",
         Duration::from_secs(60),
         || {
             (lead_host.asked()
                 == [
-                    Request::Reboot {
-                        via: liken_api::RebootVia::Kexec,
-                    },
-                    Request::Reboot {
-                        via: liken_api::RebootVia::Kexec,
-                    },
+                    Request::Reboot { via: Kexec },
+                    Request::Reboot { via: Firmware },
                 ])
             .then_some(())
             .ok_or_else(|| format!("{}\n{}", lead_op.log_text(), cluster_op.log_text()))
         },
     );
+    assert!(has_event(
+        "lead-1",
+        "Rebooting",
+        "init is asked to reboot through the firmware"
+    ));
     assert!(
         !lead_host.path("var/lib/liken/staged/machine.yaml").exists(),
         "nothing staged"
@@ -380,8 +476,27 @@ spec:
     };
     lead_host.reboot(&lead_doc, &c);
     assert_ne!(lead_host.record().boot_id(), boot);
+    lead_boots.push(lead_host.record().boot_id());
     let lead_op = restart(&lead_host, &fast);
     settled();
+    let back = wait_machine(
+        "lead-1",
+        "the new boot in the status",
+        &lead_op,
+        Duration::from_secs(30),
+        |m| m.status.boot.as_ref().and_then(|b| b.boot_id()).as_ref() == lead_boots.last(),
+    );
+    let firmware = "the machine's documents ask for firmware reboots (spec.reboot: firmware)";
+    let boot = back.status.boot.unwrap();
+    assert_eq!(boot.via, Some(Firmware));
+    assert_eq!(boot.via_reason.as_deref(), Some(firmware));
+    let notes = booted_once_per_boot("lead-1", &lead_boots);
+    assert!(
+        notes[2].ends_with(&format!("reached through the firmware: {firmware}")),
+        "{notes:?}"
+    );
+    // Still once per boot on both, after every pass since.
+    booted_once_per_boot("work-1", &work_boots);
     lead_op.stop();
     work_op.stop();
 }

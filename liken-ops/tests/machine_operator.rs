@@ -47,6 +47,22 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
     // the cluster operator); the machine operator never creates one.
     let status = &seeded.status;
     assert_eq!(status.boot.as_ref().unwrap().time, Some(host.record().time));
+    // A power-on: through the firmware, with no reason (init made no
+    // reboot), said once in a Booted Event.
+    let boot = status.boot.as_ref().unwrap();
+    assert_eq!(
+        (boot.via, boot.via_reason.as_deref()),
+        (Some(liken_api::RebootVia::Firmware), None)
+    );
+    let this_boot = [host.record().boot_id()];
+    let notes = booted_once_per_boot("seed-1", &this_boot);
+    assert_eq!(
+        notes[0],
+        format!(
+            "boot {}: release {OLD} in slot A, reached through the firmware",
+            this_boot[0].short()
+        )
+    );
     assert_eq!(status.role, Some(liken_api::Role::Leader));
     assert_eq!(status.observed_generation, seeded.metadata.generation);
 
@@ -113,6 +129,25 @@ fn a_machine_seeds_itself_converges_and_then_writes_only_its_heartbeat() {
     assert!(metric(&text, "liken_heartbeat_renewals_total") >= 3.0);
     assert_eq!(metric(&text, "liken_heartbeat_failures_total"), 0.0);
     assert!(metric(&text, "liken_machine_status_writes_total") >= 1.0);
+    op.stop();
+
+    // A restarted operator in the same boot says nothing of it again.
+    let before = host.path("operator.log").metadata().unwrap().len();
+    let op = Operator::start(&host, &kc, &["--heartbeat-interval=2s"]);
+    wait_for(
+        "the restarted operator's passes",
+        Duration::from_secs(30),
+        || {
+            let log = op.log_text();
+            let fresh = log.get(usize::try_from(before).unwrap()..).unwrap_or("");
+            let addr = metrics_address(fresh).ok_or("not serving metrics yet")?;
+            let passes = metric(&scrape(&addr), "liken_reconcile_duration_seconds_count");
+            (passes >= 3.0)
+                .then_some(())
+                .ok_or_else(|| format!("{passes} passes"))
+        },
+    );
+    booted_once_per_boot("seed-1", &this_boot);
     op.stop();
 }
 

@@ -11,7 +11,11 @@
 //! (`liken_init::staged::promote`, so init reads what the operator
 //! wrote), a new boot record is published and the operator started
 //! again. A release write is checked with init's own
-//! `release_writer::verify` before it is answered.
+//! `release_writer::verify` before it is answered. The new boot's record
+//! says how it was reached as init's own `kexec` code decides it: the
+//! way the reboot request asked for (kexec succeeds in the double unless
+//! a test makes the kernel refuse it), the reason kept in init's note
+//! across the reboot.
 
 #![allow(dead_code)]
 
@@ -27,7 +31,8 @@ use liken_api::control::{
     InitStatus, ReleaseWritten, Request, Response, ServiceState, ServiceStatus, read_frame,
     write_frame,
 };
-use liken_api::{BootAssessment, BootRecord, Cluster, Machine, Slot, Time, Version};
+use liken_api::{BootAssessment, BootRecord, Cluster, Machine, RebootVia, Slot, Time, Version};
+use liken_init::kexec::{Prepared, Wanted};
 use liken_testenv::scratch::TempDir;
 use liken_testenv::{ControlPlane, Options};
 use serde_json::{Value, json};
@@ -186,6 +191,35 @@ pub struct DoubleState {
     /// When the test carried out a reboot ([`Host::reboot`]): the
     /// machine is up again from here.
     pub rebooted: Vec<Instant>,
+    /// Why the kernel refuses a kexec load: `Some` makes a reboot asked
+    /// by kexec go through the firmware with this reason, as init does.
+    pub refuse_kexec: Option<String>,
+}
+
+impl DoubleState {
+    /// What init's shutdown would have prepared for the reboot the
+    /// operator asked for in this boot (the last accepted one): the way
+    /// the request named (`Wanted::from_request`, with init's reason for
+    /// the firmware), a kexec the kernel refuses
+    /// ([`DoubleState::refuse_kexec`]) turned into the firmware. `None`
+    /// when this boot asked for none: the test's reboot is a power cut.
+    fn prepare_reboot(&self) -> Option<Prepared> {
+        let since = self.rebooted.last().copied();
+        let via = self
+            .disrupted
+            .iter()
+            .rev()
+            .take_while(|(at, _)| since.is_none_or(|s| *at >= s))
+            .find_map(|(_, r)| match r {
+                Request::Reboot { via } => Some(*via),
+                _ => None,
+            })?;
+        Some(match (Wanted::from_request(via), &self.refuse_kexec) {
+            (Wanted::Firmware(why), _) => Prepared::Firmware(why),
+            (Wanted::Kexec, Some(why)) => Prepared::Firmware(why.clone()),
+            (Wanted::Kexec, None) => Prepared::Kexec("loaded by the test's double".into()),
+        })
+    }
 }
 
 /// A scratch host: /run/liken, /var/lib/liken, /proc, /sys.
@@ -235,6 +269,7 @@ impl Host {
                 k3s_pid: 42,
                 disrupted: Vec::new(),
                 rebooted: Vec::new(),
+                refuse_kexec: None,
             })),
             root,
             node: node.to_owned(),
@@ -253,7 +288,9 @@ impl Host {
             "console=ttyS0 quiet\n",
         )
         .unwrap();
-        host.boot(machine, cluster, Version::parse(OLD).unwrap(), Slot::A);
+        // A power-on: no kexec argument and no note from a shutdown.
+        let via = liken_init::kexec::decide_via(None, None);
+        host.boot(machine, cluster, Version::parse(OLD).unwrap(), Slot::A, via);
         host.serve();
         ensure_cluster(cluster);
         host
@@ -265,8 +302,16 @@ impl Host {
     }
 
     /// Publishes a boot: documents, the kernel's view of them, and a boot
-    /// record with a new time.
-    pub fn boot(&self, machine: &Machine, cluster: &Cluster, version: Version, slot: Slot) {
+    /// record with a new time and `via` (how it was reached, and why the
+    /// firmware).
+    pub fn boot(
+        &self,
+        machine: &Machine,
+        cluster: &Cluster,
+        version: Version,
+        slot: Slot,
+        via: (RebootVia, Option<String>),
+    ) {
         let docs = self.path("run/liken/documents");
         fs::write(
             docs.join("machine.yaml"),
@@ -306,8 +351,8 @@ impl Host {
                 blessed: true,
                 other_slot_bad: false,
             }),
-            via: None,
-            via_reason: None,
+            via: Some(via.0),
+            via_reason: via.1,
         };
         let mut json = serde_json::to_vec_pretty(&record).unwrap();
         json.push(b'\n');
@@ -433,16 +478,27 @@ impl Host {
         let cluster = read("cluster.yaml")
             .map(|t| liken_api::decode::strict::<Cluster>(&t, "promoted").unwrap())
             .unwrap_or_else(|| old_cluster.clone());
-        let written = {
+        let (written, prepared) = {
             let mut st = self.state.lock().unwrap();
+            let prepared = st.prepare_reboot();
             st.rebooted.push(Instant::now());
-            st.written.take()
+            (st.written.take(), prepared)
         };
         let (version, slot) = match written {
             Some(v) => (v, Slot::B),
             None => (self.record().version.unwrap(), self.record().slot.unwrap()),
         };
-        self.boot(&machine, &cluster, version, slot);
+        // Across the reboot as init carries it: the shutdown keeps the
+        // firmware's reason in its note, the next boot reads it back, and
+        // a kexec boot finds its entry on the command line. A reboot init
+        // never prepared (a power cut) leaves neither.
+        if let Some(p) = &prepared {
+            liken_init::kexec::write_note(&var, p).unwrap();
+        }
+        let entry = format!("liken-{}.conf", slot.esp_dir());
+        let kexec_arg = matches!(prepared, Some(Prepared::Kexec(_))).then_some(entry.as_str());
+        let via = liken_init::kexec::decide_via(kexec_arg, liken_init::kexec::take_note(&var));
+        self.boot(&machine, &cluster, version, slot, via);
         (machine, cluster)
     }
 }
@@ -645,6 +701,47 @@ pub fn events_about(name: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// The notes of the `Booted` Events about a Machine, oldest first, each
+/// with how often it was said: a repeat within six minutes would be a
+/// series (`series.count`) on one Event rather than a second Event.
+pub fn booted_events(name: &str) -> Vec<(String, u64)> {
+    let v = get("/apis/events.k8s.io/v1/namespaces/default/events").unwrap();
+    let mut out: Vec<(String, String, u64)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name && e["reason"] == "Booted")
+        .map(|e| {
+            (
+                e["eventTime"].as_str().unwrap_or_default().to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+                e["series"]["count"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, note, n)| (note, n)).collect()
+}
+
+/// Waits until the Machine's operator has said `Booted` once for each of
+/// `boots` (boot ids, in order) and never more, each note naming its
+/// boot; answers the notes.
+pub fn booted_once_per_boot(name: &str, boots: &[liken_api::Sha256Hex]) -> Vec<String> {
+    wait_for(
+        &format!("{name}'s Booted Events, one per boot"),
+        Duration::from_secs(15),
+        || {
+            let said = booted_events(name);
+            let ok = said.len() == boots.len()
+                && said.iter().zip(boots).all(|((note, n), id)| {
+                    *n == 1 && note.starts_with(&format!("boot {}:", id.short()))
+                });
+            ok.then(|| said.iter().map(|(note, _)| note.clone()).collect())
+                .ok_or_else(|| format!("said {said:#?}"))
+        },
+    )
 }
 
 /// Waits for the Machine to satisfy `check`, showing its status and the
