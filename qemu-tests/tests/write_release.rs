@@ -28,8 +28,12 @@
 //! does not care what it writes, only that it reads it back. The second
 //! test (the plan's test (c)) boots an installed disk under UEFI into
 //! slot A, writes the stand-in channel's newest release into slot B the
-//! same way, and boots B from the entry init wrote, which then blesses
-//! it. The two releases hold different system images (VERSION_ID
+//! same way, and asks for the reboot as the machine operator does: init
+//! reboots by kexec into the entry systemd-boot would pick (B's, its try
+//! counted by init: `+3` to `+2-1`), in the same QEMU with no firmware
+//! line between the jump and the new kernel's first, and B's boot,
+//! recorded as reached by kexec, blesses that entry. A reboot through
+//! the firmware then boots the blessed entry from systemd-boot. The two releases hold different system images (VERSION_ID
 //! standin-1 and standin-2, `make qemu-images`), so a writer that copied
 //! slot A into B would fail: LIKEN-B is hashed against the new image,
 //! and the stand-in on each slot prints the VERSION_ID of the root it
@@ -573,11 +577,52 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         "{ok}"
     );
     vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
-    vm.expect_exit("liken: reboot: ok", WRITE);
+    // The reboot goes by kexec (the default): init loads the entry
+    // systemd-boot would pick, the new one, and counts its try as
+    // systemd-boot would before it jumps.
+    let via = vm.expect("liken: reboot-via: ", WRITE);
+    assert!(
+        via.contains("by kexec: slot B (liken-b+3.conf) loaded: liken/b/vmlinuz")
+            && via.contains("try counted: liken-b+3.conf renamed to liken-b+2-1.conf"),
+        "{via}"
+    );
+    vm.expect("liken: kexec: ok", WRITE);
+    let jumped = vm.seen.len();
+    // The new kernel's first line, in the same QEMU (`-no-reboot` would
+    // have ended it on a reset), with no firmware in between.
+    vm.expect("] Linux version ", BOOT);
+    let between = &vm.seen[jumped..];
+    assert!(
+        !between.iter().any(|l| l.contains("BdsDxe")),
+        "the firmware ran between the kexec and the new kernel: {between:?}"
+    );
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    let record = vm.expect("liken: boot-record: ok", WRITE);
+    assert!(record.ends_with(", reached by kexec)"), "{record}");
+    vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-2", WRITE);
+    vm.expect_unordered(
+        &format!(
+            "liken-standin-k3s: release {} is already running or was written before; nothing to write",
+            new.version
+        ),
+        WRITE,
+    );
+    // Blessed from k3s's answer (the stand-in's kubectl says Ready):
+    // the entry init counted is the one it blesses.
+    let bless = vm.expect("liken: bless: ", WRITE);
+    assert!(
+        bless.starts_with(
+            "liken: bless: ok (loader/entries/liken-b+2-1.conf renamed to liken-b.conf: \
+             node "
+        ) && bless.contains(" is Ready with a heartbeat at "),
+        "{bless}"
+    );
+    vm.reboot(WRITE);
     drop(vm);
     assert_eq!(
         d.esp_list("loader/entries"),
-        ["liken-a.conf", "liken-b+3.conf"]
+        ["liken-a.conf", "liken-b.conf"]
     );
     // LIKEN-B holds the new release's system image, not slot A's.
     let b = d.read_part("LIKEN-B", system(&new).size as usize);
@@ -588,28 +633,20 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         new.version
     );
 
-    // systemd-boot prefers B (newer, tries left); init boots its
-    // squashfs, the stand-in finds its marker on /var and writes
-    // nothing, and the boot is blessed from k3s's answer (the stand-in's
-    // kubectl says Ready): the uptime test stayed on slot A's entry.
+    // Through the firmware now (the reboot above was a signal's):
+    // systemd-boot boots the blessed entry init left, uncounted.
     let mut vm = boot_uefi_with_release("write-release-b", &d.path, &rel, &ovmf);
+    vm.expect("BdsDxe: starting", BOOT);
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
-    vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-2", WRITE);
-    vm.expect_unordered(
-        &format!(
-            "liken-standin-k3s: release {} is already running or was written before; nothing to write",
-            new.version
-        ),
-        WRITE,
-    );
-    let bless = vm.expect("liken: bless: ", WRITE);
+    let assess = vm.expect("liken: assess: ", WRITE);
     assert!(
-        bless.starts_with(
-            "liken: bless: ok (loader/entries/liken-b+2-1.conf renamed to liken-b.conf: \
-             node "
-        ) && bless.contains(" is Ready with a heartbeat at "),
-        "{bless}"
+        assess.contains("slot B is blessed (systemd-boot entry liken-b.conf)"),
+        "{assess}"
+    );
+    let record = vm.expect("liken: boot-record: ok", WRITE);
+    assert!(
+        record.contains(", reached by firmware (a signal asked init to reboot"),
+        "{record}"
     );
     vm.reboot(WRITE);
     drop(vm);

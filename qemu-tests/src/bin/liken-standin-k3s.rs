@@ -90,6 +90,17 @@
 //! `liken-standin-k3s on <hostname>`, to that address (under QEMU's user
 //! network 10.0.2.2 is the host), and prints that it sent it.
 //!
+//! With `liken.standin-reboot-once=<when>`, `run` and `stale-node` then
+//! ask init for a reboot, as the machine operator does for an update,
+//! once per machine: `now` asks at once (on trial too), `blessed` once
+//! init has blessed the boot (the boot record says so), as the operator
+//! holds its turn until then; `blessed-nokexec` first sets the kernel's
+//! `kernel.kexec_load_disabled`, so the kernel refuses init's kexec load
+//! and the reboot must go through the firmware. The first boot that asks
+//! leaves `/var/lib/liken-standin/rebooted-once` on the data partition,
+//! since the argument rides on into the boot init reaches (a kexec
+//! passes the entry's own options).
+//!
 //! Whatever the instruction, it first prints the VERSION_ID of the root
 //! it runs from (`/etc/os-release`, which the system image carries and
 //! an initramfs does not), so a test sees which image a slot booted.
@@ -448,6 +459,54 @@ fn kept_root_digest() -> String {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none".to_owned(),
         Err(e) => format!("unreadable: {KEPT_ROOT}: {e}"),
     }
+}
+
+/// `liken.standin-reboot-once=`: asks init for a reboot the first time
+/// a boot of this machine gets here (see the module doc).
+fn reboot_once() {
+    let Some(when) = cmdline_value("liken.standin-reboot-once") else {
+        return;
+    };
+    let marker = Path::new(MARKER_DIR).join("rebooted-once");
+    if marker.exists() {
+        say("reboot-once: this machine asked for its reboot already");
+        return;
+    }
+    if when.starts_with("blessed") && !wait_blessed(Duration::from_secs(300)) {
+        say("reboot-once: the boot was not blessed within 300 s; not asking");
+        return;
+    }
+    let _ = std::fs::create_dir_all(MARKER_DIR);
+    if let Err(e) = std::fs::write(&marker, b"") {
+        say(&format!(
+            "reboot-once: cannot leave {} ({e}); not asking",
+            marker.display()
+        ));
+        return;
+    }
+    if when.ends_with("-nokexec") {
+        match std::fs::write("/proc/sys/kernel/kexec_load_disabled", b"1") {
+            Ok(()) => say("reboot-once: kernel.kexec_load_disabled set to 1"),
+            Err(e) => say(&format!("reboot-once: cannot disable kexec ({e})")),
+        }
+    }
+    ask_reboot();
+}
+
+/// Waits until init's boot record says the boot is blessed (or was
+/// never on trial).
+fn wait_blessed(within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        let record = std::fs::read_to_string("/run/liken/facts/boot.json")
+            .ok()
+            .and_then(|t| serde_json::from_str::<BootRecord>(&t).ok());
+        if record.and_then(|r| r.assessment).is_some_and(|a| a.blessed) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    false
 }
 
 /// Asks init for the reboot that boots a written slot, and prints the
@@ -889,6 +948,7 @@ fn main() {
                 Err(e) => say(&format!("no boot record: {e}")),
             }
             report_system();
+            reboot_once();
             // And once the boot has settled: after a switch root, init's
             // image-modules worker may still be loading (and holding the
             // full module tree) when the service starts.
