@@ -26,6 +26,12 @@
 //! one under both bootloaders: systemd-boot's counter in the entry's
 //! name (OVMF) and GRUB's in grubenv (SeaBIOS), each read from the disk
 //! after the machine is off.
+//!
+//! The first machine's reboot is asked for over the control socket once
+//! it is blessed, with kexec disabled in the running kernel
+//! (`kernel.kexec_load_disabled`): init's kexec load is refused, the
+//! reboot goes through the firmware, and the next boot's record carries
+//! the reason.
 
 use std::time::Duration;
 
@@ -208,7 +214,9 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
             slot: Slot::A,
             entry: "liken-a+3.conf",
             version: "2026.12.02-001",
-            extra: &[],
+            // Once blessed, the stand-in disables kexec in the kernel
+            // and asks for a reboot, as the machine operator would.
+            extra: &["liken.standin-reboot-once=blessed-nokexec"],
             files: &SlotFiles::standin(),
         }],
     );
@@ -250,7 +258,20 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
         ) && bless.contains(", after this boot began ("),
         "{bless}"
     );
-    vm.ctrl_alt_del();
+    // The kernel refuses init's kexec load, so the reboot goes through
+    // the firmware, and init says why.
+    vm.expect_unordered(
+        "liken-standin-k3s: reboot-once: kernel.kexec_load_disabled set to 1",
+        NEXT,
+    );
+    let via = vm.expect("liken: reboot-via: ", NEXT);
+    assert!(
+        via.contains(
+            "through the firmware: the kernel refused to load liken/a/vmlinuz (Operation not \
+             permitted (os error 1)): kexec is disabled (kernel.kexec_load_disabled is 1)"
+        ),
+        "{via}"
+    );
     // The stand-in's two nested volume mounts, deepest first, then /var.
     vm.expect("liken: unmount-nested: ok (2 below /var)", NEXT);
     vm.expect("liken: unmount: ok", NEXT);
@@ -277,8 +298,19 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
         "{assess}"
     );
     vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
-    let (_, a) = record_of(&mut vm);
+    let (record, a) = record_of(&mut vm);
     assert!(!a.counted && a.blessed, "{a:?}");
+    // The reason the last shutdown kept on the data partition.
+    assert_eq!(record.via, Some(liken_api::RebootVia::Firmware));
+    let why = record.via_reason.unwrap_or_default();
+    assert!(
+        why.starts_with("the kernel refused to load liken/a/vmlinuz"),
+        "{why}"
+    );
+    vm.expect_unordered(
+        "liken-standin-k3s: reboot-once: this machine asked for its reboot already",
+        NEXT,
+    );
     // The machine ID and k3s's node password survived the reboot on the
     // data partition.
     let (id_again, password_again) = expect_k3s_host(&mut vm);
