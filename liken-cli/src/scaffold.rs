@@ -480,6 +480,13 @@ pub fn cluster_text(a: &Answers, examples_live: bool) -> String {
                  down at once; 1 when absent.",
                 "disruptionBudget:\n  maxUnavailable: 1",
             ),
+            example(
+                "How machines reboot into a release or on request: kexec (the default)\n\
+                 starts the next kernel without the firmware and keeps the A/B try\n\
+                 counting; firmware goes through the firmware every time. A Machine may\n\
+                 choose for itself.",
+                "reboot: kexec",
+            ),
         ],
         "  ",
         examples_live,
@@ -567,6 +574,11 @@ pub fn machine_text(name: &str, role: Role, examples_live: bool) -> String {
                  key[=value]:Effect (NoSchedule, PreferNoSchedule or NoExecute).",
                 "k3s:\n  nodeLabels:\n    topology.kubernetes.io/zone: rack-1\n  \
                  nodeTaints:\n    - dedicated=storage:NoSchedule",
+            ),
+            example(
+                "How this machine reboots (kexec or firmware), in place of the cluster's\n\
+                 reboot.",
+                "reboot: firmware",
             ),
         ],
         "  ",
@@ -680,6 +692,7 @@ mod tests {
             "knownHosts:",
             "# disruptionBudget:",
             "maxUnavailable:",
+            "# reboot: kexec",
         ] {
             assert!(cluster.contains(field), "cluster.yaml lacks {field}");
         }
@@ -713,6 +726,7 @@ mod tests {
             "# k3s:",
             "nodeLabels:",
             "nodeTaints:",
+            "# reboot: firmware",
         ] {
             assert!(machine.contains(field), "machine lacks {field}");
         }
