@@ -282,17 +282,6 @@ impl<'a> Esp<'a> {
         }
     }
 
-    /// [`Esp::at_directory`] for a test of the shutdown, which holds
-    /// the ESP already.
-    pub fn at_directory_holding(_hold: &'a Hold, mounter: &'a dyn Mounter, root: &Path) -> Esp<'a> {
-        Esp {
-            mounter,
-            root: root.to_owned(),
-            mounted: false,
-            _held: None,
-        }
-    }
-
     /// The mount point.
     pub fn root(&self) -> &Path {
         &self.root

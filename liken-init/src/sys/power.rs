@@ -56,14 +56,10 @@ impl Power for RealPower {
     }
 
     fn reboot(&self, action: PowerAction) -> io::Error {
-        let mode = match action {
+        reboot_in(match action {
             PowerAction::Reboot => nix::sys::reboot::RebootMode::RB_AUTOBOOT,
             PowerAction::Poweroff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
-        };
-        match nix::sys::reboot::reboot(mode) {
-            Err(e) => io::Error::from(e),
-            Ok(never) => match never {},
-        }
+        })
     }
 
     fn cad_to_signal(&self) -> io::Result<()> {
@@ -84,10 +80,15 @@ impl Power for RealPower {
     }
 
     fn kexec_reboot(&self) -> io::Error {
-        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_KEXEC) {
-            Err(e) => io::Error::from(e),
-            Ok(never) => match never {},
-        }
+        reboot_in(nix::sys::reboot::RebootMode::RB_KEXEC)
+    }
+}
+
+/// reboot(2) in `mode`; returns only the kernel's refusal.
+fn reboot_in(mode: nix::sys::reboot::RebootMode) -> io::Error {
+    match nix::sys::reboot::reboot(mode) {
+        Err(e) => io::Error::from(e),
+        Ok(never) => match never {},
     }
 }
 
