@@ -19,9 +19,12 @@
 //! - [`cpio`]: a deterministic newc archive (an initramfs part): the
 //!   deployment layer `liken layer` packs, and the per-role layer
 //!   install mode writes to a machine's ESP.
+//! - [`verity`]: the dm-verity hash tree of a slot's system image, as
+//!   `veritysetup format` lays it out, and its root hash.
 //!
 //! Everything works on a `Read + Write + Seek` at byte offsets (a
-//! `std::fs::File` of an image or a block device). Pure planning
+//! `std::fs::File` of an image or a block device); `verity` only needs
+//! to read the image as a stream and write the tree as one. Pure planning
 //! functions (`gpt::plan`, `fat::plan`) decide the layout; separate
 //! functions write it, so the decisions are tested without a disk.
 //! Nothing here syncs: the caller decides when to fsync (init fsyncs
@@ -52,6 +55,7 @@ pub mod fat;
 pub mod gpt;
 pub mod grub;
 pub mod guid;
+pub mod verity;
 
 /// The sector size everything here uses. 4Kn disks are not supported:
 /// GRUB's boot.img and the installed layout both assume 512.
