@@ -6,6 +6,13 @@
 //! the chain of trust is: catalog digest → release.yaml → each artifact.
 //! Nothing is used before its digest is checked against that chain.
 //!
+//! A release may also carry a [`Verity`] record for its system artifact:
+//! the dm-verity root hash and geometry of the hash tree `liken bundle`
+//! appends to the squashfs. It sits in release.yaml so the release's
+//! digest and signature cover it; the root hash is what lets the kernel
+//! check every block of a slot as it reads it. Releases from before the
+//! record have none and still read.
+//!
 //! `channel.yaml` names the channel's latest version. It is advisory:
 //! it tells a person (and the Cluster's status) that something newer
 //! exists, but a machine only runs what the catalog pins.
@@ -58,6 +65,10 @@ pub struct Release {
     pub version: Version,
     /// Every file of the release.
     pub artifacts: Vec<Artifact>,
+    /// The dm-verity hash tree appended to the system artifact, if the
+    /// release was bundled with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verity: Option<Verity>,
     /// What went into it (kernel, k3s, liken), for people to read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub components: Vec<Component>,
@@ -75,6 +86,42 @@ pub struct Artifact {
     pub sha256: Sha256Hex,
     /// Its size in bytes.
     pub size: u64,
+}
+
+/// The block size a [`Verity`] record allows, for data and hash blocks:
+/// the page size the kernel's dm-verity target needs a data block not to
+/// exceed, and veritysetup's default.
+pub const VERITY_BLOCK_SIZE: u64 = 4096;
+/// The hash a [`Verity`] record allows.
+pub const VERITY_ALGORITHM: &str = "sha256";
+/// The longest salt a [`Verity`] record allows, in bytes: veritysetup's
+/// limit.
+pub const VERITY_MAX_SALT: usize = 256;
+
+/// The dm-verity hash tree of the system artifact (hash format 1, no
+/// superblock, as `veritysetup format --no-superblock` writes it): the
+/// artifact holds the squashfs zero-padded to `hashOffset` bytes, then
+/// the hash area. These are the parameters of the kernel's verity table
+/// and of `veritysetup verify`; `dataBlocks` and `hashOffset` say where
+/// the data ends and the tree begins.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verity {
+    /// The root hash of the tree.
+    pub root_hash: Sha256Hex,
+    /// The salt hashed before every block, as lower-case hex.
+    pub salt: String,
+    /// Where the hash area starts in the system artifact, in bytes:
+    /// `dataBlocks` × `dataBlockSize`.
+    pub hash_offset: u64,
+    /// The data block size in bytes: 4096.
+    pub data_block_size: u64,
+    /// The hash block size in bytes: 4096.
+    pub hash_block_size: u64,
+    /// The hash: `sha256`.
+    pub algorithm: String,
+    /// How many data blocks the tree covers.
+    pub data_blocks: u64,
 }
 
 /// One component and its upstream version.
@@ -224,6 +271,7 @@ impl Release {
             kind: <Release as Kind>::KIND.to_owned(),
             version,
             artifacts,
+            verity: None,
             components,
         }
     }
@@ -295,7 +343,97 @@ impl Validate for Release {
                 );
             }
         }
+        if let Some(v) = &self.verity {
+            v.check(self.artifact(ARTIFACT_SYSTEM), &mut p);
+        }
         p.0
+    }
+}
+
+impl Verity {
+    /// The record's own checks, and that the system artifact it
+    /// describes is there and large enough to hold the data it covers.
+    /// Only the one format bundle writes is accepted, so a record that
+    /// reads is one init can hand to the kernel as it is.
+    fn check(&self, system: Option<&Artifact>, p: &mut Problems) {
+        let salt_ok = !self.salt.is_empty()
+            && self.salt.len().is_multiple_of(2)
+            && self.salt.len() <= 2 * VERITY_MAX_SALT
+            && self
+                .salt
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !salt_ok {
+            p.add(
+                "verity.salt",
+                format!(
+                    "{:?} is not a salt: it must be 1 to {VERITY_MAX_SALT} bytes written as an \
+                     even number of lower-case hex digits",
+                    self.salt
+                ),
+            );
+        }
+        if self.algorithm != VERITY_ALGORITHM {
+            p.add(
+                "verity.algorithm",
+                format!(
+                    "{:?} is not supported; liken's verity trees use {VERITY_ALGORITHM}",
+                    self.algorithm
+                ),
+            );
+        }
+        for (field, size) in [
+            ("verity.dataBlockSize", self.data_block_size),
+            ("verity.hashBlockSize", self.hash_block_size),
+        ] {
+            if size != VERITY_BLOCK_SIZE {
+                p.add(
+                    field,
+                    format!(
+                        "{size} is not supported; liken's verity trees use {VERITY_BLOCK_SIZE}"
+                    ),
+                );
+            }
+        }
+        if self.data_blocks == 0 {
+            p.add(
+                "verity.dataBlocks",
+                "a verity tree covers at least one block",
+            );
+        }
+        if !self.hash_offset.is_multiple_of(VERITY_BLOCK_SIZE) {
+            p.add(
+                "verity.hashOffset",
+                format!(
+                    "{} is not a multiple of {VERITY_BLOCK_SIZE}: the hash area starts on a block",
+                    self.hash_offset
+                ),
+            );
+        } else if self.data_blocks.checked_mul(VERITY_BLOCK_SIZE) != Some(self.hash_offset) {
+            p.add(
+                "verity.hashOffset",
+                format!(
+                    "{} is not dataBlocks × {VERITY_BLOCK_SIZE} ({} × {VERITY_BLOCK_SIZE}): the \
+                     hash area starts right after the data",
+                    self.hash_offset, self.data_blocks
+                ),
+            );
+        }
+        match system {
+            None => p.add(
+                "verity",
+                format!("the release has no {ARTIFACT_SYSTEM:?} artifact for the tree to cover"),
+            ),
+            Some(a) if a.size < self.hash_offset => p.add(
+                "verity",
+                format!(
+                    "the system artifact is {} bytes, shorter than the {} bytes of data the tree \
+                     covers",
+                    a.size, self.hash_offset
+                ),
+            ),
+            Some(_) => {}
+        }
     }
 }
 
@@ -344,6 +482,151 @@ mod tests {
                 "artifacts[2].file",
                 "artifacts[3].file"
             ]
+        );
+    }
+
+    /// A release whose 2 MiB + 5 bytes system artifact carries a verity
+    /// record: 513 data blocks, then a 5-block tree.
+    fn verified() -> Release {
+        let mut r = Release::new(
+            Version::parse("2026.12.06-001").unwrap(),
+            vec![Artifact {
+                size: 513 * 4096 + 5 * 4096,
+                ..artifact("system", "liken.sqfs")
+            }],
+            vec![],
+        );
+        r.verity = Some(Verity {
+            root_hash: Sha256Hex::parse(&"ab".repeat(32)).unwrap(),
+            salt: "0f".repeat(32),
+            hash_offset: 513 * 4096,
+            data_block_size: 4096,
+            hash_block_size: 4096,
+            algorithm: "sha256".into(),
+            data_blocks: 513,
+        });
+        r
+    }
+
+    #[test]
+    fn a_verity_record_round_trips_and_an_old_release_reads_without_one() {
+        let r = verified();
+        assert!(r.validate().is_empty(), "{:?}", r.validate());
+        let text = crate::decode::to_yaml(&r).unwrap();
+        let record = text.split_once("verity:\n").unwrap().1;
+        assert!(
+            record.starts_with(&format!(
+                "  rootHash: {}\n  salt: {}\n  hashOffset: 2101248\n  dataBlockSize: 4096\n  \
+                 hashBlockSize: 4096\n  algorithm: sha256\n  dataBlocks: 513\n",
+                "ab".repeat(32),
+                "0f".repeat(32)
+            )),
+            "{text}"
+        );
+        let back: Release = crate::decode::strict(&text, "release.yaml").unwrap();
+        assert_eq!(back, r);
+
+        // Without the record nothing of it is written, and such a file
+        // (every release before it) still reads.
+        let old = Release {
+            verity: None,
+            ..r.clone()
+        };
+        let text = crate::decode::to_yaml(&old).unwrap();
+        assert!(!text.contains("verity"), "{text}");
+        let back: Release = crate::decode::strict(&text, "release.yaml").unwrap();
+        assert_eq!(back.verity, None);
+
+        // The strict decoder names a field the record does not have.
+        let text = crate::decode::to_yaml(&r)
+            .unwrap()
+            .replace("  dataBlocks: 513\n", "  dataBlocks: 513\n  fec: true\n");
+        let e = crate::decode::strict::<Release>(&text, "release.yaml").unwrap_err();
+        assert!(e.to_string().contains("verity.fec"), "{e}");
+        // And a root hash that is not one fails to decode.
+        let text = crate::decode::to_yaml(&r)
+            .unwrap()
+            .replace(&"ab".repeat(32), &"AB".repeat(32));
+        let e = crate::decode::strict::<Release>(&text, "release.yaml").unwrap_err();
+        assert!(e.to_string().contains("lower-case hex"), "{e}");
+    }
+
+    #[test]
+    fn a_verity_record_is_held_to_the_one_format_bundle_writes() {
+        let problems = |change: &dyn Fn(&mut Release)| {
+            let mut r = verified();
+            change(&mut r);
+            r.validate()
+                .into_iter()
+                .map(|p| format!("{p}"))
+                .collect::<Vec<_>>()
+        };
+        fn v(r: &mut Release) -> &mut Verity {
+            r.verity.as_mut().unwrap()
+        }
+        type Change<'a> = &'a dyn Fn(&mut Release);
+        let cases: [(Change, &str); 13] = [
+            (
+                &|r| v(r).salt = String::new(),
+                "verity.salt: \"\" is not a salt",
+            ),
+            (&|r| v(r).salt = "abc".into(), "verity.salt: \"abc\""),
+            (&|r| v(r).salt = "0F".into(), "verity.salt: \"0F\""),
+            (&|r| v(r).salt = "zz".into(), "verity.salt: \"zz\""),
+            (&|r| v(r).salt = "00".repeat(257), "verity.salt"),
+            (
+                &|r| v(r).algorithm = "sha1".into(),
+                "verity.algorithm: \"sha1\" is not supported",
+            ),
+            (
+                &|r| v(r).data_block_size = 512,
+                "verity.dataBlockSize: 512 is not supported",
+            ),
+            (
+                &|r| v(r).hash_block_size = 8192,
+                "verity.hashBlockSize: 8192 is not supported",
+            ),
+            (
+                &|r| v(r).hash_offset += 1,
+                "verity.hashOffset: 2101249 is not a multiple of 4096",
+            ),
+            (
+                &|r| v(r).hash_offset += 4096,
+                "verity.hashOffset: 2105344 is not dataBlocks × 4096 (513 × 4096)",
+            ),
+            (
+                &|r| {
+                    v(r).data_blocks = 0;
+                    v(r).hash_offset = 0;
+                },
+                "verity.dataBlocks: a verity tree covers at least one block",
+            ),
+            (
+                &|r| r.artifacts[0].size = 513 * 4096 - 1,
+                "verity: the system artifact is 2101247 bytes, shorter than",
+            ),
+            (
+                &|r| r.artifacts[0].name = "kernel".into(),
+                "verity: the release has no \"system\" artifact",
+            ),
+        ];
+        for (change, expected) in cases {
+            let found = problems(change);
+            assert!(
+                found.len() == 1 && found[0].starts_with(expected),
+                "expected {expected:?}, found {found:?}"
+            );
+        }
+        // The longest salt veritysetup takes is fine, and so is a
+        // one-block image whose tree is empty.
+        assert!(problems(&|r| v(r).salt = "00".repeat(256)).is_empty());
+        assert!(
+            problems(&|r| {
+                v(r).data_blocks = 1;
+                v(r).hash_offset = 4096;
+                r.artifacts[0].size = 4096;
+            })
+            .is_empty()
         );
     }
 
