@@ -31,7 +31,8 @@ use crate::version::Version;
 pub const ARTIFACT_KERNEL: &str = "kernel";
 /// The artifact name of the initramfs holding liken-init (boot.cpio).
 pub const ARTIFACT_BOOT: &str = "boot";
-/// The artifact name of the squashfs system image written raw into a slot.
+/// The artifact name of the squashfs system image written raw into a slot,
+/// with its dm-verity hash tree appended (see [`Verity`]).
 pub const ARTIFACT_SYSTEM: &str = "system";
 /// The artifact name of the CPU microcode initramfs, loaded before boot.cpio.
 pub const ARTIFACT_MICROCODE: &str = "microcode";

@@ -327,8 +327,10 @@ pub const BUNDLE: Entry = Entry {
     synopsis: "liken bundle [-sign release.key] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
 Publish a release into a channel directory: copy the files into
-<channel-dir>/<version>/, write release.yaml with each file's size and
-sha256, and move channel.yaml's latest to it if it is the newest. The
+<channel-dir>/<version>/, append the system image's dm-verity hash
+tree to its copy, write release.yaml with each file's size and sha256
+and the tree's root hash, and move channel.yaml's latest to it if it is
+the newest. The
 version is a date and a serial (2026.07.11-001) and can be published
 only once. The kernel, system image and initramfs files must fit the
 boot slot (-slot-size) with 10% to spare. -microcode adds the CPU

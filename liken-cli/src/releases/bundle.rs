@@ -16,20 +16,33 @@
 //! place with one no-replace rename, so a crash leaves no half release
 //! under the version's name and an existing version is never touched.
 //!
+//! The system image gets its dm-verity hash tree here (see
+//! [`append_verity`]): liken.sqfs in the release is the squashfs,
+//! zeros to the next 4096-byte block, then the tree, and release.yaml's
+//! `verity` record gives the root hash and where the tree starts. The
+//! system artifact's sha256 and size cover that whole file, which is
+//! what a slot holds; squashfs ignores the bytes after its own end.
+//!
 //! The slot check runs before anything is copied (from the inputs'
-//! sizes) and again on the bytes actually copied. [`decide_slot_fit`]
-//! holds the rule and explains the headroom.
+//! sizes, the system image's with its tree) and again on the bytes
+//! actually copied. [`decide_slot_fit`] holds the rule and explains the
+//! headroom.
 
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use liken_api::release::{Artifact, Component, RELEASE_FILE, Release};
+use liken_api::digest::to_hex;
+use liken_api::release::{
+    ARTIFACT_SYSTEM, Artifact, Component, RELEASE_FILE, Release, VERITY_ALGORITHM,
+    VERITY_BLOCK_SIZE, Verity,
+};
 use liken_api::validate::Validate;
-use liken_api::{Digest, FileName, Version, decode};
-use sha2::Sha256;
+use liken_api::{Digest, FileName, Sha256Hex, Version, decode};
+use liken_disk::verity::{self, Geometry, VerityError};
+use sha2::{Digest as _, Sha256};
 
 use super::channel::{self, ChannelError};
 use super::layout::{self, INPUTS};
@@ -43,6 +56,10 @@ pub const DEFAULT_SLOT_SIZE: u64 = 1 << 30;
 
 /// The share of a slot kept free, in percent. See [`decide_slot_fit`].
 pub const HEADROOM_PERCENT: u64 = 10;
+
+// The tree liken-disk builds is the one format release.yaml's record
+// allows; a change to either must be a change to both.
+const _: () = assert!(verity::BLOCK_SIZE == VERITY_BLOCK_SIZE);
 
 /// What `bundle` was asked to do, already parsed.
 #[derive(Clone, Debug)]
@@ -101,6 +118,13 @@ pub enum BundleError {
         /// The input's path.
         path: PathBuf,
     },
+    /// The system image's dm-verity tree could not be built.
+    Verity {
+        /// The file it was built over.
+        path: PathBuf,
+        /// Why.
+        error: VerityError,
+    },
     /// The release document did not pass its own checks.
     Invalid(String),
     /// channel.yaml could not be updated (the release itself is in place).
@@ -146,6 +170,11 @@ impl fmt::Display for BundleError {
                 f,
                 "{} changed size while it was being copied; wait for whatever writes it to finish \
                  and bundle again",
+                path.display()
+            ),
+            BundleError::Verity { path, error } => write!(
+                f,
+                "building the dm-verity hash tree of {}: {error}",
                 path.display()
             ),
             BundleError::Invalid(msg) => write!(f, "{msg}"),
@@ -241,11 +270,23 @@ impl Drop for Staging {
 pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> {
     let io = |doing: String| move |error| BundleError::Io { doing, error };
 
-    // Check every input before anything is created.
+    // Check every input before anything is created. `sizes` are the
+    // artifacts' sizes: the system image's with its padding and tree.
     let mut sizes = [0u64; 9];
+    let mut input_sizes = [0u64; 9];
     for (i, (input, path)) in INPUTS.iter().zip(&req.inputs).enumerate() {
         sizes[i] = match path {
-            Some(path) => input_size(input.what, path)?,
+            Some(path) => {
+                input_sizes[i] = input_size(input.what, path)?;
+                if input.name == ARTIFACT_SYSTEM {
+                    with_tree(input_sizes[i]).map_err(|error| BundleError::Verity {
+                        path: path.clone(),
+                        error,
+                    })?
+                } else {
+                    input_sizes[i]
+                }
+            }
             None if input.flag.is_some() => 0,
             None => {
                 return Err(BundleError::Input {
@@ -277,10 +318,18 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     fs::create_dir(&staging.dir).map_err(io(format!("creating {}", staging.dir.display())))?;
 
     let mut artifacts = Vec::with_capacity(INPUTS.len());
+    let mut verity = None;
     for (i, (input, path)) in INPUTS.iter().zip(&req.inputs).enumerate() {
         let Some(path) = path else { continue };
-        let (sha256, size) =
-            copy_input(path, &staging.dir.join(input.file), sizes[i], req.progress)?;
+        let to = staging.dir.join(input.file);
+        let (digest, copied) = copy_input(path, &to, input_sizes[i], req.progress)?;
+        let (sha256, size) = if input.name == ARTIFACT_SYSTEM {
+            let (record, sha256, size) = append_verity(&to, digest, copied, req.progress)?;
+            verity = Some(record);
+            (sha256, size)
+        } else {
+            (Sha256Hex::from_bytes(digest), copied)
+        };
         sizes[i] = size;
         artifacts.push(Artifact {
             name: input.name.to_owned(),
@@ -305,9 +354,21 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
             error,
         })?;
     }
+    if let Some(v) = &verity {
+        writeln!(
+            out,
+            "system dm-verity root hash {}: {} data blocks of 4096 bytes, the tree from byte {}",
+            v.root_hash, v.data_blocks, v.hash_offset
+        )
+        .map_err(|error| BundleError::Io {
+            doing: "writing output".to_owned(),
+            error,
+        })?;
+    }
 
     let count = artifacts.len();
-    let release = Release::new(req.version.clone(), artifacts, req.components.clone());
+    let mut release = Release::new(req.version.clone(), artifacts, req.components.clone());
+    release.verity = verity;
     let problems = release.validate();
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -435,6 +496,116 @@ fn slot_bound(sizes: &[u64; 9]) -> Vec<u64> {
         .collect()
 }
 
+/// The system artifact's size for a squashfs of `len` bytes: padded to
+/// whole blocks, then the tree.
+fn with_tree(len: u64) -> Result<u64, VerityError> {
+    let g = Geometry::for_len(len)?;
+    g.data_size()
+        .checked_add(g.hash_size())
+        .ok_or(VerityError::TooLarge)
+}
+
+/// Appends the dm-verity hash tree to the squashfs copied to `file`
+/// (`len` bytes, whose SHA-256 is `squashfs`): zeros to the next block,
+/// then the tree. Returns release.yaml's record, and the SHA-256 and size
+/// of the whole file, the system artifact.
+///
+/// The salt is the squashfs's SHA-256. Derived rather than random, so
+/// bundling the same image twice writes the same artifact and the same
+/// record, which keeps bundle reproducible (a rebuilt release can be
+/// compared byte for byte). Per image rather than fixed, so no two
+/// images share one and a precomputed attack on one tree is worth
+/// nothing against another, which is what dm-verity's salt is for. And
+/// the copy has already computed it.
+///
+/// The file is read once more to build the tree (the copy cannot: the
+/// salt is only known when it ends), and the same pass hashes it for the
+/// artifact's digest. The tree, 1/127 of the image, is held in memory
+/// until it is appended.
+fn append_verity(
+    file: &Path,
+    squashfs: [u8; 32],
+    len: u64,
+    style: Style,
+) -> Result<(Verity, Sha256Hex, u64), BundleError> {
+    let io = |doing: String| move |error| BundleError::Io { doing, error };
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .map_err(io(format!("opening {}", file.display())))?;
+    let mut whole = Sha256::new();
+    let mut progress = Progress::new(style, "dm-verity tree", len, 0);
+    let mut tree_bytes = Vec::new();
+    let built = {
+        let mut reader = Hashing {
+            inner: (&f).take(len),
+            hasher: &mut whole,
+            progress: &mut progress,
+        };
+        verity::build(&mut reader, &squashfs, &mut tree_bytes)
+    };
+    let tree = match built {
+        Ok(t) if t.data_len == len => t,
+        Ok(_) => {
+            progress.abandon();
+            return Err(BundleError::Changed {
+                path: file.to_owned(),
+            });
+        }
+        Err(error) => {
+            progress.abandon();
+            return Err(BundleError::Verity {
+                path: file.to_owned(),
+                error,
+            });
+        }
+    };
+    let padding = vec![0u8; tree.padding() as usize];
+    let append = |f: &mut File| -> io::Result<()> {
+        f.seek(SeekFrom::Start(len))?;
+        f.write_all(&padding)?;
+        f.write_all(&tree_bytes)?;
+        f.sync_all()
+    };
+    append(&mut f).map_err(io(format!(
+        "appending the dm-verity hash tree to {}",
+        file.display()
+    )))?;
+    whole.update(&padding);
+    whole.update(&tree_bytes);
+    progress.finish("hashed");
+
+    let size = tree.geometry.data_size() + tree.geometry.hash_size();
+    let record = Verity {
+        root_hash: Sha256Hex::from_bytes(tree.root_hash),
+        salt: to_hex(&squashfs),
+        hash_offset: tree.geometry.data_size(),
+        data_block_size: verity::BLOCK_SIZE,
+        hash_block_size: verity::BLOCK_SIZE,
+        algorithm: VERITY_ALGORITHM.to_owned(),
+        data_blocks: tree.geometry.data_blocks,
+    };
+    Ok((record, stream::finish(whole), size))
+}
+
+/// A reader that hashes and counts what passes through it: the tree's
+/// pass over the image also computes the artifact's digest.
+struct Hashing<'a, R> {
+    inner: R,
+    hasher: &'a mut Sha256,
+    progress: &'a mut Progress,
+}
+
+impl<R: Read> Read for Hashing<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+}
+
 fn input_size(what: &'static str, path: &Path) -> Result<u64, BundleError> {
     let refuse = |reason: String| BundleError::Input {
         what,
@@ -449,13 +620,14 @@ fn input_size(what: &'static str, path: &Path) -> Result<u64, BundleError> {
 }
 
 /// Copies one input into the staging directory, hashing it on the way,
-/// and fsyncs the copy.
+/// and fsyncs the copy. Returns the copy's SHA-256 (raw: the system
+/// image's is its verity salt) and size.
 fn copy_input(
     from: &Path,
     to: &Path,
     expected: u64,
     style: Style,
-) -> Result<(liken_api::Sha256Hex, u64), BundleError> {
+) -> Result<([u8; 32], u64), BundleError> {
     let io = |doing: String| move |error| BundleError::Io { doing, error };
     let mut src = File::open(from).map_err(io(format!("opening {}", from.display())))?;
     let mut dst = File::create(to).map_err(io(format!("creating {}", to.display())))?;
@@ -500,9 +672,8 @@ fn copy_input(
     }
     dst.sync_all()
         .map_err(io(format!("syncing {}", to.display())))?;
-    let sha = stream::finish(hasher);
     progress.finish("copied");
-    Ok((sha, size))
+    Ok((hasher.finalize().into(), size))
 }
 
 #[cfg(test)]
@@ -621,12 +792,36 @@ mod tests {
         )));
         let release: Release = decode::strict(&text, "release.yaml").unwrap();
         assert_eq!(release.artifacts.len(), 9);
+        // A 1000-byte image is one block, padded with zeros; a single
+        // block's tree is empty and its digest is the root hash.
+        let mut system_bytes = vec![1u8; 1000];
+        system_bytes.resize(4096, 0);
         let system = release.artifact("system").unwrap();
-        assert_eq!(system.size, 1000);
-        assert_eq!(system.sha256, stream::sha256(&[1u8; 1000]));
+        assert_eq!(system.size, 4096);
+        assert_eq!(system.sha256, stream::sha256(&system_bytes));
+        assert_eq!(fs::read(rel_dir.join("liken.sqfs")).unwrap(), system_bytes);
+        let salt = Sha256::digest([1u8; 1000]);
+        let mut root = Sha256::new_with_prefix(salt);
+        root.update(&system_bytes);
         assert_eq!(
-            fs::read(rel_dir.join("liken.sqfs")).unwrap(),
-            vec![1u8; 1000]
+            release.verity,
+            Some(Verity {
+                root_hash: Sha256Hex::from_bytes(root.finalize().into()),
+                salt: stream::sha256(&[1u8; 1000]).to_string(),
+                hash_offset: 4096,
+                data_block_size: 4096,
+                hash_block_size: 4096,
+                algorithm: "sha256".into(),
+                data_blocks: 1,
+            })
+        );
+        assert!(
+            out.contains(&format!(
+                "system dm-verity root hash {}: 1 data blocks of 4096 bytes, the tree from byte \
+                 4096",
+                release.verity.as_ref().unwrap().root_hash
+            )),
+            "{out}"
         );
         assert_eq!(release.components[0].name, "linux");
 
@@ -657,12 +852,111 @@ mod tests {
         assert!(hidden.is_empty());
     }
 
+    /// `veritysetup verify` over a system artifact as its release.yaml
+    /// record describes it, data and tree in the one file.
+    fn veritysetup_verify(file: &Path, v: &Verity) -> std::process::Output {
+        let mut c = liken_testenv::scratch::tool("veritysetup");
+        c.args(["verify", "--no-superblock"])
+            .arg(format!("--format={}", verity::FORMAT_VERSION))
+            .arg(format!("--hash={}", v.algorithm))
+            .arg(format!("--data-block-size={}", v.data_block_size))
+            .arg(format!("--hash-block-size={}", v.hash_block_size))
+            .arg(format!("--data-blocks={}", v.data_blocks))
+            .arg(format!("--hash-offset={}", v.hash_offset))
+            .arg(format!("--salt={}", v.salt))
+            .arg(file)
+            .arg(file)
+            .arg(v.root_hash.as_str());
+        c.output().unwrap()
+    }
+
+    #[test]
+    fn the_system_artifact_carries_a_tree_veritysetup_verifies_and_rebundling_repeats_it() {
+        let dir = TestDir::new("bundle-verity");
+        // 129 blocks and 5 bytes: 130 data blocks, a tree of two levels.
+        let len = 129 * 4096 + 5;
+        let squashfs = liken_testenv::scratch::bytes(len, 24);
+        let mut req = request(&dir, "2026.12.06-001", 10);
+        fs::write(req.inputs[1].as_ref().unwrap(), &squashfs).unwrap();
+        req.slot_size = 4 << 20;
+        run(&req, &mut Vec::new()).unwrap();
+
+        let rel_dir = req.channel.join("2026.12.06-001");
+        let read = |dir: &Path| {
+            let text = fs::read_to_string(dir.join(RELEASE_FILE)).unwrap();
+            decode::strict::<Release>(&text, "release.yaml").unwrap()
+        };
+        let release = read(&rel_dir);
+        let v = release.verity.clone().unwrap();
+        let system = release.artifact("system").unwrap();
+        let file = rel_dir.join("liken.sqfs");
+        let bytes = fs::read(&file).unwrap();
+        // The squashfs, zeros to the block, then three hash blocks; the
+        // digest and size are the whole file's.
+        assert_eq!(
+            (v.data_blocks, v.hash_offset, system.size),
+            (130, 130 * 4096, 133 * 4096)
+        );
+        assert_eq!(&bytes[..len], &squashfs[..]);
+        assert!(bytes[len..130 * 4096].iter().all(|&b| b == 0));
+        assert_eq!(bytes.len() as u64, system.size);
+        assert_eq!(system.sha256, stream::sha256(&bytes));
+        // The salt is the squashfs's own digest.
+        assert_eq!(v.salt, stream::sha256(&squashfs).as_str());
+        assert_eq!(v.algorithm, verity::ALGORITHM);
+
+        let out = veritysetup_verify(&file, &v);
+        assert!(out.status.success(), "{out:?}");
+        // One flipped byte of the squashfs, and veritysetup refuses.
+        let mut flipped = bytes.clone();
+        flipped[len / 2] ^= 0x80;
+        fs::write(&file, &flipped).unwrap();
+        let out = veritysetup_verify(&file, &v);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("failed"),
+            "{out:?}"
+        );
+
+        // The same image bundled again gives the same artifact and record.
+        let mut again = request(&dir, "2026.12.06-002", 10);
+        again.channel = req.channel.clone();
+        again.slot_size = req.slot_size;
+        fs::write(again.inputs[1].as_ref().unwrap(), &squashfs).unwrap();
+        run(&again, &mut Vec::new()).unwrap();
+        let second = read(&req.channel.join("2026.12.06-002"));
+        assert_eq!(second.verity, release.verity);
+        assert_eq!(second.artifact("system"), release.artifact("system"));
+    }
+
     #[test]
     fn refuses_oversized_slots_and_missing_inputs_before_writing() {
         let dir = TestDir::new("bundle-refuse");
         let req = request(&dir, "2026.07.11-001", 1 << 20);
         let e = run(&req, &mut Vec::new()).unwrap_err().to_string();
         assert!(e.contains("-slot-size"), "{e}");
+        assert!(!req.channel.exists());
+
+        // An image that fits the slot's allowance on its own but not with
+        // its padding and tree is refused before anything is copied.
+        // Allowed: 1 MiB less 10%, 943719 bytes, of which the kernel,
+        // boot and microcode inputs take 35.
+        let fits_alone = 943_719 - 35;
+        assert!(with_tree(fits_alone as u64).unwrap() > 943_719 - 35);
+        let req = request(&dir, "2026.07.11-001", fits_alone);
+        assert_eq!(
+            decide_slot_fit(req.slot_size, &[fits_alone as u64, 35])
+                .unwrap()
+                .used,
+            943_719
+        );
+        let e = run(&req, &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("-slot-size"), "{e}");
+        assert!(!req.channel.exists());
+
+        // An empty image has no block to protect.
+        let req = request(&dir, "2026.07.11-001", 0);
+        let e = run(&req, &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("dm-verity") && e.contains("empty"), "{e}");
         assert!(!req.channel.exists());
 
         let mut req = request(&dir, "2026.07.11-001", 10);

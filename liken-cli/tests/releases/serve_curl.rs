@@ -262,8 +262,11 @@ fn slow_clients_are_cut_off() {
     let root = TempDir::new("releases-serve-slow");
     // Far larger than the loopback socket buffers, so the server must
     // wait for the client.
-    let size = 32 << 20;
-    let channel = bundle(root.path(), V, size);
+    let channel = bundle(root.path(), V, 32 << 20);
+    // The artifact is the image with its dm-verity tree appended.
+    let size = std::fs::metadata(channel.join(V).join("liken.sqfs"))
+        .unwrap()
+        .len() as usize;
     let s = Served::start(&channel);
     let request = format!("GET /{V}/liken.sqfs HTTP/1.1\r\nHost: x\r\n\r\n");
     let began = Instant::now();

@@ -58,7 +58,8 @@ pub fn input_args(dir: &Path) -> Vec<String> {
 }
 
 /// Bundles a release of nine inputs into `<root>/channel`; the system
-/// image has `system_size` bytes. Returns the channel directory.
+/// image has `system_size` bytes (its artifact is larger: bundle appends
+/// the dm-verity tree). Returns the channel directory.
 pub fn bundle(root: &Path, version: &str, system_size: usize) -> PathBuf {
     bundle_with(root, version, system_size, &[]).0
 }
