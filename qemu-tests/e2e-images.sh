@@ -77,13 +77,25 @@ shared=(vmlinuz kernel-release liken systemd-boot.efi grub-boot.img grub-core.im
 [ -f "$out/microcode.cpio" ] && shared+=(microcode.cpio)
 
 # Whether release directory $1 holds artifacts other than those in the
-# assembly directory $2 (release.yaml aside): then it is stale.
+# assembly directory $2 (release.yaml aside): then it is stale. The
+# release's liken.sqfs is the assembled image with bundle's dm-verity
+# tree appended and the image's sha256 as the tree's salt (as
+# images/release.sh judges it): it holds the image when it starts with
+# it and release.yaml's salt is its digest.
 stale() {
-  local dir=$1 from=$2 f
+  local dir=$1 from=$2 f name
   [ -d "$dir" ] || return 1
   for f in "$dir"/*; do
-    case $(basename "$f") in release.yaml | release.yaml.sig) continue ;; esac
-    cmp -s "$f" "$from/$(basename "$f")" || return 0
+    name=$(basename "$f")
+    case $name in
+      release.yaml | release.yaml.sig) continue ;;
+      liken.sqfs)
+        cmp -s -n "$(stat -c %s "$from/$name")" "$from/$name" "$f" || return 0
+        grep -q "^  salt: $(sha256sum < "$from/$name" | cut -d' ' -f1)\$" "$dir/release.yaml" || return 0
+        continue
+        ;;
+    esac
+    cmp -s "$f" "$from/$name" || return 0
   done
   return 1
 }
