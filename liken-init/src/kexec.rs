@@ -234,7 +234,7 @@ pub fn load(esp: &Esp<'_>, power: &dyn Power, plan: &LoadPlan) -> Result<String,
                 esp.overwrite_in_place(GRUBENV, &bytes)
                     .map_err(|e| e.to_string())
             })
-            .map(|()| format!("try counted in {GRUBENV}")),
+            .map(|()| format!("try counted in {GRUBENV}: {}", tries_in(env))),
     };
     match counted {
         Ok(how) => Ok(format!(
@@ -253,6 +253,21 @@ pub fn load(esp: &Esp<'_>, power: &dyn Power, plan: &LoadPlan) -> Result<String,
                 "the try could not be counted ({e}); {undone}, so the bootloader counts it"
             ))
         }
+    }
+}
+
+/// grubenv's try counters as `name=value`, for the log: what GRUB will
+/// read on the next firmware boot.
+fn tries_in(env: &BTreeMap<String, String>) -> String {
+    let tries: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with("liken_") && k.ends_with("_tries"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if tries.is_empty() {
+        "no try counter left".to_owned()
+    } else {
+        tries.join(" ")
     }
 }
 

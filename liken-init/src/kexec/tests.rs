@@ -178,7 +178,13 @@ fn grub_machines_spend_the_try_in_grubenv() {
     w.grub(&[("liken_slot", "b"), ("liken_b_tries", "3")]);
     let power = FakePower::default();
     let done = prepare(&Wanted::Kexec, Some(&Loader::Grub), || w.esp(), &power);
-    assert!(matches!(done, Prepared::Kexec(_)), "{done:?}");
+    let Prepared::Kexec(said) = &done else {
+        panic!("{done:?}")
+    };
+    assert!(
+        said.ends_with("try counted in grub/grubenv: liken_b_tries=2"),
+        "{said}"
+    );
     assert_eq!(
         loaded(&power),
         (
