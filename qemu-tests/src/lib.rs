@@ -903,6 +903,47 @@ impl Vm {
             .unwrap_or_else(|e| panic!("cannot type on the serial console: {e}"));
     }
 
+    /// Where in [`Vm::seen`] the next [`Vm::expect`] starts looking: a
+    /// mark for checks on what a later part of the console holds.
+    pub fn position(&self) -> usize {
+        self.cursor
+    }
+
+    /// After init said `liken: kexec: ok`: waits for the new kernel's
+    /// first line and returns its command line, checking that nothing
+    /// but the kexec stood between the two. QEMU runs with `-no-reboot`,
+    /// so a reset would have ended the process instead; and no firmware
+    /// line may appear between the jump and the kernel (OVMF's boot
+    /// manager prints `BdsDxe` on every boot; SeaBIOS and GRUB print
+    /// nothing on the serial port, but GRUB puts `BOOT_IMAGE=` at the
+    /// head of every command line it passes, which a kexec'd kernel's
+    /// lacks). The signals are the firmware's and the kernel's, never
+    /// init's own word.
+    pub fn expect_kexec_jump(&mut self, within: Duration) -> String {
+        self.expect("liken: kexec: ok", within);
+        let jumped = self.cursor;
+        self.expect("] Linux version ", within);
+        let first = self.cursor - 1;
+        let between = &self.seen[jumped..first];
+        assert!(
+            !between.iter().any(|l| l.contains("BdsDxe")),
+            "the firmware ran between the kexec and the new kernel: {between:?}; the console is \
+             in {}",
+            self.log.display()
+        );
+        assert!(
+            !self.has_exited(),
+            "QEMU ended after the kexec; the console is in {}",
+            self.log.display()
+        );
+        let cmdline = self.expect("] Command line: ", within);
+        assert!(
+            !cmdline.contains("BOOT_IMAGE=") && cmdline.contains(" liken.kexec="),
+            "the new kernel's command line is not the one init passes to a kexec: {cmdline}"
+        );
+        cmdline
+    }
+
     /// Presses Ctrl-Alt-Del on the guest's keyboard.
     pub fn ctrl_alt_del(&self) {
         self.monitor("sendkey ctrl-alt-delete");

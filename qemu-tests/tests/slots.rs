@@ -25,7 +25,10 @@
 //! A slot on trial that never becomes healthy falls back to the blessed
 //! one under both bootloaders: systemd-boot's counter in the entry's
 //! name (OVMF) and GRUB's in grubenv (SeaBIOS), each read from the disk
-//! after the machine is off.
+//! after the machine is off. In both, one of the trial's boots is reached
+//! by kexec: init counts that try as the bootloader would (the entry's
+//! rename, grubenv's counter), and the real bootloader reads what init
+//! wrote on the firmware boot that follows and falls back.
 //!
 //! The first machine's reboot is asked for over the control socket once
 //! it is blessed, with kexec disabled in the running kernel
@@ -61,9 +64,11 @@ fn record_of(vm: &mut Vm) -> (BootRecord, BootAssessment) {
 }
 
 /// Slot B's boot on trial that never becomes healthy (`trial` is how
-/// init names its bootloader's state): init gives up at the 20 s
-/// deadline and reboots through the orderly shutdown.
-fn slot_b_gives_up(vm: &mut Vm, trial: &str) {
+/// init names its bootloader's state, `reached` how its boot record
+/// says the boot was reached): init gives up at the 20 s deadline and
+/// reboots through the orderly shutdown, by the firmware, which judges
+/// the tries left. Returns init's line giving up.
+fn slot_b_gives_up(vm: &mut Vm, trial: &str, reached: &str) -> String {
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
     vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
     let assess = vm.expect("liken: assess: ", NEXT);
@@ -72,13 +77,24 @@ fn slot_b_gives_up(vm: &mut Vm, trial: &str) {
             && assess.contains("rebooting if not healthy within 20 s"),
         "{assess}"
     );
+    let record = vm.expect("liken: boot-record: ok", NEXT);
+    assert!(
+        record.contains(&format!(", reached by {reached}")),
+        "{record}"
+    );
     let gave_up = vm.expect("liken: bless: ", NEXT);
     assert!(
         gave_up.contains("this boot did not become healthy within 20 s"),
         "{gave_up}"
     );
     vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    let via = vm.expect("liken: reboot-via: ", NEXT);
+    assert!(
+        via.contains("through the firmware: ") && via.contains("trial"),
+        "{via}"
+    );
     vm.expect_exit("liken: reboot: ok", NEXT);
+    gave_up
 }
 
 /// The boot after the fallback: slot A (`blessed` names its state) says
@@ -338,9 +354,15 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     );
 }
 
-/// A release on trial that never becomes healthy: its init reboots at
-/// the assessment deadline, systemd-boot spends its last try, and the
-/// next boot falls back to the blessed slot, which reports the fallback.
+/// A release on trial that never becomes healthy, reached by kexec:
+/// systemd-boot boots B's entry `+2-1` (renaming it `+1-2`), its stand-in
+/// asks for a reboot at once (as the machine operator would for a
+/// request-reboot), and init kexecs into the entry systemd-boot would
+/// pick next, B again, counting its last try on the way (`+0-3`, the
+/// rename systemd-boot would have made). The kexec'd boot never becomes
+/// healthy: init reboots at the assessment deadline through the
+/// firmware, systemd-boot finds B's tries spent, and the next boot falls
+/// back to the blessed slot A, which reports the fallback.
 #[test]
 fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     let dir = scratch("slots-fallback");
@@ -361,9 +383,13 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
             // Node object a dead kubelet leaves behind).
             Installed {
                 slot: Slot::B,
-                entry: "liken-b+1-2.conf",
+                entry: "liken-b+2-1.conf",
                 version: "2026.12.02-002",
-                extra: &["liken.standin=stale-node", "liken.bless-deadline=20"],
+                extra: &[
+                    "liken.standin=stale-node",
+                    "liken.bless-deadline=20",
+                    "liken.standin-reboot-once=now",
+                ],
                 files: &standin,
             },
         ],
@@ -371,13 +397,11 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
     let ovmf = Ovmf::fresh(&dir);
 
     let mut vm = Vm::boot_uefi("slots-fallback-b", &d.path, &ovmf);
-    // As slot_b_gives_up, with two more checks in the middle: the
-    // refused write while on trial, and the stale heartbeat as the reason.
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
     vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
-        assess.contains("slot B on trial (systemd-boot entry liken-b+1-2.conf)")
+        assess.contains("slot B on trial (systemd-boot entry liken-b+2-1.conf)")
             && assess.contains("rebooting if not healthy within 20 s"),
         "{assess}"
     );
@@ -391,33 +415,59 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
         ),
         "{refused}"
     );
-    let gave_up = vm.expect("liken: bless: ", NEXT);
+    // The reboot asked on trial goes by kexec into what systemd-boot
+    // would boot next: B, whose last try init spends as systemd-boot
+    // would have.
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", NEXT);
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    let via = vm.expect("liken: reboot-via: ", NEXT);
     assert!(
-        gave_up.contains("this boot did not become healthy within 20 s")
-            && gave_up.contains(
-                "node node-1 is Ready, but its last heartbeat (2026-01-01T00:00:00Z) is from \
-                 before this boot began"
-            ),
+        via.contains("by kexec: slot B (liken-b+1-2.conf) loaded: liken/b/vmlinuz")
+            && via.contains("try counted: liken-b+1-2.conf renamed to liken-b+0-3.conf"),
+        "{via}"
+    );
+    let cmdline = vm.expect_kexec_jump(BOOT);
+    assert!(
+        cmdline.contains(" liken.kexec=liken-b+1-2.conf"),
+        "{cmdline}"
+    );
+    // The kexec'd boot: B on its counted entry, the stale heartbeat as
+    // the reason it is never blessed, and a firmware reboot at the
+    // deadline so that systemd-boot judges the tries left (none).
+    let reached = vm.position();
+    let gave_up = slot_b_gives_up(&mut vm, "systemd-boot entry liken-b+1-2.conf", "kexec");
+    assert!(
+        gave_up.contains(
+            "node node-1 is Ready, but its last heartbeat (2026-01-01T00:00:00Z) is from \
+             before this boot began"
+        ),
         "{gave_up}"
     );
-    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
-    vm.expect_exit("liken: reboot: ok", NEXT);
+    assert!(
+        vm.seen[reached..].iter().any(|l| l
+            .contains("liken-standin-k3s: reboot-once: this machine asked for its reboot already")),
+        "the kexec'd boot's stand-in asked for a second reboot"
+    );
     drop(vm);
     assert_eq!(
         d.esp_list("loader/entries"),
         ["liken-a.conf", "liken-b+0-3.conf"],
-        "systemd-boot spent B's last try"
+        "init spent B's last try before the kexec, as systemd-boot would have"
     );
 
     let mut vm = Vm::boot_uefi("slots-fallback-a", &d.path, &ovmf);
+    vm.expect("BdsDxe: starting", BOOT);
     slot_a_reports_the_fallback(&mut vm, "systemd-boot entry liken-a.conf");
 }
 
-/// The same fallback through GRUB's counter under SeaBIOS: grubenv
-/// prefers slot B with one try left, and B never becomes healthy. GRUB
-/// spends the try before it boots B (grubenv on disk says 0), B's init
-/// reboots at its deadline, GRUB then boots A, whose init reports the
-/// fallback, and B stays marked bad.
+/// The same fallback through GRUB's counter under SeaBIOS, with init's
+/// kexec spending a try in between: grubenv prefers slot B with two
+/// tries left. GRUB spends one and boots B; B's stand-in asks for a
+/// reboot at once, and init kexecs into what grub.cfg would boot next
+/// (B, one try left), writing grubenv's counter down to 0 as GRUB would
+/// have. The kexec'd boot never becomes healthy and reboots through
+/// the firmware at its deadline; real GRUB then reads the 0 init wrote,
+/// boots A, whose init reports the fallback, and B stays marked bad.
 #[test]
 fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
     let dir = scratch("slots-grub-fallback");
@@ -433,25 +483,44 @@ fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
         &dir,
         &[
             slot(Slot::A, "liken-a.conf", "2026.12.02-001"),
-            slot(Slot::B, "liken-b+1-2.conf", "2026.12.02-002"),
+            slot(Slot::B, "liken-b+2-1.conf", "2026.12.02-002"),
         ],
         Some(&Grub {
-            env: &[("liken_slot", "b"), ("liken_b_tries", "1")],
+            env: &[("liken_slot", "b"), ("liken_b_tries", "2")],
             // GRUB gives both slots the same arguments; A is blessed, so
-            // only B is assessed, and it never stays up an hour.
-            extra: &["liken.bless-after=3600", "liken.bless-deadline=20"],
+            // only B is assessed, and it never stays up an hour. The
+            // reboot is asked once per machine (its mark is on /var), so
+            // A does not ask again.
+            extra: &[
+                "liken.bless-after=3600",
+                "liken.bless-deadline=20",
+                "liken.standin-reboot-once=now",
+            ],
         }),
     );
     let bios = |name: &str| Vm::launch(name, &installed_args(Firmware::Bios, &dir, &d.path));
 
     let mut vm = bios("slots-grub-fallback-b");
-    slot_b_gives_up(&mut vm, "GRUB");
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(assess.contains("slot B on trial (GRUB)"), "{assess}");
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", NEXT);
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    let via = vm.expect("liken: reboot-via: ", NEXT);
+    assert!(
+        via.contains("by kexec: slot B (grub) loaded: liken/b/vmlinuz")
+            && via.ends_with("try counted in grub/grubenv: liken_b_tries=0)"),
+        "{via}"
+    );
+    let cmdline = vm.expect_kexec_jump(BOOT);
+    assert!(cmdline.ends_with(" liken.kexec=grub"), "{cmdline}");
+    slot_b_gives_up(&mut vm, "GRUB", "kexec");
     drop(vm);
     let env = d.grubenv();
     assert_eq!(
         env.get("liken_b_tries").map(String::as_str),
         Some("0"),
-        "GRUB spent B's try on disk: {env:?}"
+        "init spent B's last try on disk before the kexec: {env:?}"
     );
 
     let mut vm = bios("slots-grub-fallback-a");

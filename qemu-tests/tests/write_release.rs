@@ -33,7 +33,10 @@
 //! counted by init: `+3` to `+2-1`), in the same QEMU with no firmware
 //! line between the jump and the new kernel's first, and B's boot,
 //! recorded as reached by kexec, blesses that entry. A reboot through
-//! the firmware then boots the blessed entry from systemd-boot. The two releases hold different system images (VERSION_ID
+//! the firmware then boots the blessed entry from systemd-boot. The
+//! third does the same upgrade under SeaBIOS and GRUB: the kexec loads
+//! what grub.cfg would boot and counts the try in grubenv, and B's boot
+//! blesses by removing the counter. The two releases hold different system images (VERSION_ID
 //! standin-1 and standin-2, `make qemu-images`), so a writer that copied
 //! slot A into B would fail: LIKEN-B is hashed against the new image,
 //! and the stand-in on each slot prints the VERSION_ID of the root it
@@ -47,8 +50,10 @@ use std::time::Duration;
 use liken_api::bootloader;
 use liken_api::release::ARTIFACT_SYSTEM;
 use liken_api::{Release, Slot, decode};
-use qemu_tests::disk::{Disk, Installed, SlotFiles, entry, esp_image, installed_disk};
-use qemu_tests::firmware::Ovmf;
+use qemu_tests::disk::{
+    Disk, Grub, Installed, SlotFiles, entry, esp_image, installed_disk, installed_disk_with,
+};
+use qemu_tests::firmware::{Firmware, Ovmf};
 use qemu_tests::{
     Boot, Vm, cli_layer_trusting, drives, images, initrd, liken, run, scratch, standin_cpio,
 };
@@ -514,29 +519,50 @@ fn boot_uefi_with_release(name: &str, disk: &Path, release: &Path, ovmf: &Ovmf) 
     Vm::launch(name, &args)
 }
 
-#[test]
-fn a_release_written_into_slot_b_boots_and_is_blessed() {
-    let dir = scratch("write-release-reboot");
+/// The stand-in channel's two newest releases, older first, each with
+/// its directory; their system images differ.
+fn two_releases() -> [(PathBuf, Release); 2] {
     let releases = images().standin_releases();
     let [.., older, newest] = releases.as_slice() else {
         panic!("the stand-in channel holds fewer than two releases (make qemu-images)");
     };
-    let old: Release = decode::strict(
-        &std::fs::read_to_string(older.join("release.yaml")).unwrap(),
-        "release.yaml",
-    )
-    .unwrap();
-    let new: Release = decode::strict(
-        &std::fs::read_to_string(newest.join("release.yaml")).unwrap(),
-        "release.yaml",
-    )
-    .unwrap();
-    let system = |r: &Release| r.artifact(ARTIFACT_SYSTEM).unwrap().clone();
+    let read = |dir: &PathBuf| -> (PathBuf, Release) {
+        let r = decode::strict(
+            &std::fs::read_to_string(dir.join("release.yaml")).unwrap(),
+            "release.yaml",
+        )
+        .unwrap();
+        (dir.clone(), r)
+    };
+    let both = [read(older), read(newest)];
     assert_ne!(
-        system(&old).sha256,
-        system(&new).sha256,
+        system(&both[0].1).sha256,
+        system(&both[1].1).sha256,
         "the stand-in channel's two releases hold the same system image"
     );
+    both
+}
+
+fn system(r: &Release) -> liken_api::release::Artifact {
+    r.artifact(ARTIFACT_SYSTEM).unwrap().clone()
+}
+
+/// LIKEN-B holds `new`'s system image, not slot A's.
+fn slot_b_holds(d: &Disk, new: &Release) {
+    let b = d.read_part("LIKEN-B", system(new).size as usize);
+    assert_eq!(
+        liken_api::hash::sha256(&b),
+        system(new).sha256,
+        "LIKEN-B does not hold release {}'s system image",
+        new.version
+    );
+}
+
+#[test]
+fn a_release_written_into_slot_b_boots_and_is_blessed() {
+    let dir = scratch("write-release-reboot");
+    let [(older, old), (newest, new)] = two_releases();
+    let (older, newest) = (&older, &newest);
 
     // Slot A installed with the older release, its entry blessed.
     let d = installed_disk(
@@ -586,16 +612,10 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
             && via.contains("try counted: liken-b+3.conf renamed to liken-b+2-1.conf"),
         "{via}"
     );
-    vm.expect("liken: kexec: ok", WRITE);
-    let jumped = vm.seen.len();
-    // The new kernel's first line, in the same QEMU (`-no-reboot` would
-    // have ended it on a reset), with no firmware in between.
-    vm.expect("] Linux version ", BOOT);
-    let between = &vm.seen[jumped..];
-    assert!(
-        !between.iter().any(|l| l.contains("BdsDxe")),
-        "the firmware ran between the kexec and the new kernel: {between:?}"
-    );
+    // The new kernel's first line, in the same QEMU, with no firmware
+    // in between.
+    let cmdline = vm.expect_kexec_jump(BOOT);
+    assert!(cmdline.contains(" liken.kexec=liken-b+3.conf"), "{cmdline}");
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
     vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
     let record = vm.expect("liken: boot-record: ok", WRITE);
@@ -624,14 +644,7 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         d.esp_list("loader/entries"),
         ["liken-a.conf", "liken-b.conf"]
     );
-    // LIKEN-B holds the new release's system image, not slot A's.
-    let b = d.read_part("LIKEN-B", system(&new).size as usize);
-    assert_eq!(
-        liken_api::hash::sha256(&b),
-        system(&new).sha256,
-        "LIKEN-B does not hold release {}'s system image",
-        new.version
-    );
+    slot_b_holds(&d, &new);
 
     // Through the firmware now (the reboot above was a signal's):
     // systemd-boot boots the blessed entry init left, uncounted.
@@ -661,4 +674,84 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         b.contains("liken.standin=write-release:/dev/vdb") && !b.contains("liken.bless-after"),
         "{b}"
     );
+}
+
+/// The same upgrade on a BIOS machine: slot A, blessed in grubenv,
+/// writes the newer release into B (its entry and grubenv's `+3` tries),
+/// and the reboot goes by kexec into what grub.cfg would boot next, B,
+/// with the try init spent in grubenv (3 to 2) as GRUB would have. In
+/// the same QEMU, with no `BOOT_IMAGE=` from GRUB on the new kernel's
+/// command line, B's boot is recorded as reached by kexec and blesses
+/// by removing B's counter. (That real GRUB reads the counter init
+/// writes is `tests/slots.rs`' GRUB fallback.)
+#[test]
+fn under_bios_a_release_written_into_slot_b_is_reached_by_kexec_and_blessed() {
+    let dir = scratch("write-release-bios");
+    let [(older, old), (newest, new)] = two_releases();
+    let d = installed_disk_with(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a.conf",
+            version: old.version.as_str(),
+            extra: &[],
+            files: &SlotFiles::release(&older),
+        }],
+        Some(&Grub {
+            env: &[("liken_slot", "a")],
+            extra: &["liken.standin=write-release:/dev/vdb"],
+        }),
+    );
+    let rel = dir.join("release.img");
+    release_disk(&rel, &newest);
+    let mut args = Firmware::Bios.args(&dir);
+    args.extend(drives::virtio("disk", &d.path, Some(0), false));
+    args.extend(drives::virtio("release", &rel, None, true));
+
+    let mut vm = Vm::launch("write-release-bios", &args);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let assess = vm.expect("liken: assess: ", WRITE);
+    assert!(assess.contains("slot A is blessed (GRUB)"), "{assess}");
+    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
+    assert!(
+        ok.contains(&format!(
+            "release {} in slot B, entry liken-b+3.conf",
+            new.version
+        )),
+        "{ok}"
+    );
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+    let via = vm.expect("liken: reboot-via: ", WRITE);
+    assert!(
+        via.contains("by kexec: slot B (grub) loaded: ")
+            && via.ends_with("try counted in grub/grubenv: liken_b_tries=2)"),
+        "{via}"
+    );
+    let cmdline = vm.expect_kexec_jump(BOOT);
+    assert!(cmdline.ends_with(" liken.kexec=grub"), "{cmdline}");
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    let assess = vm.expect("liken: assess: ", WRITE);
+    assert!(assess.contains("slot B on trial (GRUB)"), "{assess}");
+    let record = vm.expect("liken: boot-record: ok", WRITE);
+    assert!(record.ends_with(", reached by kexec)"), "{record}");
+    vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-2", WRITE);
+    let bless = vm.expect("liken: bless: ", WRITE);
+    assert!(
+        bless.starts_with("liken: bless: ok (liken_b_tries removed from grub/grubenv: node ")
+            && bless.contains(" is Ready with a heartbeat at "),
+        "{bless}"
+    );
+    vm.reboot(WRITE);
+    drop(vm);
+    let env = d.grubenv();
+    assert_eq!(
+        (
+            env.get("liken_slot").map(String::as_str),
+            env.get("liken_b_tries")
+        ),
+        (Some("b"), None),
+        "grubenv should prefer the blessed slot B: {env:?}"
+    );
+    slot_b_holds(&d, &new);
 }
