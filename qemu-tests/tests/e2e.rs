@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use qemu_tests::fleet::history::{self, History};
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
 use qemu_tests::fleet::progress::{self, step};
-use qemu_tests::fleet::{self, Fleet, downtime, hold};
+use qemu_tests::fleet::reboots::{self, Path as RebootPath};
+use qemu_tests::fleet::{self, Fleet, downtime, hold, rollout};
 use qemu_tests::images;
 use serde_json::Value;
 
@@ -351,19 +352,84 @@ fn target(fleet: &Fleet, releases: &[&fleet::Release], target: &str) {
         "disruptionBudget": {"maxUnavailable": 1},
         "releases": {"source": fleet.host.channel_url, "catalog": catalog},
     }});
+    merge_patch(fleet, &["cluster", "e2e"], &patch);
+    step(&format!("the Cluster's target is now {target}"));
+}
+
+/// `kubectl patch <what> --type=merge` as the admin.
+fn merge_patch(fleet: &Fleet, what: &[&str], patch: &Value) {
     let out = fleet
         .host
         .kubectl()
-        .args(["patch", "cluster", "e2e", "--type=merge", "-p"])
+        .arg("patch")
+        .args(what)
+        .args(["--type=merge", "-p"])
         .arg(patch.to_string())
         .output()
         .unwrap_or_else(|e| panic!("kubectl patch: {e}"));
     assert!(
         out.status.success(),
-        "kubectl patch cluster: {}",
+        "kubectl patch {}: {}",
+        what.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    step(&format!("the Cluster's target is now {target}"));
+}
+
+/// How the rollout to N+1 reboots (the Cluster's `spec.reboot`):
+/// `LIKEN_ROLLOUT_REBOOT` (`kexec`, the default, or `firmware`), which
+/// `make bench-rollout` sets to run the same rollout both ways.
+fn rollout_reboot() -> &'static str {
+    match std::env::var("LIKEN_ROLLOUT_REBOOT").as_deref() {
+        Err(_) | Ok("") | Ok("kexec") => "kexec",
+        Ok("firmware") => "firmware",
+        Ok(other) => panic!("LIKEN_ROLLOUT_REBOOT is {other:?}; set it to kexec or firmware"),
+    }
+}
+
+/// The rollout's figures for `make bench-rollout`: written to
+/// `LIKEN_ROLLOUT_FIGURES` when set, and compared with the other way's
+/// run in `LIKEN_ROLLOUT_BASELINE` when set (the ratio checked when
+/// `LIKEN_ROLLOUT_TARGET=check`).
+fn rollout_figures(figures: &rollout::Figures) {
+    if let Ok(path) = std::env::var("LIKEN_ROLLOUT_FIGURES") {
+        let text = serde_json::to_string_pretty(figures).unwrap();
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {path}: {e}"));
+        step(&format!("  the rollout's figures are in {path}"));
+    }
+    let Ok(path) = std::env::var("LIKEN_ROLLOUT_BASELINE") else {
+        return;
+    };
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let other: rollout::Figures =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (kexec, firmware) = match (figures.reboot.as_str(), other.reboot.as_str()) {
+        ("kexec", "firmware") => (figures, &other),
+        ("firmware", "kexec") => (&other, figures),
+        (a, b) => panic!("{path} holds a rollout by {b}, this one went by {a}: nothing to compare"),
+    };
+    let (lines, ratio) = rollout::compare(kexec, firmware);
+    step("the same rollout by kexec and by the firmware:");
+    for l in &lines {
+        step(&format!("  {l}"));
+    }
+    if std::env::var("LIKEN_ROLLOUT_TARGET").as_deref() == Ok("check") {
+        let ratio = ratio.unwrap_or_else(|| panic!("the two rollouts share no machine: {lines:?}"));
+        assert!(
+            ratio >= rollout::KEXEC_TARGET,
+            "kexec's rollout is only {ratio:.2}x faster than the firmware's (target {:.1}x)",
+            rollout::KEXEC_TARGET
+        );
+    }
+}
+
+/// The Machine's `status.boot.via` and `viaReason`.
+fn booted_via(fleet: &Fleet, name: &str) -> (String, String) {
+    let m = machine(fleet, name).unwrap_or_default();
+    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    (
+        text(&m["status"]["boot"]["via"]),
+        text(&m["status"]["boot"]["viaReason"]),
+    )
 }
 
 /// How long one machine's turn may take under TCG with the others
@@ -407,7 +473,6 @@ const TURN: Duration = Duration::from_secs(1200);
 #[test]
 #[ignore = "make test-e2e runs it: about 20 minutes under TCG"]
 fn a_fleet_upgrades_itself_one_machine_at_a_time() {
-    use qemu_tests::fleet::rollout;
     let (channel, releases) = fleet::channel();
     let (n, n1, n2) = (&releases[0], &releases[1], &releases[2]);
     let dir = fleet::dir("fleet");
@@ -532,7 +597,22 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     let fleet_up = Instant::now();
     history_whole(&history, "the wiring");
 
-    // 2. The rollout to N+1.
+    // 2. The rollout to N+1, by kexec unless the benchmark asks for the
+    // firmware.
+    let via = rollout_reboot();
+    let via_path = if via == "kexec" {
+        RebootPath::Kexec
+    } else {
+        RebootPath::Firmware
+    };
+    if via != "kexec" {
+        merge_patch(
+            &fleet,
+            &["cluster", "e2e"],
+            &serde_json::json!({"spec": {"reboot": via}}),
+        );
+    }
+    step(&format!("the rollout to N+1 reboots by {via}"));
     let mark = history.len();
     let rollout_began = std::time::Instant::now();
     target(&fleet, &[n, n1], &n1.version);
@@ -625,6 +705,29 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         "every machine's turn to {} should be in the history: {turns:?}",
         n1.version
     );
+    // Each turn's reboot went the Cluster's way, by the consoles (a
+    // firmware line before the new kernel or none) and by the Machines.
+    let reboots_now = fleet.reboots();
+    for t in &turns {
+        let granted = t.granted.expect("every turn was granted");
+        let first = reboots_now
+            .iter()
+            .filter(|r| r.machine == t.machine && r.shutdown >= granted)
+            .min_by_key(|r| r.shutdown)
+            .unwrap_or_else(|| panic!("{}: no reboot on its console after its grant", t.machine));
+        assert_eq!(
+            first.path, via_path,
+            "{}'s turn rebooted by {:?}, the Cluster says {via}: {first:?}",
+            t.machine, first.path
+        );
+        let (booted, why) = booted_via(&fleet, &t.machine);
+        assert_eq!(
+            booted, via,
+            "{}: status.boot.via {booted:?} ({why})",
+            t.machine
+        );
+    }
+    rollout_figures(&rollout::decide_figures(via, &turns, &reboots_now));
     fleet.wait_for("the Cluster's tally 3/3 on N+1", None, TO_READY, |f| {
         let c = f.get_json(&["cluster", "e2e"])?;
         match c["status"]["machines"]["summary"].as_str() {
@@ -638,7 +741,17 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     }
     uncordoned(&mut fleet, &history, &[&leader, &auto, &manual]);
 
-    // 3. request-reboot: a new boot of the same release, through a turn.
+    // 3. request-reboot: a new boot of the same release, through a turn,
+    // the other way than the rollout's: the Machine's spec.reboot
+    // replaces the Cluster's for this machine (a setting, never itself a
+    // reason to reboot).
+    let other = if via == "kexec" { "firmware" } else { "kexec" };
+    merge_patch(
+        &fleet,
+        &["machine", &auto],
+        &serde_json::json!({"spec": {"reboot": other}}),
+    );
+    step(&format!("{auto}: spec.reboot {other}"));
     let before = boots[&auto].boot_time.clone();
     let asked_at = Instant::now();
     let asked = fleet.host.liken_on_cluster("request-reboot", &[&auto]);
@@ -687,6 +800,34 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
          downtime ({})",
         after.boot_time,
         rebooted[0].line(Instant::now())
+    ));
+    let (booted, why) = booted_via(&fleet, &auto);
+    assert_eq!(booted, other, "{auto}: status.boot.via {booted:?} ({why})");
+    if other == "firmware" {
+        assert!(
+            why.contains("spec.reboot: firmware"),
+            "{auto}: viaReason {why:?}"
+        );
+    }
+    let last = fleet
+        .reboots()
+        .into_iter()
+        .filter(|r| r.machine == auto)
+        .max_by_key(|r| r.shutdown)
+        .unwrap_or_else(|| panic!("{auto}: no reboot on its console"));
+    assert_eq!(
+        last.path,
+        if other == "kexec" {
+            RebootPath::Kexec
+        } else {
+            RebootPath::Firmware
+        },
+        "{auto}'s request-reboot by its console: {last:?}"
+    );
+    step(&format!(
+        "{auto}: booted by {other} as its Machine asked ({:.1} s from shutdown to kernel by its \
+         console)",
+        last.to_kernel.as_secs_f64()
     ));
     boots.insert(auto.clone(), after);
     uncordoned(&mut fleet, &history, &[]);
@@ -793,5 +934,17 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
         &format!("the halt of {}", n2.version),
     );
     uncordoned(&mut fleet, &history, &[]);
-    judge(&fleet, &history, fleet_up, "the whole scenario");
+    let whole = judge(&fleet, &history, fleet_up, "the whole scenario");
+    // The reboots of the whole scenario by path, judged from the
+    // consoles: every kexec reached its kernel sooner after init's last
+    // line than any firmware reboot did, and the downtimes of each path
+    // are printed beside each other.
+    let paths = reboots::decide_paths(&fleet.reboots(), &whole.intervals, whole.until);
+    step("the reboots by their consoles (a firmware line before the kernel, or none):");
+    for l in paths.lines() {
+        step(&format!("  {l}"));
+    }
+    if let Some(problem) = &paths.problem {
+        panic!("{problem}: {:?}", paths.lines());
+    }
 }

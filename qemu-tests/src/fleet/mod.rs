@@ -13,6 +13,8 @@
 //! - [`downtime`]: each machine's downtime from its own console and its
 //!   Node's bootID, and the budget judged on it, independently of the
 //!   status the operators write.
+//! - [`reboots`]: each reboot's path (kexec or firmware) and its times,
+//!   from the console as the host timed it.
 //! - [`hold`]: a wait held over a window (no grant, no reboot, no slot
 //!   armed).
 //! - [`progress`]: what is building, booting or awaited, as it happens.
@@ -31,6 +33,7 @@ pub mod hold;
 pub mod host;
 pub mod machine;
 pub mod progress;
+pub mod reboots;
 pub mod rollout;
 
 use std::path::{Path, PathBuf};
@@ -186,6 +189,18 @@ impl Fleet {
     /// at once.
     pub fn judge(&self, records: &[Record], max_unavailable: usize, from: Instant) -> Judgment {
         Judgment::of(&self.signs(records), max_unavailable, from, Instant::now())
+    }
+
+    /// Every reboot each machine made, and its path, judged from its
+    /// console as the host timed it ([`reboots`]).
+    pub fn reboots(&self) -> Vec<reboots::Reboot> {
+        self.machines
+            .iter()
+            .flat_map(|m| {
+                let console = m.console.lock().map(|l| l.clone()).unwrap_or_default();
+                reboots::decide_reboots(&m.spec.name, &reboots::timeline(&console, &m.power))
+            })
+            .collect()
     }
 
     /// `kubectl get <args> -o json` as the admin, parsed.
