@@ -48,6 +48,12 @@ packages=(
   python3           # arithmetic and free-port picking in scripts/bench/releases.sh
   openssh-client    # ssh-keygen reads the flux deploy key the cluster operator mints (liken-ops/tests/upkeep/key.rs)
   time              # GNU time: kubectl's peak RSS, the reference of the cluster operator's (liken-ops/benches/cluster.rs)
+  # make testenv-node (testenv/build.sh node) builds runc with cgo and
+  # its seccomp support, linked statically so it runs in a liken guest.
+  libseccomp-dev    # libseccomp.a and seccomp.h, which runc's seccomp build tag links in
+  pkgconf           # pkg-config: libseccomp-golang's cgo directive asks it for libseccomp's flags
+  gcc               # the C compiler runc's cgo parts (nsenter, libseccomp-golang) need
+  libc6-dev         # libc.a and the C headers for runc's static link
 )
 # No kubectl package: the tests run the kubectl testenv/build.sh builds
 # from the control plane's own Kubernetes release (Debian 12's
