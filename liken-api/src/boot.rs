@@ -173,6 +173,14 @@ pub struct BootRecord {
     /// ([`BootStatus::via_reason`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via_reason: Option<String>,
+    /// The dm-verity root hash the booted slot's system image was opened
+    /// with (from the entry's `liken.verity=`): every block of the root
+    /// is checked against it as it is read. Absent when the root was
+    /// mounted unverified (no `liken.verity=`, as on a BIOS machine
+    /// booting through GRUB, or a release bundled without a tree), and
+    /// when no slot is the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_verity: Option<Sha256Hex>,
 }
 
 /// Boot assessment: whether the booted entry was on trial, whether init
@@ -264,6 +272,7 @@ mod tests {
             }),
             via: Some(RebootVia::Kexec),
             via_reason: None,
+            root_verity: None,
         };
         let json = serde_json::to_string(&r).unwrap();
         assert!(
@@ -272,7 +281,20 @@ mod tests {
             ),
             "{json}"
         );
+        // An unverified root says nothing: a record from before the
+        // field reads the same.
+        assert!(!json.contains("rootVerity"), "{json}");
         assert_eq!(serde_json::from_str::<BootRecord>(&json).unwrap(), r);
         assert_eq!(Some(r.boot_id()), r.status().boot_id());
+        let verified = BootRecord {
+            root_verity: Some(sha256(b"tree")),
+            ..r
+        };
+        let json = serde_json::to_string(&verified).unwrap();
+        assert!(
+            json.ends_with(&format!(r#","rootVerity":"{}"}}"#, sha256(b"tree"))),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<BootRecord>(&json).unwrap(), verified);
     }
 }

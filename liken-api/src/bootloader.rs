@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::boot::Slot;
+use crate::verity::VerityArg;
 use crate::version::Version;
 
 /// Tries a newly written slot gets before the bootloader gives up on it.
@@ -215,16 +216,24 @@ pub struct EntryParams {
     pub console_args: Vec<String>,
     /// Further kernel arguments.
     pub extra_args: Vec<String>,
+    /// The root hash of the slot's system image, when its release
+    /// carries a dm-verity record: init opens the slot through dm-verity
+    /// with it (`liken.verity=`).
+    pub verity: Option<VerityArg>,
 }
 
-fn kernel_options(slot: Slot, console: &[String], extra: &[String]) -> String {
+fn kernel_options(
+    slot: Slot,
+    verity: Option<&VerityArg>,
+    console: &[String],
+    extra: &[String],
+) -> String {
     // panic=: a kernel panic (PID 1 dying among them) reboots after ten
     // seconds instead of hanging, so the try counter gets spent and a
     // release that cannot boot falls back without a person at the console.
-    let mut parts = vec![
-        format!("liken.slot={}", slot.esp_dir()),
-        format!("panic={PANIC_REBOOT_SECONDS}"),
-    ];
+    let mut parts = vec![format!("liken.slot={}", slot.esp_dir())];
+    parts.extend(verity.map(VerityArg::render));
+    parts.push(format!("panic={PANIC_REBOOT_SECONDS}"));
     parts.extend(console.iter().cloned());
     parts.extend(extra.iter().cloned());
     parts.join(" ")
@@ -247,7 +256,7 @@ pub fn render_entry(p: &EntryParams) -> String {
     out.push_str(&format!("initrd /{LAYER_PATH}\n"));
     out.push_str(&format!(
         "options {}\n",
-        kernel_options(p.slot, &p.console_args, &p.extra_args)
+        kernel_options(p.slot, p.verity.as_ref(), &p.console_args, &p.extra_args)
     ));
     out
 }
@@ -312,7 +321,10 @@ pub fn grub_tries_var(slot: Slot) -> String {
     format!("liken_{}_tries", slot.esp_dir())
 }
 
-/// What grub.cfg needs to know about the machine.
+/// What grub.cfg needs to know about the machine. Both slots boot
+/// through the one grub.cfg, so it carries no `liken.verity=` (each
+/// slot's root hash is its own): a machine that boots by GRUB (BIOS)
+/// mounts its slots unverified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrubParams {
     /// `console=` arguments.
@@ -576,6 +588,7 @@ mod tests {
             microcode: true,
             console_args: vec!["console=ttyS0,115200".into()],
             extra_args: vec!["quiet".into()],
+            verity: None,
         };
         let text = render_entry(&p);
         let lines: Vec<&str> = text.lines().collect();
@@ -596,10 +609,32 @@ mod tests {
             microcode: false,
             console_args: vec![],
             extra_args: vec![],
+            verity: None,
             ..p
         });
         assert!(!text.contains("microcode"));
         assert!(text.ends_with("options liken.slot=b panic=10\n"));
+    }
+
+    #[test]
+    fn an_entry_carries_its_slots_root_hash() {
+        let root = "1a2b3c4d".repeat(8);
+        let verity = VerityArg::parse(&format!("{root}:0f0f:513")).unwrap();
+        let text = render_entry(&EntryParams {
+            slot: Slot::A,
+            version: v(),
+            microcode: false,
+            console_args: vec!["console=ttyS0".into()],
+            extra_args: vec!["liken.machine=node-1".into()],
+            verity: Some(verity),
+        });
+        assert!(
+            text.ends_with(&format!(
+                "options liken.slot=a liken.verity={root}:0f0f:513 panic=10 console=ttyS0 \
+                 liken.machine=node-1\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]
@@ -633,6 +668,7 @@ mod tests {
             microcode: false,
             console_args: vec![],
             extra_args: vec![],
+            verity: None,
         };
         let entries = vec![
             "liken-a.conf".to_string(),

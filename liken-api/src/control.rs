@@ -402,6 +402,7 @@ mod tests {
                 assessment: None,
                 via: None,
                 via_reason: None,
+                root_verity: None,
             }),
             machine: Some("m1".into()),
             problems: vec![StepProblem {

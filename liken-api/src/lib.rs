@@ -32,6 +32,8 @@
 //! - [`crd`]: the CustomResourceDefinitions generated from the types.
 //! - [`bootloader`]: systemd-boot entries, grub.cfg and grubenv for the
 //!   A/B slots, and the try-counter decisions init makes about them.
+//! - [`verity`]: the `liken.verity=` kernel argument a slot's entry
+//!   carries, and the dm-verity table init builds from it.
 
 pub mod annotations;
 pub mod boot;
@@ -57,6 +59,7 @@ pub mod signing;
 pub mod time;
 pub mod tzif;
 pub mod validate;
+pub mod verity;
 pub mod version;
 
 pub use boot::{BootAssessment, BootRecord, BootStatus, RebootVia, Slot};

@@ -355,6 +355,7 @@ mod tests {
             microcode: false,
             console_args: vec!["console=ttyS0".into()],
             extra_args: vec![],
+            verity: None,
         });
         parse_entry(file, &text).unwrap().unwrap()
     }
@@ -367,6 +368,7 @@ mod tests {
             microcode: true,
             console_args: vec!["console=ttyS0,115200".into()],
             extra_args: vec!["quiet".into()],
+            verity: None,
         });
         let e = parse_entry("liken-b+3.conf", &text).unwrap().unwrap();
         assert_eq!(e.sort_key.as_deref(), Some("liken"));

@@ -38,6 +38,7 @@ fn shipped_files_match_the_renderers() {
         microcode: true,
         console_args: vec!["console=ttyS0,115200".into()],
         extra_args: vec!["quiet".into()],
+        verity: None,
     });
     assert_eq!(got, want);
 }

@@ -43,6 +43,7 @@ pub fn decide_record(
         assessment: None,
         via: via.as_ref().map(|(v, _)| *v),
         via_reason: via.and_then(|(_, why)| why),
+        root_verity: None,
     }
 }
 

@@ -730,6 +730,7 @@ fn esp_after(
         microcode: release.microcode.is_some(),
         console_args: before.console,
         extra_args: before.extra,
+        verity: None,
     };
     let entries = esp.list(ENTRIES_DIR)?;
     let plan = bootloader::decide_new_release_entries(&params, &entries);
@@ -1371,6 +1372,7 @@ mod tests {
                 microcode: true,
                 console_args: vec!["console=ttyS0,115200".into()],
                 extra_args: vec![],
+                verity: None,
             })
         );
         // The booted entry's liken.bless-after=5 is not carried on.

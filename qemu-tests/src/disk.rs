@@ -379,6 +379,7 @@ pub fn entry(slot: Slot, version: &str, microcode: bool, extra: &[&str]) -> Stri
         microcode,
         console_args: vec!["console=ttyS0".into()],
         extra_args: extra.iter().map(|a| (*a).to_owned()).collect(),
+        verity: None,
     })
 }
 

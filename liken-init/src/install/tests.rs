@@ -224,6 +224,7 @@ fn a_full_install_onto_an_image_file() {
             microcode: true,
             console_args: vec!["console=ttyS0,115200".into()],
             extra_args: vec!["liken.machine=node-1".into()],
+            verity: None,
         })
     );
     assert!(

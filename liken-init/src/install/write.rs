@@ -211,6 +211,7 @@ pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::T
         microcode: v.microcode.is_some(),
         console_args: args.console.clone(),
         extra_args: args.extra.clone(),
+        verity: None,
     };
     let entry = format!(
         "{}/{}",

@@ -32,6 +32,7 @@ impl World {
                 microcode: false,
                 console_args: vec!["console=ttyS0".into()],
                 extra_args: vec![],
+                verity: None,
             });
             std::fs::write(dir.join("loader/entries").join(file), text).unwrap();
             let d = slot.esp_dir();

@@ -939,6 +939,7 @@ mod tests {
             assessment: None,
             via: None,
             via_reason: None,
+            root_verity: None,
         }
     }
 

@@ -381,6 +381,7 @@ mod tests {
             assessment,
             via: None,
             via_reason: None,
+            root_verity: None,
         }
     }
 

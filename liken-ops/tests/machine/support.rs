@@ -353,6 +353,7 @@ impl Host {
             }),
             via: Some(via.0),
             via_reason: via.1,
+            root_verity: None,
         };
         let mut json = serde_json::to_vec_pretty(&record).unwrap();
         json.push(b'\n');
