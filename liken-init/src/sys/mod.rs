@@ -13,6 +13,9 @@
 //!   and the kexec calls of [`kexec`] (kexec_file_load(2), a raw
 //!   syscall);
 //! - [`block`] finds GPT partitions by label in /sys/class/block;
+//! - [`dm`] makes, loads, resumes and removes device-mapper devices
+//!   through /dev/mapper/control's ioctls (the slot opened through
+//!   dm-verity);
 //! - [`efivars`] reads EFI variables (the entry systemd-boot booted);
 //! - [`children`] holds the table of init's children that the reaper
 //!   and the spawners share, and how a child ended;
@@ -23,13 +26,14 @@
 //! - [`sysctl`] writes a kernel parameter under /proc/sys;
 //! - [`clock`] reads and sets the wall clock (the NTP step);
 //! - [`process`] clears init's signal mask in a child before exec,
-//!   chroots a child, and trims the heap; with [`kexec`], the crate's
-//!   only unsafe code.
+//!   chroots a child, and trims the heap; with [`kexec`] and [`dm`]'s
+//!   ioctl call, the crate's only unsafe code.
 
 pub mod block;
 pub mod children;
 pub mod clock;
 pub mod command;
+pub mod dm;
 pub mod efivars;
 pub mod kexec;
 pub mod modules;
@@ -57,6 +61,8 @@ pub struct Sys {
     pub run: std::sync::Arc<dyn command::Runner + Send + Sync>,
     /// The wall clock.
     pub clock: Box<dyn clock::Clock + Send>,
+    /// The device mapper (the slot opened through dm-verity).
+    pub dm: Box<dyn dm::DeviceMapper + Send>,
 }
 
 impl Sys {
@@ -71,6 +77,7 @@ impl Sys {
             netlink: std::sync::Arc::new(netlink::RealNetlink::new()),
             sysctl: Box::new(sysctl::RealSysctl),
             clock: Box::new(clock::RealClock),
+            dm: Box::new(dm::RealDeviceMapper::new()),
         }
     }
 }
