@@ -38,7 +38,11 @@ pub enum Health {
     /// The node is Ready with a heartbeat from this boot.
     K3s(K3sProbe),
     /// Nothing can make it healthy (no documents, no k3s); the reason.
+    /// A boot on trial waits for its deadline all the same.
     Never(String),
+    /// The boot failed in a way no waiting mends (its slot did not
+    /// become the root); the reason. A boot on trial reboots at once.
+    Broken(String),
 }
 
 /// How k3s's health is asked.

@@ -330,6 +330,12 @@ pub fn decide_verdict(
             }
             why.clone()
         }
+        Health::Broken(why) => {
+            return Verdict::Reboot(format!(
+                "this boot cannot become healthy ({why}); rebooting now so the bootloader \
+                 spends a try of this slot and, once they are spent, falls back to the other one"
+            ));
+        }
     };
     Verdict::Reboot(format!(
         "this boot did not become healthy within {} s ({not_yet}); rebooting so the bootloader \
@@ -686,12 +692,19 @@ pub fn step(boot: &mut Boot) -> Outcome {
             boot.paths.k3s.display()
         )
     };
-    let health = decide_health(
-        boot.cmdline.bless_after,
-        k3s,
-        role_and_node.as_ref().map(|(r, n)| (*r, n.as_str())),
-        Some(&no_k3s),
-    );
+    let health = match &boot.root_failure {
+        // The root line said why; nothing after it can mend that.
+        Some(_) => Health::Broken(format!(
+            "slot {}'s system image did not become the root (the root line says why)",
+            trial.slot
+        )),
+        None => decide_health(
+            boot.cmdline.bless_after,
+            k3s,
+            role_and_node.as_ref().map(|(r, n)| (*r, n.as_str())),
+            Some(&no_k3s),
+        ),
+    };
     let deadline = boot
         .cmdline
         .bless_deadline
@@ -700,14 +713,20 @@ pub fn step(boot: &mut Boot) -> Outcome {
         Loader::Uefi(sel) => format!("systemd-boot entry {sel}"),
         Loader::Grub => "GRUB".to_owned(),
     };
-    let mut detail = if trial.counted {
+    let mut detail = if let (true, Health::Broken(why)) = (trial.counted, &health) {
+        format!(
+            "slot {} on trial ({loader}); it cannot become healthy: {why}, so it reboots now \
+             and the bootloader spends a try",
+            trial.slot
+        )
+    } else if trial.counted {
         let test = match &health {
             Health::Uptime(d) => format!("once the service has stayed up {} s", d.as_secs()),
             Health::K3s(p) => format!(
                 "once node {} is Ready with a heartbeat from this boot",
                 p.node
             ),
-            Health::Never(why) => format!("never: {why}"),
+            Health::Never(why) | Health::Broken(why) => format!("never: {why}"),
         };
         format!(
             "slot {} on trial ({loader}); blessing {test}, rebooting if not healthy within {} s",
@@ -1009,6 +1028,17 @@ mod tests {
         assert_eq!(
             decide_verdict(&never, t0, dl, t0, running, None),
             Verdict::Wait(t0 + dl)
+        );
+        // A slot that did not become the root reboots at once, long
+        // before the deadline.
+        let broken = Health::Broken("slot B's system image did not become the root".into());
+        let now = decide_verdict(&broken, t0, dl, t0, State::NotStarted, None);
+        assert!(
+            matches!(&now, Verdict::Reboot(w) if w.starts_with(
+                "this boot cannot become healthy (slot B's system image did not become the \
+                 root); rebooting now"
+            )),
+            "{now:?}"
         );
     }
 

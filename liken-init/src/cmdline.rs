@@ -5,14 +5,21 @@
 //! document, `liken.install` boots install mode, `liken.slot=A|B` says
 //! which slot the entry boots, `liken.bless-after=<s>` and
 //! `liken.bless-deadline=<s>` tune boot assessment, `liken.kexec=<entry>`
-//! says the previous boot reached this one by kexec, and `console=`
-//! arguments are kept so the installed machine's entries carry them on. Anything else is the
+//! says the previous boot reached this one by kexec,
+//! `liken.verity=<root>:<salt>:<blocks>` gives the slot's dm-verity root
+//! hash ([`liken_api::verity`]), and `console=` arguments are kept so
+//! the installed machine's entries carry them on. Anything else is the
 //! kernel's business and ignored here.
+//!
+//! `liken.verity=` is read strictly: a value outside its grammar, or the
+//! argument twice, is kept as the error, which the root step reports and
+//! fails on. A malformed root hash must never become an unverified root.
 //!
 //! Parsing follows the kernel's own rules: arguments split on
 //! whitespace, and double quotes group a value with spaces in it.
 
 use liken_api::Slot;
+use liken_api::verity::{self, VerityArg, VerityArgError};
 
 /// What init reads from the command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,6 +42,9 @@ pub struct Cmdline {
     /// `liken.kexec=<entry>|grub`: the previous boot's init reached this
     /// one by kexec, booting that entry ([`liken_api::next_boot::KEXEC_ARG`]).
     pub kexec: Option<String>,
+    /// `liken.verity=`: the slot's dm-verity root hash, or why the value
+    /// given cannot be one. `None` when the entry carries none.
+    pub verity: Option<Result<VerityArg, VerityArgError>>,
     /// Arguments that start with `liken.` but mean nothing to this
     /// version, so the console can say so (a typo picks no machine).
     pub unknown: Vec<String>,
@@ -108,6 +118,13 @@ impl Cmdline {
                 (liken_api::next_boot::KEXEC_ARG, Some(v)) if !v.is_empty() => {
                     c.kexec = Some(v.to_owned());
                 }
+                (verity::ARG, value) => {
+                    c.verity = Some(match (&c.verity, value) {
+                        (Some(_), _) => Err(VerityArgError::Twice),
+                        (None, Some(v)) => VerityArg::parse(v),
+                        (None, None) => Err(VerityArgError::Fields(String::new())),
+                    });
+                }
                 (k, _) if k.starts_with("liken.") && !k.starts_with("liken.standin") => {
                     c.unknown.push(arg.clone());
                 }
@@ -170,6 +187,47 @@ mod tests {
         let c = Cmdline::parse("liken.kexec=");
         assert_eq!(c.kexec, None);
         assert_eq!(c.unknown, vec!["liken.kexec="]);
+    }
+
+    #[test]
+    fn the_verity_argument_is_read_strictly() {
+        let root = "ab".repeat(32);
+        let c = Cmdline::parse(&format!("liken.slot=a liken.verity={root}:0f:513 quiet"));
+        let arg = c.verity.unwrap().unwrap();
+        assert_eq!(arg.root_hash().as_str(), root);
+        assert_eq!(arg.data_blocks(), 513);
+        assert_eq!(Cmdline::parse("liken.slot=a").verity, None);
+        // Malformed, bare, or twice: kept as the error, never dropped.
+        for (text, want) in [
+            (
+                format!("liken.verity={root}:0f"),
+                VerityArgError::Fields(format!("{root}:0f")),
+            ),
+            (
+                format!("liken.verity={root}:0f:0"),
+                VerityArgError::DataBlocks("0".into()),
+            ),
+            (
+                "liken.verity".to_owned(),
+                VerityArgError::Fields(String::new()),
+            ),
+            (
+                "liken.verity=".to_owned(),
+                VerityArgError::Fields(String::new()),
+            ),
+            (
+                format!("liken.verity={root}:0f:1 liken.verity={root}:0f:1"),
+                VerityArgError::Twice,
+            ),
+            (
+                format!("liken.verity=x liken.verity={root}:0f:1"),
+                VerityArgError::Twice,
+            ),
+        ] {
+            let c = Cmdline::parse(&text);
+            assert_eq!(c.verity, Some(Err(want)), "{text}");
+            assert!(c.unknown.is_empty(), "{text}: {:?}", c.unknown);
+        }
     }
 
     #[test]

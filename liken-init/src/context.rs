@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::Sender;
 use liken_api::control::StepProblem;
-use liken_api::{BootRecord, Cluster, Machine, Time};
+use liken_api::{BootRecord, Cluster, Machine, Sha256Hex, Time};
 
 use crate::cmdline::Cmdline;
 use crate::events::Event;
@@ -99,6 +99,13 @@ pub struct Boot {
     /// The network thread, once the network step started it; the
     /// shutdown stops it, which gives the DHCP leases back.
     pub network: Option<net::daemon::Daemon>,
+    /// The dm-verity root hash the root was opened with, once the root
+    /// step made a verified slot the root.
+    pub root_verity: Option<Sha256Hex>,
+    /// Why the root step could not make the booted slot the root: a
+    /// boot on trial that has it can never become healthy, so boot
+    /// assessment reboots it at once ([`crate::bless`]).
+    pub root_failure: Option<String>,
 }
 
 impl Boot {
@@ -124,6 +131,8 @@ impl Boot {
             problems: Vec::new(),
             assessment: None,
             network: None,
+            root_verity: None,
+            root_failure: None,
         }
     }
 }

@@ -30,7 +30,8 @@
 //!   modules beside the boot steps.
 //! - [`mounts`]: the pseudo filesystems and the reverse unmount.
 //! - [`rootfs`]: the slot's system image as the root, /var on the data
-//!   partition, and the switch from the initramfs.
+//!   partition, and the switch from the initramfs; [`verity_root`]: the
+//!   slot opened through dm-verity when its entry gives a root hash.
 //! - [`sysctls`]: the Machine's kernel parameters under /proc/sys.
 //! - [`staged`]: staged documents promoted, and the running documents
 //!   published in /run/liken/documents.
@@ -124,6 +125,7 @@ pub mod sys;
 pub mod sysctls;
 pub mod trust;
 pub mod udp;
+pub mod verity_root;
 
 use std::sync::{Arc, Mutex};
 

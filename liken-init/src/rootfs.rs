@@ -17,10 +17,22 @@
 //! partition with no ext4 superblock and nothing else it recognises, so
 //! a data partition that holds another filesystem is never wiped.
 //!
+//! When the entry gives the slot's dm-verity root hash
+//! (`liken.verity=`), the partition is first mapped through the kernel's
+//! verity target ([`crate::verity_root`]) and the mapped device is what
+//! is mounted, so every block of the root is checked as it is read; the
+//! milestone says `through dm-verity (root hash …)`. Without the
+//! argument the partition is mounted as it is, and the milestone says
+//! `(unverified)`. A root hash that cannot be read is a failure, never
+//! an unverified root.
+//!
 //! Every failure undoes what was done (moves reversed, mounts
-//! unmounted) and leaves init on the initramfs, with a message naming
-//! what failed and what to do; the boot goes on there, so the control
-//! socket still answers and the machine can be rebooted.
+//! unmounted, the slot unmapped) and leaves init on the initramfs, with a
+//! message naming what failed and what to do; the boot goes on there, so
+//! the control socket still answers and the machine can be rebooted. On
+//! a boot on trial that is at once, by boot assessment ([`crate::bless`]):
+//! a slot whose root cannot be mounted never becomes healthy, so the
+//! bootloader spends its tries and falls back.
 //!
 //! The decisions ([`decide_root`], [`decide_data`]) are pure; the
 //! carrying out goes through the mount and command seams of
@@ -209,8 +221,12 @@ pub struct Switch<'a> {
     pub runner: &'a dyn Runner,
     /// Where the image is mounted first ([`NEW_ROOT`]).
     pub new_root: PathBuf,
-    /// The slot's partition.
+    /// The slot's partition, or the device mapped over it through
+    /// dm-verity.
     pub slot_device: PathBuf,
+    /// Whether `slot_device` is the slot through dm-verity, where an
+    /// I/O error means a block that failed its check.
+    pub verified: bool,
     /// LIKEN-DATA.
     pub data_device: PathBuf,
     /// The layer on the initramfs (/etc/liken).
@@ -225,6 +241,27 @@ pub struct Switch<'a> {
     /// Whether to delete the initramfs's files after the switch (only
     /// on the machine: a test's `/` is its host's).
     pub free_initramfs: bool,
+}
+
+/// Why the slot's image did not mount, and what to do. Through
+/// dm-verity an I/O error is a block that does not match the root hash
+/// (the kernel's `device-mapper: verity:` line names it): the slot was
+/// changed or damaged after its release was written.
+pub fn decide_image_error(device: &Path, root: &Path, verified: bool, e: &io::Error) -> String {
+    let what = format!(
+        "cannot mount {} (squashfs) on {}: {e}",
+        device.display(),
+        root.display()
+    );
+    if verified && e.raw_os_error() == Some(nix::libc::EIO) {
+        format!(
+            "{what}: a block of the slot does not match its dm-verity root hash (the kernel log's \
+             `device-mapper: verity:` line names it), so the slot was changed or damaged after \
+             its release was written; write the release again"
+        )
+    } else {
+        format!("{what}; the slot holds no system image: write the release again")
+    }
 }
 
 /// What the switch did.
@@ -328,16 +365,16 @@ fn try_switch(s: &Switch<'_>, undo: &mut Undo) -> Result<Switched, String> {
     let m = s.mounter;
     let root = &s.new_root;
     std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-    mount(
-        m,
-        undo,
-        &s.slot_device,
-        root.clone(),
-        "squashfs",
-        MsFlags::MS_RDONLY,
-        None,
-    )
-    .map_err(|e| format!("{e}; the slot holds no system image: write the release again"))?;
+    let image = MountRequest {
+        source: s.slot_device.display().to_string(),
+        target: root.clone(),
+        fstype: "squashfs".to_owned(),
+        flags: MsFlags::MS_RDONLY,
+        data: None,
+    };
+    m.mount(&image)
+        .map_err(|e| decide_image_error(&s.slot_device, root, s.verified, &e))?;
+    undo.mounts.push(root.clone());
     let missing: Vec<&str> = MOUNT_POINTS
         .iter()
         .copied()
@@ -620,26 +657,43 @@ pub fn clear_dir(dir: &Path, dev: u64, depth: u32) -> usize {
     removed
 }
 
-/// The boot step: decide, switch, then load what the full module tree
-/// has for this computer. Every failure leaves init on the initramfs.
+/// The boot step: decide, open the slot (through dm-verity when its
+/// entry gives a root hash), switch, then load what the full module
+/// tree has for this computer. Every failure leaves init on the
+/// initramfs, and is kept in the [`Boot`] so a boot on trial reboots at
+/// once ([`crate::bless`]).
 pub fn step(boot: &mut Boot) -> Outcome {
+    match try_step(boot) {
+        Ok(outcome) => outcome,
+        Err(why) => {
+            boot.root_failure = Some(why.clone());
+            Outcome::Failed(why)
+        }
+    }
+}
+
+/// The step; `Err` when the entry's slot did not become the root.
+fn try_step(boot: &mut Boot) -> Result<Outcome, String> {
     let sys = boot.paths.sys.clone();
     let a = block::find_by_label(&sys, None, Slot::A.partition_label());
     let b = block::find_by_label(&sys, None, Slot::B.partition_label());
     let (slot, device) = match decide_root(boot.cmdline.install, boot.cmdline.slot, &a, &b) {
-        RootPlan::Initramfs(why) => return Outcome::ok_with(why),
+        RootPlan::Initramfs(why) => return Ok(Outcome::ok_with(why)),
         RootPlan::Refuse(why) => {
-            return Outcome::Failed(format!("{why}; running from the initramfs"));
+            return Err(format!("{why}; running from the initramfs"));
         }
         RootPlan::Slot { slot, device } => (slot, device),
     };
     // The data partition (and later the ESP) only on the disk that holds
     // the slot: another disk's LIKEN-DATA is another machine's.
     let disk = block::disk_of(&sys, &device);
+    // Known even if the switch fails: boot assessment finds the ESP on
+    // this disk.
+    boot.paths.boot_disk.clone_from(&disk);
     let data = match block::find_by_label(&sys, disk.as_deref(), DATA_LABEL) {
         Ok(Some(d)) => d,
         Ok(None) => {
-            return Outcome::Failed(format!(
+            return Err(format!(
                 "slot {slot} is on {}, but no partition on its disk ({}) is named {DATA_LABEL} \
                  for /var; the disk was not installed by liken: reinstall it; running from the \
                  initramfs",
@@ -648,24 +702,52 @@ pub fn step(boot: &mut Boot) -> Outcome {
             ));
         }
         Err(devs) => {
-            return Outcome::Failed(format!(
+            return Err(format!(
                 "partition name {DATA_LABEL} is on several disks ({}); remove the stale disk \
                  and reboot; running from the initramfs",
                 list(&devs)
             ));
         }
     };
+    // A root hash the entry gives but that cannot be read is never
+    // taken for none: the slot is not mounted unchecked.
+    let verity = match &boot.cmdline.verity {
+        None => None,
+        Some(Ok(arg)) => Some(arg.clone()),
+        Some(Err(e)) => {
+            return Err(format!(
+                "slot {slot} is not mounted: {e}; running from the initramfs"
+            ));
+        }
+    };
     // The filesystems a slot and the data partition need, loaded now
-    // that there is something to mount.
+    // that there is something to mount; and the device mapper's modules
+    // when the slot is to be opened through dm-verity.
     let fs_trouble = match boot.load_modules(modload::FILESYSTEMS) {
         Some(report) => modload::describe(&report, 0.0).err(),
         None => Some("there is no module tree to load filesystems from".to_owned()),
+    };
+    let mapped = match &verity {
+        None => None,
+        Some(arg) => match open_verified(boot, slot, arg, &device) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                return Err(format!(
+                    "slot {slot} ({}) cannot be opened through dm-verity: {e}; running from the \
+                     initramfs",
+                    device.display()
+                ));
+            }
+        },
     };
     let plan = Switch {
         mounter: &*boot.sys.mount,
         runner: &*boot.sys.run,
         new_root: PathBuf::from(NEW_ROOT),
-        slot_device: device.clone(),
+        slot_device: mapped
+            .as_ref()
+            .map_or_else(|| device.clone(), |m| m.node.clone()),
+        verified: mapped.is_some(),
         data_device: data.clone(),
         layer_from: boot.paths.etc_liken.clone(),
         layer_to: boot.paths.run_liken.join(LAYER_DIR),
@@ -688,13 +770,20 @@ pub fn step(boot: &mut Boot) -> Outcome {
         Err(e) => {
             let modules =
                 fs_trouble.map_or(String::new(), |t| format!(" (filesystem modules: {t})"));
-            return Outcome::Failed(format!(
-                "{e}{modules}; init stays on the initramfs without k3s: fix that and reboot"
+            let unmapped = match mapped
+                .as_ref()
+                .map(|m| crate::verity_root::close(&*boot.sys.dm, m))
+            {
+                Some(Err(why)) => format!(" (and unmapping the slot: {why})"),
+                _ => String::new(),
+            };
+            return Err(format!(
+                "{e}{modules}{unmapped}; init stays on the initramfs without k3s: fix that and \
+                 reboot"
             ));
         }
     };
     boot.mounted.extend(done.mounted);
-    boot.paths.boot_disk = disk;
     boot.paths.etc_liken = boot.paths.run_liken.join(LAYER_DIR);
     boot.paths.resolv_conf = PathBuf::from(RESOLV_CONF);
     let formatted = if done.formatted {
@@ -702,18 +791,54 @@ pub fn step(boot: &mut Boot) -> Outcome {
     } else {
         ""
     };
+    let checked = match &verity {
+        Some(arg) => {
+            boot.root_verity = Some(arg.root_hash().clone());
+            crate::verity_root::describe(arg)
+        }
+        None => "(unverified)".to_owned(),
+    };
     let modules = start_image_modules(boot);
     let text = format!(
-        "slot {slot} from {} is the root, /var on {}{formatted}; {} initramfs entries freed; \
-         {modules}",
+        "slot {slot} from {} {checked} is the root, /var on {}{formatted}; {} initramfs entries \
+         freed; {modules}",
         device.display(),
         data.display(),
         done.freed
     );
-    match done.unshared {
+    // The root is switched: a failure past it is no root failure.
+    Ok(match done.unshared {
         Some(why) => Outcome::Failed(format!("{why} ({text})")),
         None => Outcome::ok_with(text),
-    }
+    })
+}
+
+/// Loads the device mapper's modules and maps the slot's partition
+/// through dm-verity; returns the mapped device, or why not.
+fn open_verified(
+    boot: &mut Boot,
+    slot: Slot,
+    arg: &liken_api::verity::VerityArg,
+    device: &Path,
+) -> Result<crate::sys::dm::Mapped, String> {
+    let modules = match boot.load_modules(crate::verity_root::MODULES) {
+        Some(report) => modload::describe(&report, 0.0).err(),
+        None => Some("there is no module tree to load them from".to_owned()),
+    };
+    let with_modules = |e: String| match &modules {
+        Some(t) => format!("{e} (device-mapper modules: {t})"),
+        None => e,
+    };
+    let partition = crate::verity_root::partition_dev(device).map_err(with_modules)?;
+    crate::verity_root::open(
+        &*boot.sys.dm,
+        slot,
+        arg,
+        partition,
+        Path::new("/dev"),
+        crate::verity_root::NODE_DEADLINE,
+    )
+    .map_err(with_modules)
 }
 
 /// Where the resolver configuration goes once the system image is the
@@ -866,6 +991,7 @@ mod tests {
             runner: r,
             new_root: t.root.clone(),
             slot_device: "/dev/vda3".into(),
+            verified: false,
             data_device: t.data.clone(),
             layer_from: t.layer.clone(),
             layer_to: t.dir.join("run-liken-layer"),
@@ -1039,6 +1165,27 @@ mod tests {
         for d in [t.dir, blank.dir, other.dir, bare.dir] {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+
+    #[test]
+    fn an_io_error_through_dm_verity_is_a_block_that_failed_its_check() {
+        let eio = io::Error::from_raw_os_error(nix::libc::EIO);
+        let e = decide_image_error(Path::new("/dev/dm-0"), Path::new("/sysroot"), true, &eio);
+        assert!(
+            e.starts_with("cannot mount /dev/dm-0 (squashfs) on /sysroot: Input/output error")
+                && e.contains("does not match its dm-verity root hash")
+                && e.ends_with("write the release again"),
+            "{e}"
+        );
+        // Unverified, or another error: the slot holds no image.
+        let e = decide_image_error(Path::new("/dev/vda3"), Path::new("/sysroot"), false, &eio);
+        assert!(
+            e.ends_with("the slot holds no system image: write the release again"),
+            "{e}"
+        );
+        let inval = io::Error::from_raw_os_error(nix::libc::EINVAL);
+        let e = decide_image_error(Path::new("/dev/dm-0"), Path::new("/sysroot"), true, &inval);
+        assert!(!e.contains("dm-verity"), "{e}");
     }
 
     #[test]

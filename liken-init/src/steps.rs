@@ -209,6 +209,10 @@ fn read_cmdline(boot: &mut Boot) -> Outcome {
                     c.unknown.join(" ")
                 ));
             }
+            // The root step refuses the slot for it too (rootfs).
+            if let Some(Err(e)) = &c.verity {
+                return Outcome::Failed(format!("{e}; the slot will not be mounted"));
+            }
             let mut detail = Vec::new();
             if let Some(m) = &c.machine {
                 detail.push(format!("machine {m}"));
@@ -471,6 +475,7 @@ fn publish_record(boot: &mut Boot) -> Outcome {
         via,
     );
     record.assessment = boot.assessment.as_ref().map(crate::bless::Plan::record);
+    record.root_verity.clone_from(&boot.root_verity);
     let result = std::fs::create_dir_all(&boot.paths.run_liken)
         .and_then(|()| boot_record::publish(&boot.paths.run_liken, &record));
     let outcome = match result {
