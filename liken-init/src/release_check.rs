@@ -25,6 +25,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use liken_api::release::{Artifact, RELEASE_FILE, Release};
+use liken_api::verity::VerityArg;
 use liken_api::{Sha256Hex, decode};
 use sha2::{Digest as _, Sha256};
 
@@ -98,6 +99,20 @@ impl fmt::Display for CheckError {
 }
 
 impl std::error::Error for CheckError {}
+
+/// The `liken.verity=` argument for the release's dm-verity record, if
+/// it has one: what the slot's new entry carries so init opens the
+/// system image through dm-verity. Refused (before anything is written)
+/// when the record is not the one format the argument carries, which
+/// the strict decoder's checks already rule out.
+pub fn verity_arg(release: &Release) -> Result<Option<VerityArg>, CheckError> {
+    release
+        .verity
+        .as_ref()
+        .map(VerityArg::from_record)
+        .transpose()
+        .map_err(|e| CheckError::Document(e.to_string()))
+}
 
 /// Which of a release's artifacts a caller checks.
 #[derive(Clone, Copy, Debug)]

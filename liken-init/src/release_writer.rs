@@ -56,6 +56,7 @@ use liken_api::digest::FileName;
 use liken_api::release::{
     ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_MICROCODE, ARTIFACT_SYSTEM, Artifact, Release,
 };
+use liken_api::verity::VerityArg;
 use liken_api::{Sha256Hex, Slot};
 use sha2::{Digest as _, Sha256};
 
@@ -334,7 +335,8 @@ pub fn decide_unmounted(device: &Path, mounts: &str) -> Result<(), WriteError> {
 /// The `console=` arguments and the other arguments a new entry carries
 /// on from the booted one's options (or the kernel command line). Left
 /// out: what [`bootloader::render_entry`] writes itself (`liken.slot=`,
-/// `panic=`), install mode (an installed machine must not reinstall
+/// `panic=`, and `liken.verity=`: the booted slot's root hash is not the
+/// new release's, whose own comes from its release.yaml), install mode (an installed machine must not reinstall
 /// itself), what bootloaders add (`initrd=`, `BOOT_IMAGE=`), and
 /// `liken.bless-after=`: it blesses a boot by uptime alone, a test's
 /// knob that must not outlive the entry a test wrote it into, or a new
@@ -345,8 +347,8 @@ pub fn decide_carried_args(options: &str) -> (Vec<String>, Vec<String>) {
     for arg in cmdline::split(options) {
         let key = arg.split_once('=').map_or(arg.as_str(), |(k, _)| k);
         match key {
-            "liken.slot" | "panic" | "liken.install" | "liken.bless-after" | "initrd"
-            | "BOOT_IMAGE" => {}
+            "liken.slot" | "liken.verity" | "panic" | "liken.install" | "liken.bless-after"
+            | "initrd" | "BOOT_IMAGE" => {}
             "console" => console.push(arg),
             _ => extra.push(arg),
         }
@@ -501,6 +503,9 @@ pub struct Verified {
     pub boot: Checked,
     /// microcode.cpio, when the release has it.
     pub microcode: Option<Checked>,
+    /// The system image's root hash for the new entry, when the release
+    /// carries a dm-verity record.
+    pub verity: Option<VerityArg>,
 }
 
 /// Checks the request's directory, release.yaml and every artifact init
@@ -535,9 +540,11 @@ pub fn verify(releases: &Path, request: &WriteRelease) -> Result<Verified, Write
             version: release.version.to_string(),
         });
     }
+    let verity = release_check::verity_arg(&release).map_err(check)?;
     let mut v =
         release_check::check_artifacts(&dir, release, &RULES, &mut |_| {}).map_err(check)?;
     Ok(Verified {
+        verity,
         kernel: v.take_required(ARTIFACT_KERNEL).map_err(check)?,
         system: v.take_required(ARTIFACT_SYSTEM).map_err(check)?,
         boot: v.take_required(ARTIFACT_BOOT).map_err(check)?,
@@ -730,7 +737,7 @@ fn esp_after(
         microcode: release.microcode.is_some(),
         console_args: before.console,
         extra_args: before.extra,
-        verity: None,
+        verity: release.verity.clone(),
     };
     let entries = esp.list(ENTRIES_DIR)?;
     let plan = bootloader::decide_new_release_entries(&params, &entries);
@@ -1123,6 +1130,9 @@ mod tests {
         assert_eq!(console, ["console=tty0", "console=ttyS0,115200"]);
         // A test's uptime blessing stays with the entry it was written into.
         assert_eq!(extra, ["quiet"]);
+        // So does the booted slot's root hash: the new slot has its own.
+        let (_, extra) = decide_carried_args("liken.slot=a liken.verity=ab:cd:1 quiet");
+        assert_eq!(extra, ["quiet"]);
         let text =
             "title liken\noptions liken.slot=b panic=10\n  options\tconsole=ttyS0\noptionsx y\n";
         assert_eq!(entry_options(text), "liken.slot=b panic=10 console=ttyS0");
@@ -1396,6 +1406,60 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[0].contains("verified"), "{lines:?}");
+    }
+
+    #[test]
+    fn the_new_entry_carries_its_own_root_hash_never_the_booted_ones() {
+        let mut w = world("verity", false);
+        let yaml_path = w.releases.join(VERSION).join(RELEASE_FILE);
+        let text = std::fs::read_to_string(&yaml_path).unwrap();
+        let mut release: Release = decode::strict(&text, "release.yaml").unwrap();
+        // The 2 MiB + 4097-byte image: 512 blocks of data, a tree after.
+        release.verity = Some(liken_api::release::Verity {
+            root_hash: liken_api::hash::sha256(b"slot b's tree"),
+            salt: "0f".repeat(32),
+            hash_offset: 512 * 4096,
+            data_block_size: 4096,
+            hash_block_size: 4096,
+            algorithm: "sha256".into(),
+            data_blocks: 512,
+        });
+        let yaml = decode::to_yaml(&release).unwrap();
+        std::fs::write(&yaml_path, &yaml).unwrap();
+        w.release_sha = liken_api::hash::sha256(yaml.as_bytes());
+        // The booted entry carries slot A's own root hash.
+        let a_root = liken_api::hash::sha256(b"slot a's tree");
+        std::fs::write(
+            w.esp.join("loader/entries/liken-a.conf"),
+            format!(
+                "title liken 2026.12.01-001 (slot A)\nversion 2026.12.01-001\n\
+                 options liken.slot=a liken.verity={a_root}:ab:9 panic=10 console=ttyS0,115200\n"
+            ),
+        )
+        .unwrap();
+        w.run(&w.request()).0.unwrap();
+        let text = std::fs::read_to_string(w.esp.join("loader/entries/liken-b+3.conf")).unwrap();
+        let b = VerityArg::from_record(release.verity.as_ref().unwrap()).unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "options liken.slot=b liken.verity={}:{}:512 panic=10 console=ttyS0,115200\n",
+                liken_api::hash::sha256(b"slot b's tree"),
+                "0f".repeat(32)
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            text,
+            bootloader::render_entry(&EntryParams {
+                slot: Slot::B,
+                version: Version::parse(VERSION).unwrap(),
+                microcode: false,
+                console_args: vec!["console=ttyS0,115200".into()],
+                extra_args: vec![],
+                verity: Some(b),
+            })
+        );
+        assert!(!text.contains(a_root.as_str()), "{text}");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use liken_api::release::{
     ARTIFACT_BOOT, ARTIFACT_GRUB_BOOT, ARTIFACT_GRUB_CORE, ARTIFACT_KERNEL, ARTIFACT_MICROCODE,
     ARTIFACT_SYSTEM, ARTIFACT_SYSTEMD_BOOT, Release,
 };
+use liken_api::verity::VerityArg;
 
 use crate::release_check::{self, CheckError, Checked, Rules};
 
@@ -225,6 +226,9 @@ pub struct Verified {
     pub grub_core: Vec<u8>,
     /// The system image, streamed when it is written.
     pub system: Checked,
+    /// The system image's root hash for slot A's entry, when the
+    /// release carries a dm-verity record.
+    pub verity: Option<VerityArg>,
 }
 
 /// Reads `dir`/release.yaml and checks every artifact it lists
@@ -232,8 +236,10 @@ pub struct Verified {
 pub fn verify(dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Verified, SourceError> {
     let check = SourceError::Check;
     let mut v = release_check::verify(dir, None, &RULES, progress).map_err(check)?;
+    let verity = release_check::verity_arg(&v.release).map_err(check)?;
     let mut bytes = |name| v.take_required(name).map(|c| c.bytes).map_err(check);
     Ok(Verified {
+        verity,
         kernel: bytes(ARTIFACT_KERNEL)?,
         boot: bytes(ARTIFACT_BOOT)?,
         systemd_boot: bytes(ARTIFACT_SYSTEMD_BOOT)?,

@@ -277,6 +277,41 @@ fn untouched(disk: &Path, size: u64) -> bool {
 }
 
 #[test]
+fn a_verity_record_gives_slot_as_entry_its_root_hash_and_grub_none() {
+    let dir = scratch("verity");
+    let record = liken_api::release::Verity {
+        root_hash: liken_api::hash::sha256(b"tree"),
+        salt: "0f".repeat(32),
+        // fake_release's system image is 3 MiB and a bit.
+        hash_offset: 768 * 4096,
+        data_block_size: 4096,
+        hash_block_size: 4096,
+        algorithm: "sha256".into(),
+        data_blocks: 768,
+    };
+    let rel = super::testutil::fake_release_with(&dir, false, Some(record));
+    let v = source::verify(&rel, &mut |_| {}).unwrap();
+    let want = format!(
+        "liken.verity={}:{}:768",
+        liken_api::hash::sha256(b"tree"),
+        "0f".repeat(32)
+    );
+    assert_eq!(v.verity.as_ref().map(|a| a.render()), Some(want.clone()));
+    let entry = bootloader::render_entry(&write::entry_params(&v, &args()));
+    assert!(
+        entry.ends_with(&format!(
+            "options liken.slot=a {want} panic=10 console=ttyS0,115200 liken.machine=node-1\n"
+        )),
+        "{entry}"
+    );
+    // Without a record, no argument.
+    let plain = source::verify(&fake_release(&scratch("verity-none"), false), &mut |_| {}).unwrap();
+    assert_eq!(plain.verity, None);
+    assert!(!bootloader::render_entry(&write::entry_params(&plain, &args())).contains("verity"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_tampered_artifact_writes_nothing() {
     let dir = scratch("tampered");
     let rel = fake_release(&dir, false);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use liken_api::Version;
 use liken_api::decode;
-use liken_api::release::{RELEASE_FILE, Release};
+use liken_api::release::{RELEASE_FILE, Release, Verity};
 
 use crate::release_check::write_test_artifact;
 
@@ -50,6 +50,11 @@ pub fn core_img() -> Vec<u8> {
 /// `liken bundle` names them, and release.yaml built with liken-api's
 /// types); microcode only when asked.
 pub fn fake_release(dir: &Path, microcode: bool) -> PathBuf {
+    fake_release_with(dir, microcode, None)
+}
+
+/// [`fake_release`], with a dm-verity record in release.yaml.
+pub fn fake_release_with(dir: &Path, microcode: bool, verity: Option<Verity>) -> PathBuf {
     let rel = dir.join("release");
     std::fs::create_dir_all(&rel).unwrap();
     let mut files: Vec<(&str, &str, Vec<u8>)> = vec![
@@ -69,7 +74,8 @@ pub fn fake_release(dir: &Path, microcode: bool) -> PathBuf {
         .iter()
         .map(|(name, file, content)| write_test_artifact(&rel, name, file, content))
         .collect();
-    let release = Release::new(Version::parse("2026.12.02-001").unwrap(), artifacts, vec![]);
+    let mut release = Release::new(Version::parse("2026.12.02-001").unwrap(), artifacts, vec![]);
+    release.verity = verity;
     std::fs::write(rel.join(RELEASE_FILE), decode::to_yaml(&release).unwrap()).unwrap();
     rel
 }

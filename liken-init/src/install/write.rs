@@ -202,17 +202,25 @@ fn stage(stage: &'static str) -> impl Fn(&dyn fmt::Display) -> WriteError {
     }
 }
 
-/// The ESP's files for a fresh install into slot A.
-pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::Tree, WriteError> {
-    let plan_err = |e: &dyn fmt::Display| WriteError::Plan(format!("the ESP's files: {e}"));
-    let params = EntryParams {
+/// Slot A's entry: the release's version, its microcode, the
+/// arguments, and the system image's root hash when the release carries
+/// a dm-verity record. grub.cfg, which both slots share, gets the same
+/// arguments without the root hash ([`GrubParams`]).
+pub fn entry_params(v: &Verified, args: &EntryArgs) -> EntryParams {
+    EntryParams {
         slot: Slot::A,
         version: v.release.version.clone(),
         microcode: v.microcode.is_some(),
         console_args: args.console.clone(),
         extra_args: args.extra.clone(),
-        verity: None,
-    };
+        verity: v.verity.clone(),
+    }
+}
+
+/// The ESP's files for a fresh install into slot A.
+pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::Tree, WriteError> {
+    let plan_err = |e: &dyn fmt::Display| WriteError::Plan(format!("the ESP's files: {e}"));
+    let params = entry_params(v, args);
     let entry = format!(
         "{}/{}",
         bootloader::ENTRIES_DIR,
