@@ -27,7 +27,9 @@ pub const FILESYSTEMS: &[&str] = &[
 
 /// The other modules PLATFORM.md has init load, which nothing in the
 /// boot waits on (loop devices, erofs and dm-verity images): the
-/// image-modules worker loads them after its coldplug.
+/// image-modules worker loads them after its coldplug. dm_verity is
+/// loaded already when the root came through dm-verity
+/// ([`crate::verity_root::MODULES`]); then it is not tried again.
 pub const FILESYSTEMS_LATER: &[&str] = &["loop", "erofs", "dm_verity"];
 
 /// The running kernel's module tree and its indexes.
