@@ -11,6 +11,7 @@ use liken_api::bootloader::{
     EntryParams, GRUBENV_SIZE, GrubParams, parse_grubenv, render_entry, render_grub_cfg,
     render_grubenv, render_loader_conf,
 };
+use liken_api::verity::VerityArg;
 use liken_api::{Slot, Version};
 
 fn shipped(name: &str) -> String {
@@ -27,20 +28,30 @@ fn shipped_files_match_the_renderers() {
     assert_eq!(shipped("loader.conf"), render_loader_conf());
     let version = Version::parse("2026.12.02-001").unwrap();
     let args = "console=ttyS0,115200 quiet";
-    let want = shipped("entry-template.conf")
-        .replace("@VERSION@", version.as_str())
-        .replace("@SLOT@", "B")
-        .replace("@DIR@", "b")
-        .replace("@ARGS@", args);
-    let got = render_entry(&EntryParams {
+    let template = |verity: &str| {
+        shipped("entry-template.conf")
+            .replace("@VERSION@", version.as_str())
+            .replace("@SLOT@", "B")
+            .replace("@DIR@", "b")
+            .replace("@VERITY@", verity)
+            .replace("@ARGS@", args)
+    };
+    let params = EntryParams {
         slot: Slot::B,
-        version,
+        version: version.clone(),
         microcode: true,
         console_args: vec!["console=ttyS0,115200".into()],
         extra_args: vec!["quiet".into()],
         verity: None,
+    };
+    assert_eq!(render_entry(&params), template(""));
+    // With the release's root hash: one space, then the argument.
+    let verity = VerityArg::parse(&format!("{}:0f:513", "ab".repeat(32))).unwrap();
+    let got = render_entry(&EntryParams {
+        verity: Some(verity.clone()),
+        ..params
     });
-    assert_eq!(got, want);
+    assert_eq!(got, template(&format!(" {}", verity.render())));
 }
 
 fn scratch(name: &str) -> PathBuf {
