@@ -21,6 +21,8 @@ use std::process::Command;
 use liken_api::bootloader::{
     EntryParams, GrubParams, render_entry, render_grub_cfg, render_loader_conf,
 };
+use liken_api::release::Release;
+use liken_api::verity::VerityArg;
 use liken_api::{Slot, Version};
 
 use crate::{check, cli_layer, images, run};
@@ -228,6 +230,26 @@ impl Disk {
         );
     }
 
+    /// Inverts the byte at `offset` in partition `name` (a corrupted
+    /// block, for dm-verity to find).
+    pub fn flip_byte(&self, name: &str, offset: u64) {
+        let ext = self.part(name);
+        assert!(offset < ext.len, "{offset} is past the end of {name}");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .unwrap_or_else(|e| panic!("open disk: {e}"));
+        let at = ext.offset + offset;
+        let mut byte = [0u8; 1];
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.read_exact(&mut byte).unwrap();
+        byte[0] = !byte[0];
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(&byte).unwrap();
+        f.sync_all().unwrap();
+    }
+
     /// The first `len` bytes of partition `name`.
     pub fn read_part(&self, name: &str, len: usize) -> Vec<u8> {
         let ext = self.part(name);
@@ -371,16 +393,39 @@ pub fn systemd_boot(images_dir: &Path) -> PathBuf {
 }
 
 /// A loader entry for a test machine: the console on ttyS0, then
-/// `extra` (kernel arguments such as `liken.bless-after=`).
-pub fn entry(slot: Slot, version: &str, microcode: bool, extra: &[&str]) -> String {
+/// `extra` (kernel arguments such as `liken.bless-after=`), and the
+/// slot's `liken.verity=` when given, as init writes it.
+pub fn entry(
+    slot: Slot,
+    version: &str,
+    microcode: bool,
+    extra: &[&str],
+    verity: Option<&VerityArg>,
+) -> String {
     render_entry(&EntryParams {
         slot,
         version: Version::parse(version).unwrap_or_else(|e| panic!("{version}: {e}")),
         microcode,
         console_args: vec!["console=ttyS0".into()],
         extra_args: extra.iter().map(|a| (*a).to_owned()).collect(),
-        verity: None,
+        verity: verity.cloned(),
     })
+}
+
+/// The `liken.verity=` argument for a bundled release's system image
+/// (`<channel>/<version>/`), from its release.yaml's record.
+pub fn release_verity(dir: &Path) -> VerityArg {
+    let path = dir.join("release.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let release: Release = liken_api::decode::strict(&text, &path.display().to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let record = release.verity.as_ref().unwrap_or_else(|| {
+        panic!(
+            "{} has no verity record: bundle it again (make qemu-images)",
+            path.display()
+        )
+    });
+    VerityArg::from_record(record).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// What a slot boots: the kernel and boot.cpio the ESP holds for it,
@@ -429,6 +474,10 @@ pub struct Installed<'a> {
     pub extra: &'a [&'a str],
     /// The kernel, boot.cpio and system image.
     pub files: &'a SlotFiles,
+    /// The system image's root hash for the entry (`liken.verity=`),
+    /// when it carries a dm-verity tree and the slot is to boot through
+    /// it.
+    pub verity: Option<&'a VerityArg>,
 }
 
 /// The BIOS path of an installed disk: GRUB's boot.img and core.img (the
@@ -467,7 +516,7 @@ pub fn installed_disk_with(dir: &Path, slots: &[Installed<'_>], grub: Option<&Gr
     ];
     for s in slots {
         let text = dir.join(s.entry);
-        std::fs::write(&text, entry(s.slot, s.version, false, s.extra))
+        std::fs::write(&text, entry(s.slot, s.version, false, s.extra, s.verity))
             .unwrap_or_else(|e| panic!("write {}: {e}", text.display()));
         let d = s.slot.esp_dir();
         files.push((format!("loader/entries/{}", s.entry), text));

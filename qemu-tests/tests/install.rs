@@ -23,7 +23,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use qemu_tests::disk::Disk;
+use qemu_tests::disk::{Disk, release_verity};
 use qemu_tests::firmware::Firmware;
 use qemu_tests::install::{
     blank_disk, install_args, installed_args, press_enter_and_power_off, pull_stick_and_power_off,
@@ -64,16 +64,21 @@ fn prepare(name: &str) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 /// The installed disk's first boot as `machine`: slot A's squashfs as
-/// the root, the blank LIKEN-DATA formatted, the stand-in supervised as
-/// k3s (`k3s server` or `k3s agent`, by the machine's role).
-fn expect_slot_a_first_boot(vm: &mut Vm, machine: &str, k3s: &str) {
+/// the root (`checked`: through dm-verity with the release's root hash,
+/// or unverified), the blank LIKEN-DATA formatted, the stand-in
+/// supervised as k3s (`k3s server` or `k3s agent`, by the machine's
+/// role).
+fn expect_slot_a_first_boot(vm: &mut Vm, machine: &str, k3s: &str, checked: &str) {
     vm.expect(
         &format!("liken: cmdline: ok (machine {machine}, slot A)"),
         BOOT,
     );
     let root = vm.expect("liken: root: ", NEXT);
     assert!(
-        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5 (formatted this boot)"),
+        root.starts_with(&format!(
+            "liken: root: ok (slot A from /dev/vda3 {checked} is the root, /var on /dev/vda5 \
+             (formatted this boot)"
+        )),
         "{root}"
     );
     vm.expect(&format!("liken: supervisor: ok ({k3s} pid "), NEXT);
@@ -121,7 +126,16 @@ fn install_and_boot(fw: Firmware, name: &str) {
         &format!("{name}-installed"),
         &installed_args(fw, &dir, &target),
     );
-    expect_slot_a_first_boot(&mut vm, "node-1", "k3s server");
+    // systemd-boot's entry carries the release's root hash; GRUB's one
+    // grub.cfg, shared by both slots, none.
+    let checked = match fw {
+        Firmware::Uefi => format!(
+            "through dm-verity (root hash {}\u{2026})",
+            release_verity(&release).root_hash().short()
+        ),
+        Firmware::Bios => "(unverified)".to_owned(),
+    };
+    expect_slot_a_first_boot(&mut vm, "node-1", "k3s server", &checked);
     // The bootloader counted the entry install mode wrote (three tries)
     // and init blessed it from k3s's answer, not from the stick's
     // liken.bless-after, which the installed entries do not carry.
@@ -328,7 +342,8 @@ fn installs_a_follower_from_netboot_media_with_no_cluster_secret_on_its_disk() {
         &format!("{name}-installed"),
         &installed_args(Firmware::Bios, &dir, &target),
     );
-    expect_slot_a_first_boot(&mut vm, "node-2", "k3s agent");
+    // Under BIOS: GRUB boots the slot unverified.
+    expect_slot_a_first_boot(&mut vm, "node-2", "k3s agent", "(unverified)");
     // The follower's k3s runs with the agent token alone.
     let token = vm.expect_unordered("liken-standin-k3s: token-file ", NEXT);
     assert!(

@@ -35,14 +35,26 @@
 //! (`kernel.kexec_load_disabled`): init's kexec load is refused, the
 //! reboot goes through the firmware, and the next boot's record carries
 //! the reason.
+//!
+//! That machine's slots hold a bundled stand-in release's liken.sqfs
+//! (the squashfs, then its dm-verity tree) and their entries its
+//! `liken.verity=`, as init's release writer writes them. Slot B, newer
+//! and with one try left, has one byte of its first block inverted on
+//! the disk: its mount through dm-verity is an I/O error, init reboots
+//! the trial at once, and systemd-boot falls back to slot A, which boots
+//! through dm-verity (the stand-in sees `/` on the mapped device), says
+//! it fell back, and is blessed. The other slots here boot the bare
+//! stand-in image unverified.
 
 use std::time::Duration;
 
 use liken_api::{BootAssessment, BootRecord, Slot};
-use qemu_tests::disk::{Grub, Installed, SlotFiles, installed_disk, installed_disk_with};
+use qemu_tests::disk::{
+    Grub, Installed, SlotFiles, installed_disk, installed_disk_with, release_verity,
+};
 use qemu_tests::firmware::{Firmware, Ovmf};
 use qemu_tests::install::installed_args;
-use qemu_tests::{Vm, scratch};
+use qemu_tests::{Vm, images, scratch};
 
 /// Deadline for the first milestones: OVMF and systemd-boot under TCG
 /// add about 10 s to a kernel boot, more when tests share the cores.
@@ -70,7 +82,11 @@ fn record_of(vm: &mut Vm) -> (BootRecord, BootAssessment) {
 /// the tries left. Returns init's line giving up.
 fn slot_b_gives_up(vm: &mut Vm, trial: &str, reached: &str) -> String {
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    // The bare stand-in image, with no root hash on the command line.
+    vm.expect(
+        "liken: root: ok (slot B from /dev/vda4 (unverified) is the root",
+        NEXT,
+    );
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
         assess.contains(&format!("slot B on trial ({trial})"))
@@ -221,34 +237,108 @@ fn expect_leader_files(vm: &mut Vm) {
     );
 }
 
+/// Slot B's trial through dm-verity over a corrupted first block: the
+/// mount is an I/O error, so init reboots the trial at once (no
+/// deadline to wait out) and systemd-boot spends B's last try.
+fn slot_b_fails_its_verity_check(vm: &mut Vm) {
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    let root = vm.expect("liken: root: ", NEXT);
+    assert!(
+        root.starts_with(
+            "liken: root: cannot mount /dev/dm-0 (squashfs) on /sysroot: Input/output error \
+             (os error 5): a block of the slot does not match its dm-verity root hash"
+        ) && root.contains("write the release again; init stays on the initramfs"),
+        "{root}"
+    );
+    // The kernel's own word on it, from the verity target.
+    vm.expect_unordered("data block 0 is corrupted", NEXT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains(
+            "slot B on trial (systemd-boot entry liken-b+1-2.conf); it cannot become healthy: \
+             slot B's system image did not become the root"
+        ),
+        "{assess}"
+    );
+    let gave_up = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        gave_up.contains("this boot cannot become healthy") && gave_up.contains("rebooting now"),
+        "{gave_up}"
+    );
+    vm.expect("liken: shutdown: ok (reboot requested)", NEXT);
+    vm.expect_exit("liken: reboot: ok", NEXT);
+}
+
 #[test]
 fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     let dir = scratch("slots-uefi");
+    // The older of the stand-in channel's two current releases, as
+    // bundled (this build's kernel and boot.cpio): its liken.sqfs carries
+    // the dm-verity tree after the squashfs, release.yaml its root hash.
+    let releases = images().standin_releases();
+    let [.., release, _] = releases.as_slice() else {
+        panic!("the stand-in channel holds fewer than two releases (make qemu-images)");
+    };
+    let files = SlotFiles::release(release);
+    let verity = release_verity(release);
     let d = installed_disk(
         &dir,
-        &[Installed {
-            slot: Slot::A,
-            entry: "liken-a+3.conf",
-            version: "2026.12.02-001",
-            // Once blessed, the stand-in disables kexec in the kernel
-            // and asks for a reboot, as the machine operator would.
-            extra: &["liken.standin-reboot-once=blessed-nokexec"],
-            files: &SlotFiles::standin(),
-        }],
+        &[
+            Installed {
+                slot: Slot::A,
+                entry: "liken-a+3.conf",
+                version: "2026.12.02-001",
+                // Once blessed, the stand-in disables kexec in the kernel
+                // and asks for a reboot, as the machine operator would.
+                extra: &["liken.standin-reboot-once=blessed-nokexec"],
+                files: &files,
+                verity: Some(&verity),
+            },
+            // Newer, so systemd-boot boots it first, with its last try.
+            Installed {
+                slot: Slot::B,
+                entry: "liken-b+1-2.conf",
+                version: "2026.12.02-002",
+                extra: &[],
+                files: &files,
+                verity: Some(&verity),
+            },
+        ],
     );
+    // One byte of B's first block, which the squashfs mount reads (its
+    // superblock is there), but past the superblock's 96 bytes: only
+    // dm-verity can tell.
+    d.flip_byte("LIKEN-B", 2048);
     let ovmf = Ovmf::fresh(&dir);
 
+    let mut vm = Vm::boot_uefi("slots-uefi-b", &d.path, &ovmf);
+    slot_b_fails_its_verity_check(&mut vm);
+    drop(vm);
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a+3.conf", "liken-b+0-3.conf"],
+        "systemd-boot spent B's last try"
+    );
+
+    let through = format!(
+        "through dm-verity (root hash {}\u{2026})",
+        verity.root_hash().short()
+    );
     let mut vm = Vm::boot_uefi("slots-uefi", &d.path, &ovmf);
     vm.expect("liken: cmdline: ok (slot A)", BOOT);
     let root = vm.expect("liken: root: ", NEXT);
     assert!(
-        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5 (formatted this boot)"),
+        root.starts_with(&format!(
+            "liken: root: ok (slot A from /dev/vda3 {through} is the root, /var on /dev/vda5 \
+             (formatted this boot)"
+        )),
         "{root}"
     );
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
         assess.contains("slot A on trial (systemd-boot entry liken-a+3.conf)")
-            && assess.contains("once node node-1 is Ready with a heartbeat from this boot"),
+            && assess.contains("once node node-1 is Ready with a heartbeat from this boot")
+            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
         "{assess}"
     );
     vm.expect("liken: boot-record: ok", NEXT);
@@ -259,7 +349,13 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     vm.expect("liken: supervisor: ok (k3s server pid ", NEXT);
     let (record, a) = record_of(&mut vm);
     assert_eq!(record.slot, Some(Slot::A));
-    assert!(a.counted && !a.blessed && !a.other_slot_bad, "{a:?}");
+    assert!(a.counted && !a.blessed && a.other_slot_bad, "{a:?}");
+    assert_eq!(record.root_verity.as_ref(), Some(verity.root_hash()));
+    // k3s runs from the mapped device, not from the partition.
+    assert_eq!(
+        standin_says(&mut vm, "mount / from "),
+        "mount / from /dev/dm-0 (squashfs, device-mapper liken-a)"
+    );
     let (id, password) = expect_k3s_host(&mut vm);
     assert!(password.ends_with("(created)"), "{password}");
     expect_leader_files(&mut vm);
@@ -294,7 +390,10 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     vm.expect_exit("liken: reboot: ok", NEXT);
     drop(vm);
 
-    assert_eq!(d.esp_list("loader/entries"), ["liken-a.conf"]);
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b+0-3.conf"]
+    );
     let data = d.probe("LIKEN-DATA");
     assert!(
         data.contains("TYPE=ext4") && data.contains("LABEL=LIKEN-DATA"),
@@ -305,7 +404,9 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
     let mut vm = Vm::boot_uefi("slots-uefi-again", &d.path, &ovmf);
     let root = vm.expect("liken: root: ", BOOT);
     assert!(
-        root.starts_with("liken: root: ok (slot A from /dev/vda3 is the root, /var on /dev/vda5;"),
+        root.starts_with(&format!(
+            "liken: root: ok (slot A from /dev/vda3 {through} is the root, /var on /dev/vda5;"
+        )),
         "the data partition is formatted only once: {root}"
     );
     let assess = vm.expect("liken: assess: ", NEXT);
@@ -376,6 +477,7 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
                 version: "2026.12.02-001",
                 extra: &["liken.bless-after=5"],
                 files: &standin,
+                verity: None,
             },
             // Newer, so systemd-boot prefers it while it has a try left;
             // it is assessed the production way, and its node's Ready
@@ -391,6 +493,7 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
                     "liken.standin-reboot-once=now",
                 ],
                 files: &standin,
+                verity: None,
             },
         ],
     );
@@ -398,7 +501,10 @@ fn a_release_that_never_becomes_healthy_falls_back_to_the_blessed_slot() {
 
     let mut vm = Vm::boot_uefi("slots-fallback-b", &d.path, &ovmf);
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", NEXT);
+    vm.expect(
+        "liken: root: ok (slot B from /dev/vda4 (unverified) is the root",
+        NEXT,
+    );
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
         assess.contains("slot B on trial (systemd-boot entry liken-b+2-1.conf)")
@@ -478,6 +584,7 @@ fn grub_spends_the_tries_of_a_slot_that_never_becomes_healthy_and_falls_back() {
         version,
         extra: &[],
         files: &standin,
+        verity: None,
     };
     let d = installed_disk_with(
         &dir,

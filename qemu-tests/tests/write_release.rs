@@ -52,6 +52,7 @@ use liken_api::release::ARTIFACT_SYSTEM;
 use liken_api::{Release, Slot, decode};
 use qemu_tests::disk::{
     Disk, Grub, Installed, SlotFiles, entry, esp_image, installed_disk, installed_disk_with,
+    release_verity,
 };
 use qemu_tests::firmware::{Firmware, Ovmf};
 use qemu_tests::{
@@ -149,6 +150,7 @@ fn slot_a_entry() -> String {
         BOOTED,
         false,
         &["liken.standin=write-script:/dev/vdb"],
+        None,
     )
 }
 
@@ -465,19 +467,26 @@ fn only_releases_signed_by_a_trusted_key_are_written_into_slot_b() {
     );
     // The entry as systemd-boot reads it (the Boot Loader Specification's
     // type #1 keys), spelt out rather than rendered by the code that
-    // wrote it: slot B's kernel and initrds, the shared layer, and the
-    // booted entry's console and liken arguments carried on.
+    // wrote it: slot B's kernel and initrds, the shared layer, the
+    // release's dm-verity root hash, salt and data blocks from its
+    // release.yaml, and the booted entry's console and liken arguments
+    // carried on.
     let written_entry = String::from_utf8(disk.esp_file("loader/entries/liken-b+3.conf")).unwrap();
+    let v = release.verity.as_ref().expect("bundle records the tree");
     assert_eq!(
         written_entry,
-        "title liken 2026.12.03-001 (slot B)\n\
-         sort-key liken\n\
-         version 2026.12.03-001\n\
-         linux /liken/b/vmlinuz\n\
-         initrd /liken/b/microcode.cpio\n\
-         initrd /liken/b/boot.cpio\n\
-         initrd /liken/layer.cpio\n\
-         options liken.slot=b panic=10 console=ttyS0 liken.standin=write-script:/dev/vdb\n"
+        format!(
+            "title liken 2026.12.03-001 (slot B)\n\
+             sort-key liken\n\
+             version 2026.12.03-001\n\
+             linux /liken/b/vmlinuz\n\
+             initrd /liken/b/microcode.cpio\n\
+             initrd /liken/b/boot.cpio\n\
+             initrd /liken/layer.cpio\n\
+             options liken.slot=b liken.verity={}:{}:{} panic=10 console=ttyS0 \
+             liken.standin=write-script:/dev/vdb\n",
+            v.root_hash, v.salt, v.data_blocks
+        )
     );
     for (name, file) in [
         ("kernel", "vmlinuz"),
@@ -564,7 +573,10 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let [(older, old), (newest, new)] = two_releases();
     let (older, newest) = (&older, &newest);
 
-    // Slot A installed with the older release, its entry blessed.
+    // Slot A installed with the older release, its entry blessed and
+    // carrying its root hash, as install mode writes it.
+    let old_verity = release_verity(older);
+    let new_verity = release_verity(newest);
     let d = installed_disk(
         &dir,
         &[Installed {
@@ -576,8 +588,15 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
                 "liken.standin=write-release:/dev/vdb",
             ],
             files: &SlotFiles::release(older),
+            verity: Some(&old_verity),
         }],
     );
+    let through = |v: &liken_api::verity::VerityArg| {
+        format!(
+            "through dm-verity (root hash {}\u{2026}) is the root",
+            v.root_hash().short()
+        )
+    };
     let rel = dir.join("release.img");
     release_disk(&rel, newest);
     let ovmf = Ovmf::fresh(&dir);
@@ -585,7 +604,13 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     // Slot A writes the newer release into B and reboots.
     let mut vm = boot_uefi_with_release("write-release-a", &d.path, &rel, &ovmf);
     vm.expect("liken: cmdline: ok (slot A)", BOOT);
-    vm.expect("liken: root: ok (slot A from /dev/vda3 is the root", WRITE);
+    vm.expect(
+        &format!(
+            "liken: root: ok (slot A from /dev/vda3 {}",
+            through(&old_verity)
+        ),
+        WRITE,
+    );
     vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-1", WRITE);
     vm.expect_unordered(
         &format!(
@@ -617,7 +642,15 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let cmdline = vm.expect_kexec_jump(BOOT);
     assert!(cmdline.contains(" liken.kexec=liken-b+3.conf"), "{cmdline}");
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    // The entry init wrote carries the new release's own root hash,
+    // and the kexec handed it to the new kernel.
+    vm.expect(
+        &format!(
+            "liken: root: ok (slot B from /dev/vda4 {}",
+            through(&new_verity)
+        ),
+        WRITE,
+    );
     let record = vm.expect("liken: boot-record: ok", WRITE);
     assert!(record.ends_with(", reached by kexec)"), "{record}");
     vm.expect_unordered("liken-standin-k3s: os-release VERSION_ID=standin-2", WRITE);
@@ -674,6 +707,11 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         b.contains("liken.standin=write-release:/dev/vdb") && !b.contains("liken.bless-after"),
         "{b}"
     );
+    // Nor did slot A's root hash: B's entry names B's own.
+    assert!(
+        b.contains(&new_verity.render()) && !b.contains(old_verity.root_hash().as_str()),
+        "{b}"
+    );
 }
 
 /// The same upgrade on a BIOS machine: slot A, blessed in grubenv,
@@ -696,6 +734,7 @@ fn under_bios_a_release_written_into_slot_b_is_reached_by_kexec_and_blessed() {
             version: old.version.as_str(),
             extra: &[],
             files: &SlotFiles::release(&older),
+            verity: None,
         }],
         Some(&Grub {
             env: &[("liken_slot", "a")],
@@ -730,7 +769,11 @@ fn under_bios_a_release_written_into_slot_b_is_reached_by_kexec_and_blessed() {
     let cmdline = vm.expect_kexec_jump(BOOT);
     assert!(cmdline.ends_with(" liken.kexec=grub"), "{cmdline}");
     vm.expect("liken: cmdline: ok (slot B)", BOOT);
-    vm.expect("liken: root: ok (slot B from /dev/vda4 is the root", WRITE);
+    // grub.cfg, shared by both slots, carries no root hash.
+    vm.expect(
+        "liken: root: ok (slot B from /dev/vda4 (unverified) is the root",
+        WRITE,
+    );
     let assess = vm.expect("liken: assess: ", WRITE);
     assert!(assess.contains("slot B on trial (GRUB)"), "{assess}");
     let record = vm.expect("liken: boot-record: ok", WRITE);

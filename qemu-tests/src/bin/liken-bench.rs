@@ -301,6 +301,7 @@ fn main() {
             version: "2026.12.02-001",
             extra: &[],
             files: &SlotFiles::standin(),
+            verity: None,
         }],
     );
     let ovmf = Ovmf::fresh(&disk_dir);

@@ -107,8 +107,9 @@
 //!
 //! In `run` (and `stale-node`) it also prints what k3s would find of
 //! its host and its files, for the tests to assert (`print_host`,
-//! `print_k3s_files`): the propagation of `/`, its own limits, the
-//! /var/run link, the machine ID, where /etc/rancher/node resolves and
+//! `print_k3s_files`): the propagation of `/` and what it is mounted
+//! from (with the device-mapper name of a slot opened through
+//! dm-verity), its own limits, the /var/run link, the machine ID, where /etc/rancher/node resolves and
 //! whether it is on the data partition, a node password kept there as
 //! k3s's agent keeps one, config.yaml line by line, the token file's
 //! path and mode, server/tls with modes, and which files below /run hold
@@ -676,6 +677,21 @@ fn print_host() {
             optional.join(" ")
         ));
     }
+    // What the root is mounted from (after the optional fields, "-",
+    // the type and the source), and the device mapper's name for it when
+    // it is a mapped device: dm-verity's, on a verified slot.
+    let root = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some("/"))
+        .unwrap_or("");
+    let mut after = root.split(" - ").nth(1).unwrap_or("").split(' ');
+    let (fstype, source) = (after.next().unwrap_or(""), after.next().unwrap_or(""));
+    let mapped = source
+        .strip_prefix("/dev/")
+        .filter(|d| d.starts_with("dm-"))
+        .and_then(|d| std::fs::read_to_string(format!("/sys/block/{d}/dm/name")).ok())
+        .map_or(String::new(), |n| format!(", device-mapper {}", n.trim()));
+    say(&format!("mount / from {source} ({fstype}{mapped})"));
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     for name in ["Max open files", "Max processes", "Max core file size"] {
         let line = limits.lines().find(|l| l.starts_with(name)).unwrap_or("");
