@@ -83,12 +83,18 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
     );
     loop {
         // Boot assessment: bless a healthy boot, or end a trial that
-        // ran out of time (crate::bless).
+        // ran out of time or whose slot did not become the root
+        // (crate::bless).
         if bless::run_due(&mut boot, sup.state(), &mut assess).is_some() {
             // Never by kexec: the firmware's bootloader spends the
             // slot's next try, and falls back once they are spent.
-            let why = "the trial boot did not become healthy in time; the bootloader judges the \
-                       slot's remaining tries";
+            let why = if boot.root_failure.is_some() {
+                "the trial boot's slot did not become the root; the bootloader judges the slot's \
+                 remaining tries"
+            } else {
+                "the trial boot did not become healthy in time; the bootloader judges the \
+                 slot's remaining tries"
+            };
             shutdown(
                 &mut boot,
                 &mut sup,
