@@ -567,6 +567,20 @@ fn slot_b_holds(d: &Disk, new: &Release) {
     );
 }
 
+/// init wrote `new` into slot B with a new, counted entry, and the
+/// stand-in then asked for the reboot that boots it.
+fn written_then_reboot_asked(vm: &mut Vm, new: &Release) {
+    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
+    assert!(
+        ok.contains(&format!(
+            "release {} in slot B, entry liken-b+3.conf",
+            new.version
+        )),
+        "{ok}"
+    );
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+}
+
 #[test]
 fn a_release_written_into_slot_b_boots_and_is_blessed() {
     let dir = scratch("write-release-reboot");
@@ -619,15 +633,7 @@ fn a_release_written_into_slot_b_boots_and_is_blessed() {
         ),
         WRITE,
     );
-    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
-    assert!(
-        ok.contains(&format!(
-            "release {} in slot B, entry liken-b+3.conf",
-            new.version
-        )),
-        "{ok}"
-    );
-    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+    written_then_reboot_asked(&mut vm, &new);
     // The reboot goes by kexec (the default): init loads the entry
     // systemd-boot would pick, the new one, and counts its try as
     // systemd-boot would before it jumps.
@@ -751,15 +757,7 @@ fn under_bios_a_release_written_into_slot_b_is_reached_by_kexec_and_blessed() {
     vm.expect("liken: cmdline: ok (slot A)", BOOT);
     let assess = vm.expect("liken: assess: ", WRITE);
     assert!(assess.contains("slot A is blessed (GRUB)"), "{assess}");
-    let ok = vm.expect_unordered("liken: write-release: ok", WRITE);
-    assert!(
-        ok.contains(&format!(
-            "release {} in slot B, entry liken-b+3.conf",
-            new.version
-        )),
-        "{ok}"
-    );
-    vm.expect_unordered("liken-standin-k3s: asking for reboot", WRITE);
+    written_then_reboot_asked(&mut vm, &new);
     let via = vm.expect("liken: reboot-via: ", WRITE);
     assert!(
         via.contains("by kexec: slot B (grub) loaded: ")
