@@ -268,6 +268,39 @@ pub fn render_loader_conf() -> String {
     "timeout 0\ndefault liken-*\neditor no\nauto-entries no\nauto-firmware no\n".to_string()
 }
 
+/// Where on the ESP the fleet's Secure Boot keys wait for systemd-boot
+/// to enrol them: `PK.auth`, `KEK.auth` and `db.auth`, each a
+/// time-based authenticated variable (`liken keygen -secureboot`).
+/// systemd-boot 252 (Debian 12's) lists every directory under
+/// `loader/keys/` as a menu entry when the firmware is in setup mode,
+/// and enrols one by itself only if it is named `auto`
+/// (`secure_boot_discover_keys` in src/boot/efi/boot.c at v252).
+pub const SECURE_BOOT_KEYS_DIR: &str = "loader/keys/auto";
+
+/// The files in [`SECURE_BOOT_KEYS_DIR`], in the order systemd-boot
+/// writes the variables (db and KEK first, while setup mode lets them in
+/// unchecked; PK last, which ends setup mode).
+pub const SECURE_BOOT_KEY_FILES: [&str; 3] = ["db.auth", "KEK.auth", "PK.auth"];
+
+/// The loader.conf line that enrols [`SECURE_BOOT_KEYS_DIR`] without a
+/// person at the console. systemd-boot 252 reads `off` (the default),
+/// `manual` (a menu entry per key directory, chosen by hand) and `force`
+/// (src/boot/efi/boot.c at v252); `if-safe`, which enrols only in a
+/// virtual machine, came in 253, and 252 ignores a value it does not
+/// know (it logs an error and keeps `off`). With `force`, on a firmware
+/// in setup mode, it shows "Enrolling secure boot keys from directory"
+/// and a 15 s countdown that a key press aborts (skipped in a virtual
+/// machine), writes db, KEK and PK, and resets the machine
+/// (`secure_boot_enroll_at` in src/boot/efi/secure-boot.c). A firmware
+/// not in setup mode is left alone: keys are not even looked for.
+pub const SECURE_BOOT_ENROLL: &str = "secure-boot-enroll force";
+
+/// loader.conf for an ESP that carries the fleet's keys:
+/// [`render_loader_conf`] and [`SECURE_BOOT_ENROLL`].
+pub fn render_loader_conf_enrolling() -> String {
+    format!("{}{SECURE_BOOT_ENROLL}\n", render_loader_conf())
+}
+
 /// The rename that blesses the boot, given LoaderEntrySelected's value and
 /// the file names in loader/entries: the booted slot's counted entry
 /// becomes `liken-<slot>.conf`. `None` when the slot's entry is already
@@ -643,6 +676,14 @@ mod tests {
         assert!(conf.lines().any(|l| l == "default liken-*"));
         assert!(conf.lines().any(|l| l == "editor no"));
         assert!(conf.lines().any(|l| l == "timeout 0"));
+        assert!(!conf.contains("secure-boot-enroll"));
+        let enrolling = render_loader_conf_enrolling();
+        assert!(enrolling.starts_with(&conf), "{enrolling}");
+        assert_eq!(
+            enrolling.lines().last(),
+            Some("secure-boot-enroll force"),
+            "{enrolling}"
+        );
     }
 
     #[test]
