@@ -28,6 +28,7 @@ packages=(
   mtools            # mdir / mtype / mlabel list and read FAT volumes without mounting
   grub-pc-bin       # boot.img and i386-pc modules for grub-mkimage (core.img tests, images/build-loaders.sh)
   cryptsetup-bin    # veritysetup verify checks the dm-verity trees liken-disk builds (liken-disk/tests/verity.rs)
+  efitools          # cert-to-efi-sig-list and sign-efi-sig-list: the Secure Boot lists and .auth files `liken keygen -secureboot` writes must be their bytes (liken-cli/src/secureboot/tests.rs)
   # qemu-tests/tests/slots.rs boots an installed disk it makes with sgdisk,
   # mkfs.vfat and mtools (above) under UEFI.
   ovmf              # UEFI firmware for QEMU: OVMF_CODE.fd and a per-test copy of OVMF_VARS.fd

@@ -28,6 +28,7 @@ pub mod plugin;
 pub mod plugins;
 pub mod releases;
 pub mod scaffold;
+pub mod secureboot;
 pub mod signing;
 #[cfg(test)]
 pub(crate) mod testdir;
@@ -108,6 +109,8 @@ pub enum Error {
     Plugins(plugins::PluginsError),
     /// `keygen`, `trust` or `sign` failed.
     Signing(signing::SigningError),
+    /// `keygen -secureboot` failed.
+    SecureBoot(secureboot::SecureBootError),
 }
 
 impl fmt::Display for Error {
@@ -155,6 +158,7 @@ impl fmt::Display for Error {
             Error::Cluster(e) => write!(f, "{e}"),
             Error::Plugins(e) => write!(f, "plugins: {e}"),
             Error::Signing(e) => write!(f, "{e}"),
+            Error::SecureBoot(e) => write!(f, "{e}"),
         }
     }
 }
@@ -218,6 +222,12 @@ impl From<plugins::PluginsError> for Error {
 impl From<signing::SigningError> for Error {
     fn from(e: signing::SigningError) -> Error {
         Error::Signing(e)
+    }
+}
+
+impl From<secureboot::SecureBootError> for Error {
+    fn from(e: secureboot::SecureBootError) -> Error {
+        Error::SecureBoot(e)
     }
 }
 
@@ -288,8 +298,13 @@ fn dispatch(first: &OsStr, rest: Vec<OsString>, io: &mut Io) -> Result<(), Error
         "plugins" => plugins::command(rest, io),
         "layer" => layer::command(args::parse(&usage::LAYER, rest)?, io),
         "keygen" => {
-            let [dir] = args::parse(&usage::KEYGEN, rest)?.paths()?;
-            Ok(signing::keygen_command(&dir, io.out)?)
+            let parsed = args::parse(&usage::KEYGEN, rest)?;
+            let [dir] = parsed.paths()?;
+            if parsed.switch("secureboot") {
+                Ok(secureboot::keygen_command(&dir, io.out)?)
+            } else {
+                Ok(signing::keygen_command(&dir, io.out)?)
+            }
         }
         "trust" => {
             let parsed = args::parse(&usage::TRUST, rest)?;

@@ -240,13 +240,19 @@ image carries the kernel's whole module tree.",
 /// `liken keygen`.
 pub const KEYGEN: Entry = Entry {
     name: "keygen",
-    synopsis: "liken keygen <dir>",
+    synopsis: "liken keygen <dir>\nliken keygen -secureboot <dir>",
     about: "\
 Make a release-signing key pair: <dir>/release.key (the private key,
 0600: keep it off machines, offline if you can) and <dir>/release.pub
 (the public key). Prints the key's id, the first 12 hex digits of the
-SHA-256 of the public key. Never overwrites a key.",
-    options: &[],
+SHA-256 of the public key. Never overwrites a key.
+With -secureboot, make the fleet's own Secure Boot keys instead, with
+Debian's openssl: PK, KEK and db, each an RSA-2048 key (<name>.key,
+0600) and a self-signed certificate (<name>.crt), one owner GUID (GUID),
+the EFI signature lists (<name>.esl) and the authenticated variables
+systemd-boot enrols (<name>.auth: PK and KEK signed by PK, db by KEK).
+`liken stick -secureboot <dir>` puts the .auth files on a stick.",
+    options: &[Opt::switch("secureboot")],
     hidden: false,
 };
 
