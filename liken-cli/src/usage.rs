@@ -388,7 +388,7 @@ from <url> when it is not there. Rendering again repairs a stale index.",
 /// `liken stick`.
 pub const STICK: Entry = Entry {
     name: "stick",
-    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-force] [-unsigned] <release-dir> <deployment-dir>",
+    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-secureboot <keys-dir>] [-force] [-unsigned] <release-dir> <deployment-dir>",
     about: "\
 Write a disk image for a USB stick that installs the deployment: a GPT
 with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
@@ -404,12 +404,17 @@ machine (a leader): keep it private and wipe the stick afterwards.
 -role follower lists only the followers and packs what a follower
 keeps: no private key and no server token. The layer is packed as
 `liken layer` packs it: without the deployment's trust.yaml only with
--unsigned.",
+-unsigned. -secureboot puts the fleet's Secure Boot keys from
+`liken keygen -secureboot` (PK.auth, KEK.auth, db.auth: public halves
+only) in loader/keys/auto and sets secure-boot-enroll force: on a
+machine whose firmware is in setup mode, systemd-boot enrols them and
+resets it, and the disk it installs carries them too.",
     options: &[
         Opt::value("output", "stick.img"),
         Opt::value("role", "leader|follower"),
         Opt::repeated("console", "ttyS0,115200"),
         Opt::repeated("kernel-arg", "ARG"),
+        Opt::value("secureboot", "keys-dir"),
         Opt::switch("force"),
         Opt::switch("unsigned"),
     ],

@@ -135,6 +135,9 @@ pub struct InstallMenu {
     pub microcode: bool,
     /// From [`decide_kernel_args`].
     pub kernel_args: Vec<String>,
+    /// Whether the stick carries the fleet's Secure Boot keys for
+    /// systemd-boot to enrol (`-secureboot`).
+    pub enroll_keys: bool,
 }
 
 impl InstallMenu {
@@ -177,7 +180,10 @@ pub fn entry_path(machine: &str) -> String {
 }
 
 /// loader/loader.conf: a few seconds then the only machine, or wait for
-/// a choice among several; no editor, no entries but ours.
+/// a choice among several; no editor, no entries but ours; and, with
+/// the fleet's keys on the stick, `secure-boot-enroll force`
+/// ([`liken_api::bootloader::SECURE_BOOT_ENROLL`]: what systemd-boot 252
+/// does with it is there).
 pub fn render_loader_conf(m: &InstallMenu) -> String {
     let timeout = if m.timeout_waits() {
         "menu-force".to_owned()
@@ -187,7 +193,12 @@ pub fn render_loader_conf(m: &InstallMenu) -> String {
     let default = m.machines.first().map_or(String::new(), |first| {
         format!("default install-{first}.conf\n")
     });
-    format!("timeout {timeout}\n{default}editor no\nauto-entries no\nauto-firmware no\n")
+    let enroll = if m.enroll_keys {
+        format!("{}\n", liken_api::bootloader::SECURE_BOOT_ENROLL)
+    } else {
+        String::new()
+    };
+    format!("timeout {timeout}\n{default}editor no\nauto-entries no\nauto-firmware no\n{enroll}")
 }
 
 /// `machine`'s Boot Loader Specification entry.
@@ -240,6 +251,7 @@ mod tests {
                 &["liken.bless-after=30"],
             )
             .unwrap(),
+            enroll_keys: false,
         }
     }
 
@@ -296,6 +308,15 @@ mod tests {
         ));
         let one = menu(&["node-1"], false);
         assert!(render_loader_conf(&one).starts_with("timeout 3\n"));
+        assert!(!render_loader_conf(&one).contains("secure-boot-enroll"));
+        let enrolling = InstallMenu {
+            enroll_keys: true,
+            ..one.clone()
+        };
+        assert_eq!(
+            render_loader_conf(&enrolling),
+            format!("{}secure-boot-enroll force\n", render_loader_conf(&one))
+        );
         assert!(render_grub_cfg(&one).contains("set timeout=3\n"));
     }
 }

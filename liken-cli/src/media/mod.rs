@@ -46,6 +46,7 @@ use crate::deployment::IDENTITY_DIR;
 use crate::layer::{self, LayerError};
 use crate::releases::progress::{Progress, Style};
 use crate::releases::size::human;
+use crate::secureboot::EnrolKeys;
 use liken_api::Role;
 use output::Output;
 use release::{ReleaseError, VerifiedRelease};
@@ -71,6 +72,8 @@ pub enum MediaError {
     Disk(String),
     /// An artifact changed after it was verified.
     Changed(PathBuf),
+    /// The `-secureboot` keys could not be read.
+    SecureBoot(crate::secureboot::SecureBootError),
     /// Reading or writing failed.
     Io {
         /// What was being done.
@@ -114,6 +117,7 @@ impl fmt::Display for MediaError {
                  directory and run again",
                 p.display()
             ),
+            MediaError::SecureBoot(e) => write!(f, "-secureboot: {e}"),
             MediaError::Io { doing, error } => write!(f, "{doing}: {error}"),
         }
     }
@@ -285,12 +289,40 @@ fn parse_role(parsed: &Parsed) -> Result<Option<Role>, MediaError> {
     }
 }
 
+/// The release's boot files (systemd-boot, the kernel) that carry no
+/// signature holding the fleet's db certificate: once the keys are
+/// enrolled the firmware refuses them.
+fn unsigned_for(release: &VerifiedRelease, keys: &EnrolKeys) -> Result<Vec<String>, MediaError> {
+    let mut unsigned = Vec::new();
+    for name in [
+        liken_api::release::ARTIFACT_SYSTEMD_BOOT,
+        liken_api::release::ARTIFACT_KERNEL,
+    ] {
+        let a = release.artifact(name).map_err(MediaError::Release)?;
+        let path = release.path_of(a);
+        let bytes = std::fs::read(&path).map_err(|error| MediaError::Io {
+            doing: format!("reading {}", path.display()),
+            error,
+        })?;
+        if !crate::secureboot::efi::signed_with(&bytes, &keys.db_cert) {
+            unsigned.push(a.file.to_string());
+        }
+    }
+    Ok(unsigned)
+}
+
 /// Runs `liken stick`.
 pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     let role = parse_role(&parsed)?;
     let consoles = parsed.values("console");
     let extra = parsed.values("kernel-arg");
     let kernel_args = menu::decide_kernel_args(&consoles, &extra).map_err(MediaError::Args)?;
+    let keys = match parsed.value("secureboot") {
+        Some(dir) => Some(
+            crate::secureboot::read_enrol_keys(Path::new(dir)).map_err(MediaError::SecureBoot)?,
+        ),
+        None => None,
+    };
     let style = Style::detect();
     let c = check(&parsed, style, role)?;
     let m = menu::InstallMenu {
@@ -298,14 +330,36 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         machines: c.machines.clone(),
         microcode: c.release.has_microcode(),
         kernel_args,
+        enroll_keys: keys.is_some(),
     };
     let inputs = stick::StickInputs {
         release: &c.release,
         layer: &c.layer,
         menu: &m,
+        keys: keys.as_ref(),
     };
     let total = stick::build_tree(&inputs)?.content_bytes();
     warn_secrets(io.err, Medium::Stick, &c.output, &c.cluster, c.role)?;
+    if let Some(k) = &keys {
+        let unsigned = unsigned_for(&c.release, k)?;
+        if !unsigned.is_empty() {
+            writeln!(
+                io.err,
+                "liken: warning: release {}'s {} {} no signature by the fleet's db key: \
+                 once systemd-boot has enrolled the keys, the firmware refuses to start them, \
+                 so this stick and the disks it installs boot again only after the platform \
+                 keys are cleared in the firmware setup; sign them with db.key (sbsign) and \
+                 bundle the release again",
+                c.release.release.version,
+                unsigned.join(" and "),
+                if unsigned.len() == 1 {
+                    "carries"
+                } else {
+                    "carry"
+                }
+            )?;
+        }
+    }
     let mut out = Output::create(&c.output, c.force)?;
     let mut progress = Progress::new(style, label(&c.output), total, 0);
     let summary = match stick::write(out.file(), &inputs, &mut progress) {
@@ -325,6 +379,18 @@ pub fn stick_command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         c.release.release.version,
         c.machines.join(", ")
     )?;
+    if let Some(k) = &keys {
+        writeln!(
+            io.out,
+            "Secure Boot: {} holds the fleet's PK, KEK and db (owner {}; the public halves, \
+             no private key) and loader.conf says {}: systemd-boot enrols them on a machine \
+             whose firmware is in setup mode, then resets it; install mode copies them to \
+             the disk",
+            liken_api::bootloader::SECURE_BOOT_KEYS_DIR,
+            k.owner.to_string().to_lowercase(),
+            liken_api::bootloader::SECURE_BOOT_ENROLL
+        )?;
+    }
     writeln!(
         io.out,
         "copy it onto a USB stick with: dd if={} of=/dev/sdX bs=4M conv=fsync",

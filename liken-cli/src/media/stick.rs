@@ -18,6 +18,8 @@
 //! liken/vmlinuz, liken/boot.cpio, liken/microcode.cpio (when the release has it)
 //! liken/layer.cpio                     the deployment layer
 //! liken/release/release.yaml + every artifact it names, for the installer
+//! loader/keys/auto/{db,KEK,PK}.auth    with -secureboot: the fleet's keys, for
+//!                                      systemd-boot to enrol (public halves only)
 //! ```
 //!
 //! Everything is written by liken-disk into a plain file: no loop
@@ -42,6 +44,7 @@ use super::menu::{self, InstallMenu};
 use super::release::VerifiedRelease;
 use crate::releases::progress::Progress;
 use crate::releases::stream;
+use crate::secureboot::EnrolKeys;
 
 /// The ESP's GPT name and FAT label; install mode finds the stick by it.
 pub const STICK_LABEL: &str = "LIKEN-STICK";
@@ -62,6 +65,9 @@ pub struct StickInputs<'a> {
     pub layer: &'a [u8],
     /// The menu.
     pub menu: &'a InstallMenu,
+    /// The fleet's Secure Boot keys (`-secureboot`), whose `.auth` files
+    /// are all of them that goes on the stick.
+    pub keys: Option<&'a EnrolKeys>,
 }
 
 /// What was written.
@@ -128,6 +134,14 @@ pub fn build_tree(inputs: &StickInputs<'_>) -> Result<Tree, MediaError> {
     )?;
     for a in &r.release.artifacts {
         t.add_file(&format!("liken/release/{}", a.file), &r.path_of(a))?;
+    }
+    if let Some(keys) = inputs.keys {
+        for (name, bytes) in &keys.files {
+            t.add_bytes(
+                &format!("{}/{name}", liken_api::bootloader::SECURE_BOOT_KEYS_DIR),
+                bytes.clone(),
+            )?;
+        }
     }
     Ok(t)
 }

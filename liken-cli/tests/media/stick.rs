@@ -320,3 +320,206 @@ fn a_followers_stick_holds_no_private_key() {
     assert!(out.contains("install entries for node-1 "), "{out}");
     assert_eq!(with(&files, "PRIVATE KEY"), ["liken/layer.cpio"]);
 }
+
+/// The files of a stick's FAT partition, read back with mtools.
+fn esp_files(img: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut f = File::open(img).unwrap();
+    let esp = gpt::read(&mut f)
+        .unwrap()
+        .by_name("LIKEN-STICK")
+        .unwrap()
+        .offset();
+    let at = format!("{}@@{esp}", img.display());
+    let mut c = tool("mdir");
+    c.args(["-/", "-b", "-i", &at, "::/"]);
+    let listing = String::from_utf8(ok(c).stdout).unwrap();
+    listing
+        .lines()
+        .filter(|l| !l.ends_with('/'))
+        .map(|l| {
+            let path = l.trim_start_matches("::/").to_owned();
+            let mut c = tool("mtype");
+            c.args(["-i", &at, &format!("::/{path}")]);
+            (path, ok(c).stdout)
+        })
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `-secureboot`: the three .auth files from `liken keygen -secureboot`
+/// in loader/keys/auto, byte for byte, `secure-boot-enroll force` in
+/// loader.conf, and none of the private keys anywhere in the image (as
+/// PEM or as DER). The fake release's boot files are not signed by the
+/// fleet's db key, which the command warns about; signed with sbsign,
+/// they pass without a warning.
+#[test]
+fn a_secureboot_stick_carries_the_public_keys_and_asks_systemd_boot_to_enrol_them() {
+    let tmp = TempDir::new("media-stick-secureboot");
+    let keys = tmp.path().join("sb");
+    let (success, out, err) = liken(&["keygen", "-secureboot", keys.to_str().unwrap()]);
+    assert!(success, "{err}");
+    assert!(out.contains("liken stick -secureboot"), "{out}");
+    let rel = release(tmp.path(), false);
+    let dep = deployment(tmp.path());
+    let img = tmp.path().join("stick.img");
+    let make = |rel: &std::path::Path, img: &std::path::Path| {
+        liken(&[
+            "stick",
+            "-role",
+            "follower",
+            "-secureboot",
+            keys.to_str().unwrap(),
+            "-output",
+            img.to_str().unwrap(),
+            rel.to_str().unwrap(),
+            dep.to_str().unwrap(),
+        ])
+    };
+    let (success, out, err) = make(&rel, &img);
+    assert!(success, "{err}");
+    assert!(
+        out.contains("Secure Boot: loader/keys/auto holds the fleet's PK, KEK and db")
+            && out.contains("secure-boot-enroll force"),
+        "{out}"
+    );
+    assert!(
+        err.contains("'s systemd-boot.efi and vmlinuz carry no signature by the fleet's db key"),
+        "{err}"
+    );
+
+    let files = esp_files(&img);
+    let under_keys: Vec<&str> = files
+        .iter()
+        .filter(|(p, _)| p.starts_with("loader/keys/"))
+        .map(|(p, _)| p.as_str())
+        .collect();
+    assert_eq!(
+        under_keys,
+        [
+            "loader/keys/auto/KEK.auth",
+            "loader/keys/auto/PK.auth",
+            "loader/keys/auto/db.auth"
+        ]
+    );
+    for name in ["PK", "KEK", "db"] {
+        let on_stick = &files
+            .iter()
+            .find(|(p, _)| *p == format!("loader/keys/auto/{name}.auth"))
+            .unwrap()
+            .1;
+        assert!(
+            *on_stick == std::fs::read(keys.join(format!("{name}.auth"))).unwrap(),
+            "{name}.auth is the keygen's"
+        );
+    }
+    let loader = String::from_utf8(
+        files
+            .iter()
+            .find(|(p, _)| p == "loader/loader.conf")
+            .unwrap()
+            .1
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        loader.ends_with("auto-firmware no\nsecure-boot-enroll force\n"),
+        "{loader}"
+    );
+
+    // No private key: not in any file of the ESP (a follower's stick
+    // has none of the cluster's either), and not anywhere in the image,
+    // as PEM lines or as DER.
+    for (path, bytes) in &files {
+        assert!(!contains(bytes, b"PRIVATE KEY"), "{path}");
+    }
+    let image = std::fs::read(&img).unwrap();
+    for name in ["PK", "KEK", "db"] {
+        let key = keys.join(format!("{name}.key"));
+        // One line of its PEM body stands for the rest: 64 characters of
+        // base64 that nothing else holds.
+        let pem = std::fs::read_to_string(&key).unwrap();
+        let line = pem.lines().nth(1).unwrap();
+        assert_eq!(line.len(), 64);
+        assert!(!contains(&image, line.as_bytes()), "{name}.key: {line}");
+        let mut c = tool("openssl");
+        c.args(["pkey", "-outform", "DER", "-in"]).arg(&key);
+        let der = ok(c).stdout;
+        assert!(der.len() > 1000);
+        assert!(!contains(&image, &der), "{name}.key as DER");
+    }
+
+    // A release whose systemd-boot and kernel carry signatures by db
+    // (sbsign, as item 2's bundle will): no warning.
+    let signed_root = tmp.path().join("signed");
+    let signed_dir = signed_root.join("channel").join(crate::support::VERSION);
+    std::fs::create_dir_all(&signed_dir).unwrap();
+    for (input, file) in [
+        (
+            "/usr/lib/systemd/boot/efi/systemd-bootx64.efi",
+            "systemd-boot.efi",
+        ),
+        ("/usr/lib/systemd/boot/efi/linuxx64.efi.stub", "vmlinuz"),
+    ] {
+        let mut c = tool("sbsign");
+        c.arg("--key")
+            .arg(keys.join("db.key"))
+            .arg("--cert")
+            .arg(keys.join("db.crt"))
+            .arg("--output")
+            .arg(signed_dir.join(file))
+            .arg(input);
+        ok(c);
+    }
+    let signed = release(&signed_root, false);
+    let (success, _, err) = make(&signed, &tmp.path().join("signed.img"));
+    assert!(success, "{err}");
+    assert!(!err.contains("no signature"), "{err}");
+    // The kernel signed by another fleet's db: the warning names it alone.
+    let other = tmp.path().join("other-sb");
+    let (success, _, err) = liken(&["keygen", "-secureboot", other.to_str().unwrap()]);
+    assert!(success, "{err}");
+    let other_root = tmp.path().join("other");
+    let other_dir = other_root.join("channel").join(crate::support::VERSION);
+    std::fs::create_dir_all(&other_dir).unwrap();
+    std::fs::copy(
+        signed.join("systemd-boot.efi"),
+        other_dir.join("systemd-boot.efi"),
+    )
+    .unwrap();
+    let mut c = tool("sbsign");
+    c.arg("--key")
+        .arg(other.join("db.key"))
+        .arg("--cert")
+        .arg(other.join("db.crt"))
+        .arg("--output")
+        .arg(other_dir.join("vmlinuz"))
+        .arg("/usr/lib/systemd/boot/efi/linuxx64.efi.stub");
+    ok(c);
+    let other_rel = release(&other_root, false);
+    let (success, _, err) = make(&other_rel, &tmp.path().join("other.img"));
+    assert!(success, "{err}");
+    assert!(
+        err.contains("'s vmlinuz carries no signature by the fleet's db key"),
+        "{err}"
+    );
+
+    // Not a keygen directory: refused before any output exists.
+    let (success, _, err) = liken(&[
+        "stick",
+        "-secureboot",
+        dep.to_str().unwrap(),
+        "-output",
+        tmp.path().join("none.img").to_str().unwrap(),
+        rel.to_str().unwrap(),
+        dep.to_str().unwrap(),
+    ]);
+    assert!(!success, "{err}");
+    assert!(
+        err.contains("-secureboot: ") && err.contains("db.auth"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("none.img").exists());
+}
