@@ -206,6 +206,7 @@ pub fn install_release(
     layer: &[u8],
     device: &Path,
     args: &EntryArgs,
+    keys: Option<&source::EnrolKeys>,
     say: &mut dyn FnMut(&str),
 ) -> Result<Installed, InstallError> {
     let verified = source::verify(release_dir, say).map_err(InstallError::Source)?;
@@ -220,7 +221,7 @@ pub fn install_release(
     };
     let mut disk = write::open_target(device).map_err(open_err)?;
     let size = disk.capacity().map_err(open_err)?;
-    let esp = write::decide_esp(&verified, layer, args).map_err(InstallError::Write)?;
+    let esp = write::decide_esp(&verified, layer, args, keys).map_err(InstallError::Write)?;
     let guids = write::random_guids().map_err(open_err)?;
     let volume_id = write::random_volume_id().map_err(open_err)?;
     let options = write::esp_options(volume_id, write::fat_time(SystemTime::now()));
@@ -433,12 +434,21 @@ fn install_from(
                                      token and the server CA certificate, no private key"
             .to_owned(),
     });
+    let keys = source::read_enrol_keys(root).map_err(InstallError::Source)?;
+    if keys.is_some() {
+        say(&format!(
+            "the ESP gets the media's Secure Boot keys ({}: PK, KEK and db), which \
+             systemd-boot enrols if the firmware is in setup mode",
+            liken_api::bootloader::SECURE_BOOT_KEYS_DIR
+        ));
+    }
     let t0 = Instant::now();
     let installed = install_release(
         &root.join(source::RELEASE_DIR),
         &packed,
         &chosen.device,
         &args,
+        keys.as_ref(),
         &mut |l| say(l),
     )?;
     say(&format!(

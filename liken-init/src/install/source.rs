@@ -22,6 +22,9 @@
 //! what is written is byte for byte what was checked. The system image
 //! is too large for that: it is hashed again while it is written and
 //! read back from the disk afterwards (see `write`).
+//!
+//! A stick made with `liken stick -secureboot` also carries the fleet's
+//! Secure Boot keys ([`read_enrol_keys`]), which the disk gets too.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,8 @@ use liken_api::release::{
     ARTIFACT_SYSTEM, ARTIFACT_SYSTEMD_BOOT, Release,
 };
 use liken_api::verity::VerityArg;
+
+use liken_api::bootloader;
 
 use crate::release_check::{self, CheckError, Checked, Rules};
 
@@ -87,6 +92,14 @@ pub enum SourceError {
     },
     /// The release on the media was refused ([`release_check`]).
     Check(CheckError),
+    /// The media's Secure Boot keys directory is incomplete or holds a
+    /// file too large to be one of them.
+    Keys {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 impl fmt::Display for SourceError {
@@ -131,6 +144,13 @@ impl fmt::Display for SourceError {
                 "cannot mount the install stick {} read-only as vfat ({error}); check it with \
                  `fsck.vfat -n` on a workstation, or write it again with `liken stick`",
                 device.display()
+            ),
+            SourceError::Keys { path, why } => write!(
+                f,
+                "the install media's Secure Boot key {} {why}; nothing was written: write \
+                 the stick again with `liken stick -secureboot <keys-dir>` (or without \
+                 -secureboot)",
+                path.display()
             ),
             SourceError::Check(e) => {
                 let what_to_do = match e {
@@ -205,6 +225,54 @@ pub const RULES: Rules<'static> = Rules {
         ARTIFACT_GRUB_CORE,
     ],
 };
+
+/// The largest Secure Boot key file read from the media: one
+/// certificate and its signature are a few KiB.
+pub const MAX_KEY_FILE: u64 = 64 << 10;
+
+/// The fleet's Secure Boot keys found on the media
+/// ([`bootloader::SECURE_BOOT_KEYS_DIR`], put there by `liken stick
+/// -secureboot`): the `.auth` files, names and bytes, in
+/// [`bootloader::SECURE_BOOT_KEY_FILES`]'s order. Install mode copies
+/// them to the disk's ESP for systemd-boot to enrol; it does not read
+/// them, and nothing of liken trusts them: the firmware checks their
+/// signatures, and only a firmware in setup mode takes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnrolKeys {
+    /// `(file name, bytes)`.
+    pub files: Vec<(&'static str, Vec<u8>)>,
+}
+
+/// Reads the keys under `root` (the stick's mount, or the initramfs):
+/// `None` when the media carry none, an error when the directory lacks
+/// one of the three files.
+pub fn read_enrol_keys(root: &Path) -> Result<Option<EnrolKeys>, SourceError> {
+    use std::io::Read;
+    let dir = root.join(bootloader::SECURE_BOOT_KEYS_DIR);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let mut files = Vec::new();
+    for name in bootloader::SECURE_BOOT_KEY_FILES {
+        let path = dir.join(name);
+        let err = |why: String| SourceError::Keys {
+            path: path.clone(),
+            why,
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_KEY_FILE + 1).read_to_end(&mut bytes))
+            .map_err(|e| err(format!("cannot be read ({e})")))?;
+        if bytes.len() as u64 > MAX_KEY_FILE || bytes.is_empty() {
+            return Err(err(format!(
+                "is {} bytes, not an authenticated variable of up to {MAX_KEY_FILE}",
+                bytes.len()
+            )));
+        }
+        files.push((name, bytes));
+    }
+    Ok(Some(EnrolKeys { files }))
+}
 
 /// A release whose every artifact has the size and digest release.yaml
 /// gives.

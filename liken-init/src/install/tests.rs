@@ -95,7 +95,7 @@ fn a_full_install_onto_an_image_file() {
     write_at(&disk, 0, &[0xCC; 440]);
 
     let mut lines = Vec::new();
-    let done = install_release(&rel, &layer_bytes, &disk, &args(), &mut |l| {
+    let done = install_release(&rel, &layer_bytes, &disk, &args(), None, &mut |l| {
         lines.push(l.to_owned())
     })
     .unwrap();
@@ -323,7 +323,7 @@ fn a_tampered_artifact_writes_nothing() {
     let mut s = std::fs::read(&sys).unwrap();
     *s.last_mut().unwrap() ^= 0xFF;
     std::fs::write(&sys, &s).unwrap();
-    let e = install_release(&rel, b"layer", &disk, &args(), &mut |_| {}).unwrap_err();
+    let e = install_release(&rel, b"layer", &disk, &args(), None, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&e, InstallError::Source(SourceError::Check(CheckError::Artifact { name, .. })) if name == "system"),
         "{e}"
@@ -339,7 +339,7 @@ fn a_small_disk_is_refused_before_writing() {
     let rel = fake_release(&dir, false);
     let disk = dir.join("disk.img");
     disk_file(&disk, 3 * GIB);
-    let e = install_release(&rel, b"layer", &disk, &args(), &mut |_| {}).unwrap_err();
+    let e = install_release(&rel, b"layer", &disk, &args(), None, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&e, InstallError::Write(WriteError::Plan(_))),
         "{e}"
@@ -428,5 +428,55 @@ fn enter_on_the_console_is_a_line() {
     std::fs::write(&c, "no newline").unwrap();
     assert!(wait_for_line(&c).is_err());
     assert!(wait_for_line(&dir.join("none")).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stick made with `liken stick -secureboot` carries the fleet's keys
+/// in loader/keys/auto: the installed ESP gets the same three files and
+/// `secure-boot-enroll force` in loader.conf, so systemd-boot on the disk
+/// enrols them if the firmware is in setup mode. A stick without them
+/// gives neither (the full install above), and a directory missing a
+/// file is refused before the disk is touched.
+#[test]
+fn the_sticks_secure_boot_keys_go_onto_the_esp() {
+    let dir = scratch("keys");
+    let rel = fake_release(&dir, false);
+    let stick = dir.join("stick");
+    assert_eq!(source::read_enrol_keys(&stick).unwrap(), None);
+    let keys_dir = stick.join(bootloader::SECURE_BOOT_KEYS_DIR);
+    std::fs::create_dir_all(&keys_dir).unwrap();
+    for (i, name) in bootloader::SECURE_BOOT_KEY_FILES.iter().enumerate() {
+        std::fs::write(keys_dir.join(name), bytes(i as u32 + 40, 1500 + i)).unwrap();
+    }
+    let keys = source::read_enrol_keys(&stick).unwrap().unwrap();
+    let names: Vec<&str> = keys.files.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["db.auth", "KEK.auth", "PK.auth"]);
+
+    let disk = dir.join("disk.img");
+    disk_file(&disk, 4 * GIB);
+    install_release(&rel, b"layer", &disk, &args(), Some(&keys), &mut |_| {}).unwrap();
+    let off = layout(4 * GIB).by_name("LIKEN-ESP").unwrap().offset();
+    for (name, want) in &keys.files {
+        assert_eq!(
+            &mtype(&disk, off, &format!("/loader/keys/auto/{name}")),
+            want,
+            "{name}"
+        );
+    }
+    let conf = String::from_utf8(mtype(&disk, off, "/loader/loader.conf")).unwrap();
+    assert_eq!(conf, bootloader::render_loader_conf_enrolling());
+    assert!(conf.ends_with("secure-boot-enroll force\n"), "{conf}");
+
+    // One file missing, or one far too large: refused, naming it.
+    std::fs::remove_file(keys_dir.join("KEK.auth")).unwrap();
+    let e = source::read_enrol_keys(&stick).unwrap_err();
+    assert!(
+        e.to_string().contains("KEK.auth cannot be read")
+            && e.to_string().contains("nothing was written"),
+        "{e}"
+    );
+    std::fs::write(keys_dir.join("KEK.auth"), vec![0u8; 100_000]).unwrap();
+    let e = source::read_enrol_keys(&stick).unwrap_err();
+    assert!(e.to_string().contains("is 65537 bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,8 +16,10 @@
 //!    may have changed since it was verified), synced, its cached pages
 //!    dropped and read back from the disk and hashed again;
 //! 4. the ESP as a FAT32 volume: systemd-boot, loader.conf, slot A's
-//!    entry with three tries, its kernel and initrds, the layer, and the
-//!    BIOS path's grub.cfg and grubenv;
+//!    entry with three tries, its kernel and initrds, the layer, the
+//!    BIOS path's grub.cfg and grubenv, and the media's Secure Boot keys
+//!    when it has them (loader/keys/auto, with `secure-boot-enroll` in
+//!    loader.conf);
 //! 5. GRUB's boot.img into the MBR and core.img into LIKEN-BIOS.
 //!
 //! Each stage ends with an fsync of the disk. The kernel arguments of
@@ -38,7 +40,7 @@ use liken_disk::gpt::{self, GptError, Layout, MbrBootCode, PartitionSpec, Size};
 use liken_disk::grub::{self, GrubError};
 use liken_disk::guid::{self, Guid};
 
-use super::source::Verified;
+use super::source::{EnrolKeys, Verified};
 use crate::release_check::Checked;
 use crate::slot_image::{self, ImageError};
 
@@ -217,8 +219,14 @@ pub fn entry_params(v: &Verified, args: &EntryArgs) -> EntryParams {
     }
 }
 
-/// The ESP's files for a fresh install into slot A.
-pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::Tree, WriteError> {
+/// The ESP's files for a fresh install into slot A, with the fleet's
+/// Secure Boot keys for systemd-boot to enrol when the media carry them.
+pub fn decide_esp(
+    v: &Verified,
+    layer: &[u8],
+    args: &EntryArgs,
+    keys: Option<&EnrolKeys>,
+) -> Result<fat::Tree, WriteError> {
     let plan_err = |e: &dyn fmt::Display| WriteError::Plan(format!("the ESP's files: {e}"));
     let params = entry_params(v, args);
     let entry = format!(
@@ -239,10 +247,17 @@ pub fn decide_esp(v: &Verified, layer: &[u8], args: &EntryArgs) -> Result<fat::T
     let mut t = fat::Tree::new();
     let mut add = |path: &str, bytes: Vec<u8>| t.add_bytes(path, bytes).map_err(|e| plan_err(&e));
     add("EFI/BOOT/BOOTX64.EFI", v.systemd_boot.clone())?;
-    add(
-        "loader/loader.conf",
-        bootloader::render_loader_conf().into_bytes(),
-    )?;
+    let loader_conf = match keys {
+        Some(_) => bootloader::render_loader_conf_enrolling(),
+        None => bootloader::render_loader_conf(),
+    };
+    add("loader/loader.conf", loader_conf.into_bytes())?;
+    for (name, bytes) in keys.map(|k| k.files.as_slice()).unwrap_or_default() {
+        add(
+            &format!("{}/{name}", bootloader::SECURE_BOOT_KEYS_DIR),
+            bytes.clone(),
+        )?;
+    }
     add(&format!("{dir}/vmlinuz"), v.kernel.clone())?;
     add(&format!("{dir}/boot.cpio"), v.boot.clone())?;
     if let Some(m) = &v.microcode {
