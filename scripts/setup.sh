@@ -29,6 +29,8 @@ packages=(
   grub-pc-bin       # boot.img and i386-pc modules for grub-mkimage (core.img tests, images/build-loaders.sh)
   cryptsetup-bin    # veritysetup verify checks the dm-verity trees liken-disk builds (liken-disk/tests/verity.rs)
   efitools          # cert-to-efi-sig-list and sign-efi-sig-list: the Secure Boot lists and .auth files `liken keygen -secureboot` writes must be their bytes (liken-cli/src/secureboot/tests.rs)
+  sbsigntool        # sbsign signs systemd-boot and the kernel with the fleet's db key (qemu-tests/tests/secureboot.rs, liken-cli/tests/media/stick.rs)
+  python3-venv      # the venv virt-firmware is installed into (below)
   # qemu-tests/tests/slots.rs boots an installed disk it makes with sgdisk,
   # mkfs.vfat and mtools (above) under UEFI.
   ovmf              # UEFI firmware for QEMU: OVMF_CODE.fd and a per-test copy of OVMF_VARS.fd
@@ -96,6 +98,21 @@ if [ ${#missing[@]} -gt 0 ]; then
         || echo "setup: could not stop the $service service; stop it with: systemctl disable --now $service" >&2
     fi
   done
+fi
+
+# virt-fw-vars reads OVMF's variable store back after systemd-boot
+# enrolled the fleet's Secure Boot keys (qemu-tests/tests/secureboot.rs).
+# It is PyPI's virt-firmware, which Debian 12 does not package: installed
+# once, pinned, into a venv in the cache, where the test looks for it
+# first.
+virt_firmware_version=26.10
+virt_firmware=$HOME/.cache/liken/tools/virt-firmware-$virt_firmware_version
+if [ ! -x "$virt_firmware/bin/virt-fw-vars" ]; then
+  echo "setup: installing virt-firmware $virt_firmware_version from PyPI into $virt_firmware" >&2
+  rm -rf "$virt_firmware"
+  python3 -m venv "$virt_firmware"
+  "$virt_firmware/bin/pip" install -q --disable-pip-version-check "virt-firmware==$virt_firmware_version" \
+    || { rm -rf "$virt_firmware"; echo "setup: pip could not install virt-firmware $virt_firmware_version" >&2; exit 1; }
 fi
 
 # make images downloads Debian's kernel with apt-get download, which

@@ -51,6 +51,38 @@ impl Ovmf {
         Ovmf { code, vars }
     }
 
+    /// OVMF's Secure Boot build (Debian's `OVMF_CODE_4M.secboot.fd`, its
+    /// variables behind SMM) with a fresh copy of the blank 4 MiB
+    /// variable store, `OVMF_VARS_4M.fd`: no PK, so the firmware is in
+    /// setup mode and takes whatever keys are written. Boot it with
+    /// [`Ovmf::secure_args`].
+    pub fn secure_boot_setup_mode(dir: &Path) -> Ovmf {
+        let code = PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd");
+        let template = PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd");
+        assert!(
+            code.exists() && template.exists(),
+            "no OVMF Secure Boot firmware in /usr/share/OVMF; run scripts/setup.sh (ovmf)"
+        );
+        let vars = dir.join("OVMF_VARS_4M.fd");
+        std::fs::copy(&template, &vars).unwrap_or_else(|e| panic!("copy OVMF vars: {e}"));
+        Ovmf { code, vars }
+    }
+
+    /// The Secure Boot build's arguments: SMM on (the `-machine` option
+    /// QEMU merges into the harness's `-machine q35`), the flash's secure
+    /// property so that only SMM code writes the variables, and both
+    /// files on pflash.
+    pub fn secure_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "-machine".into(),
+            "smm=on".into(),
+            "-global".into(),
+            "driver=cfi.pflash01,property=secure,value=on".into(),
+        ];
+        args.extend(self.args());
+        args
+    }
+
     /// Both files on pflash: unit 0 the code, unit 1 the variables.
     pub fn args(&self) -> Vec<OsString> {
         vec![

@@ -1,0 +1,276 @@
+//! The fleet's own Secure Boot keys, enrolled by their real consumer:
+//! systemd-boot 252 on OVMF's Secure Boot build, in setup mode.
+//!
+//! `liken keygen -secureboot` makes the keys; a release is bundled with
+//! its systemd-boot and kernel signed by the fleet's db key (sbsign, as
+//! the release's owner will at bundle time); `liken stick -secureboot`
+//! writes the stick. One QEMU run boots it on a blank variable store (no
+//! PK: setup mode) and resets in place:
+//!
+//! 1. systemd-boot reads `secure-boot-enroll force`, finds
+//!    loader/keys/auto, says "Enrolling secure boot keys from directory:
+//!    \loader\keys\auto" (its own line), writes db, KEK and PK, and
+//!    resets the machine;
+//! 2. the firmware, now in user mode, checks the signed systemd-boot
+//!    against db and starts it; systemd-boot has the firmware check the
+//!    kernel the same way; the kernel's EFI stub reads SecureBoot from
+//!    the firmware ("EFI stub: UEFI Secure Boot is enabled.") and the
+//!    kernel says "secureboot: Secure boot enabled";
+//!    init's first milestones follow, and the test quits QEMU.
+//!
+//! Then the variable store itself, read with virt-fw-vars (PyPI's
+//! virt-firmware, not liken): PK, KEK and db hold exactly the lists
+//! keygen wrote, with its timestamp and the attributes of authenticated
+//! variables. A second, firmware-only run on that store boots a copy of
+//! the stick whose systemd-boot is Debian's unsigned build: the firmware
+//! refuses it ("Access Denied"), so the enrolled db is what decides.
+//!
+//! systemd-boot 252 skips its 15 s countdown under a hypervisor, so the
+//! enrolment costs no wait here: about 30 s for the whole test under TCG.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use qemu_tests::disk::Disk;
+use qemu_tests::firmware::Ovmf;
+use qemu_tests::{Launch, Vm, check, cli_layer, drives, images, liken, run, scratch};
+
+/// OVMF (its Secure Boot build, with SMM, is slower than the plain one),
+/// then systemd-boot, under TCG and with tests sharing the cores.
+const BOOT: Duration = Duration::from_secs(300);
+/// What follows a milestone already seen.
+const NEXT: Duration = Duration::from_secs(120);
+const VERSION: &str = "2026.12.01-001";
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// `input` signed with the fleet's db key into `output` (sbsign adds its
+/// signature beside any the file has: Debian's kernel keeps Debian's).
+fn sbsign(keys: &Path, input: &Path, output: &Path) {
+    run(
+        "sbsign",
+        &[
+            "--key",
+            &s(&keys.join("db.key")),
+            "--cert",
+            &s(&keys.join("db.crt")),
+            "--output",
+            &s(output),
+            &s(input),
+        ],
+    );
+}
+
+/// A release of the images' kernel and systemd-boot, each signed by the
+/// fleet's db key, the real boot.cpio and GRUB images, and a small
+/// stand-in system image (this test never installs it), bundled with
+/// `liken bundle`.
+fn signed_release(dir: &Path, keys: &Path) -> PathBuf {
+    let images = images();
+    let inputs = dir.join("inputs");
+    std::fs::create_dir_all(&inputs).unwrap();
+    sbsign(keys, &images.vmlinuz, &inputs.join("vmlinuz"));
+    sbsign(
+        keys,
+        &qemu_tests::disk::systemd_boot(&images.dir),
+        &inputs.join("systemd-boot.efi"),
+    );
+    std::fs::write(inputs.join("liken.sqfs"), vec![0x5a; 1 << 20]).unwrap();
+    let channel = dir.join("channel");
+    liken(&[
+        "bundle",
+        &s(&inputs.join("vmlinuz")),
+        &s(&inputs.join("liken.sqfs")),
+        &s(&images.boot_cpio),
+        &s(&images.liken),
+        &s(&inputs.join("systemd-boot.efi")),
+        &s(&images.dir.join("grub-boot.img")),
+        &s(&images.dir.join("grub-core.img")),
+        &s(&images.dir.join("licenses.md")),
+        &s(&channel),
+        VERSION,
+    ]);
+    channel.join(VERSION)
+}
+
+/// A variable of the store as virt-fw-vars prints it in JSON.
+#[derive(Debug)]
+struct Var {
+    attr: u64,
+    data: Vec<u8>,
+    time: Option<Vec<u8>>,
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len() / 2)
+        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+/// virt-fw-vars: where scripts/setup.sh installs it (a venv of PyPI's
+/// virt-firmware in the cache, at the version it pins), else on PATH.
+fn virt_fw_vars() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let cached = home.join(".cache/liken/tools/virt-firmware-26.10/bin/virt-fw-vars");
+    if cached.exists() {
+        cached
+    } else {
+        PathBuf::from("virt-fw-vars")
+    }
+}
+
+/// The variable store, read by virt-fw-vars, by name.
+fn read_store(vars: &Path, json: &Path) -> Vec<(String, Var)> {
+    check(
+        std::process::Command::new(virt_fw_vars())
+            .arg("-i")
+            .arg(vars)
+            .arg("--output-json")
+            .arg(json),
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    doc["variables"]
+        .as_array()
+        .unwrap_or_else(|| panic!("virt-fw-vars wrote no variables: {doc}"))
+        .iter()
+        .map(|v| {
+            let text = |k: &str| v[k].as_str().map(str::to_owned);
+            (
+                text("name").unwrap_or_else(|| panic!("no name in {v}")),
+                Var {
+                    attr: v["attr"]
+                        .as_u64()
+                        .unwrap_or_else(|| panic!("no attr in {v}")),
+                    data: unhex(&text("data").unwrap_or_default()),
+                    time: text("time").map(|t| unhex(&t)),
+                },
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn systemd_boot_enrols_the_fleets_keys_and_the_firmware_enforces_them() {
+    let t0 = Instant::now();
+    let dir = scratch("secureboot");
+    let keys = dir.join("keys");
+    let made = liken(&["keygen", "-secureboot", &s(&keys)]);
+    assert!(made.contains("PK.key (private, 0600)"), "{made}");
+    let release = signed_release(&dir, &keys);
+    let (deployment, _) = cli_layer(&dir, "test", "node-1");
+    let stick = dir.join("stick.img");
+    let said = liken(&[
+        "stick",
+        "-output",
+        &s(&stick),
+        "-console",
+        "ttyS0",
+        "-unsigned",
+        "-secureboot",
+        &s(&keys),
+        &s(&release),
+        &s(&deployment),
+    ]);
+    assert!(
+        said.contains("Secure Boot: loader/keys/auto holds the fleet's PK, KEK and db"),
+        "{said}"
+    );
+    // The release is signed for this fleet, so stick has nothing to warn of.
+    assert!(!said.contains("no signature"), "{said}");
+    println!(
+        "keys, release and stick made in {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Boot 1 (setup mode): systemd-boot enrols and resets; boot 2 (the
+    // same QEMU, after the reset): the firmware enforces the keys.
+    let ovmf = Ovmf::secure_boot_setup_mode(&dir);
+    let mut args: Vec<OsString> = ovmf.secure_args();
+    args.extend(drives::usb_stick(&stick));
+    let mut vm = Vm::start(
+        "secureboot-enrol",
+        &args,
+        &Launch {
+            reboot_in_place: true,
+            ..Launch::default()
+        },
+    );
+    let enrolling = vm.expect("Enrolling secure boot keys from directory: ", BOOT);
+    assert!(enrolling.contains("\\loader\\keys\\auto"), "{enrolling}");
+    let enrolled_at = vm.wall();
+    // The reset: the firmware starts the stick's systemd-boot again, and
+    // this time it boots the install entry's (signed) kernel.
+    vm.expect("BdsDxe: starting Boot", BOOT);
+    vm.expect("EFI stub: UEFI Secure Boot is enabled.", BOOT);
+    let sb = vm.expect("secureboot: ", BOOT);
+    assert!(sb.ends_with("secureboot: Secure boot enabled"), "{sb}");
+    vm.expect("liken: cmdline: ok (machine node-1, install mode)", BOOT);
+    println!(
+        "enrolled at {enrolled_at:.0} s, the signed kernel booted with Secure Boot on at {:.0} s",
+        vm.wall()
+    );
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    drop(vm);
+
+    // The variable store, read by a program that is not liken.
+    let store = read_store(&ovmf.vars, &dir.join("vars.json"));
+    let auth_time =
+        liken_cli::secureboot::efi::parse_auth(&std::fs::read(keys.join("PK.auth")).unwrap())
+            .unwrap()
+            .time
+            .bytes();
+    for name in ["PK", "KEK", "db"] {
+        let var = store
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no {name} in the variable store"));
+        assert_eq!(
+            var.data,
+            std::fs::read(keys.join(format!("{name}.esl"))).unwrap(),
+            "{name} holds the list keygen wrote: the fleet's certificate, owned by its GUID"
+        );
+        // NV | BS | RT | TIME_BASED_AUTHENTICATED_WRITE_ACCESS.
+        assert_eq!(var.attr, 0x27, "{name}");
+        assert_eq!(var.time.as_deref(), Some(&auth_time[..]), "{name}");
+    }
+    if let Some((_, enable)) = store.iter().find(|(n, _)| n == "SecureBootEnable") {
+        assert_eq!(enable.data, [1], "SecureBootEnable");
+    }
+
+    // Boot 3, firmware only: the stick with Debian's unsigned
+    // systemd-boot, on the enrolled store.
+    let unsigned = dir.join("unsigned-stick.img");
+    std::fs::copy(&stick, &unsigned).unwrap();
+    let copy = Disk::read(&unsigned);
+    run(
+        "mcopy",
+        &[
+            "-o",
+            "-i",
+            &copy.mtools_image("LIKEN-STICK"),
+            &s(&qemu_tests::disk::systemd_boot(&images().dir)),
+            "::EFI/BOOT/BOOTX64.EFI",
+        ],
+    );
+    let mut args = ovmf.secure_args();
+    args.extend(drives::usb_stick(&unsigned));
+    let mut vm = Vm::launch("secureboot-unsigned", &args);
+    let refused = vm.expect("Access Denied", BOOT);
+    assert!(refused.contains("failed to load Boot"), "{refused}");
+    println!("the unsigned systemd-boot refused at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    assert!(
+        !vm.seen.iter().any(|l| l.contains("Linux version")),
+        "no kernel ran"
+    );
+    println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
+}
