@@ -22,9 +22,12 @@
 //! init asks through the image's own `k3s kubectl get node <name>` with
 //! a JSONPath template ([`NODE_JSONPATH`]: the name, then the Ready
 //! condition's status, heartbeat and reason), run as a child with a
-//! timeout, every few seconds, from a worker thread, and reads only its
-//! stdout: a warning on stderr is never taken for an answer. So init
-//! needs no TLS client and no JSON decoder for it, and stays small. Without k3s (tests with the stand-in) `liken.bless-after=<s>`
+//! timeout, from a worker thread (every second for the first minute,
+//! then every five: [`decide_poll`]), and reads only its stdout: a
+//! warning on stderr is never taken for an answer. The worker wakes the
+//! supervisor loop with the healthy answer, so the blessing follows it
+//! at once. So init needs no TLS client and no JSON decoder for it, and
+//! stays small. Without k3s (tests with the stand-in) `liken.bless-after=<s>`
 //! on the command line makes "the supervised service has stayed up that
 //! long" the test; it stays on the entry a test wrote it into, since
 //! neither install nor the release writer carries it on.
@@ -48,6 +51,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
 use liken_api::bootloader::{
     self, ENTRIES_DIR, EntryName, decide_grub_bless, parse_grubenv, render_grubenv,
 };
@@ -56,6 +60,7 @@ use liken_api::{BootAssessment, Role, Slot, Time};
 use crate::console::Outcome;
 use crate::context::Boot;
 use crate::esp::{Esp, EspError};
+use crate::events::Event;
 use crate::supervisor::State;
 use crate::sys::command::{CommandOutput, CommandSpec, Runner};
 use crate::sys::efivars;
@@ -66,8 +71,17 @@ pub use crate::assessment::{Health, K3sProbe, Loader, Plan, Trial};
 
 /// How long a counted boot may take to become healthy.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15 * 60);
-/// How often k3s's health is asked.
+/// How often k3s's health is asked once the boot's first minute of asking
+/// has passed, and how often the loop looks at the answer on its own.
 pub const POLL: Duration = Duration::from_secs(5);
+/// How often it is asked at first. A boot on trial holds the fleet's
+/// turn (the disruption budget) until it is blessed, and a node that
+/// comes up well turns Ready in its first minute; each second between
+/// that and the blessing is a second the next machine waits. One
+/// `k3s kubectl` a second for a minute is cheap beside that.
+pub const POLL_FIRST: Duration = Duration::from_secs(1);
+/// How many asks go at [`POLL_FIRST`] before [`POLL`] takes over.
+pub const FIRST_ASKS: u32 = 60;
 /// How long one `k3s kubectl` may take.
 pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long to wait before trying a blessing that failed again.
@@ -366,6 +380,7 @@ impl Assessor {
         started: Instant,
         since: Time,
         runner: Arc<dyn Runner + Send + Sync>,
+        events: Sender<Event>,
     ) -> Assessor {
         let finding: Finding = Arc::new(Mutex::new(None));
         let counted = plan.as_ref().is_some_and(|p| p.trial.counted && !p.blessed);
@@ -379,7 +394,7 @@ impl Assessor {
             let shared = Arc::clone(&finding);
             let spawned = std::thread::Builder::new()
                 .name("k3s-health".into())
-                .spawn(move || k3s_worker(&probe, since, &*runner, &shared));
+                .spawn(move || k3s_worker(&probe, since, &*runner, &shared, &events));
             if let Err(e) = spawned {
                 crate::console::line(&format!(
                     "bless: cannot start the k3s health thread ({e}); this boot cannot be blessed"
@@ -455,16 +470,33 @@ impl Assessor {
     }
 }
 
-fn k3s_worker(probe: &K3sProbe, since: Time, runner: &dyn Runner, finding: &Finding) {
+/// The pause before the `asked`-th ask (counting from 0): often at first,
+/// then every [`POLL`].
+pub fn decide_poll(asked: u32) -> Duration {
+    if asked < FIRST_ASKS { POLL_FIRST } else { POLL }
+}
+
+fn k3s_worker(
+    probe: &K3sProbe,
+    since: Time,
+    runner: &dyn Runner,
+    finding: &Finding,
+    events: &Sender<Event>,
+) {
     let command = probe_command(probe);
+    let mut asked: u32 = 0;
     loop {
-        std::thread::sleep(POLL);
+        std::thread::sleep(decide_poll(asked));
+        asked = asked.saturating_add(1);
         let verdict = decide_k3s_health(&probe.node, since, &runner.run(&command));
         let healthy = verdict.is_ok();
         *finding
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(verdict);
         if healthy {
+            // The loop may be asleep until its next poll; it blesses now.
+            // A loop that is gone has nothing left to bless.
+            let _ = events.send(Event::Healthy);
             return;
         }
     }
@@ -1043,6 +1075,70 @@ mod tests {
     }
 
     #[test]
+    fn health_is_asked_every_second_for_a_minute_then_every_five() {
+        assert_eq!(decide_poll(0), POLL_FIRST);
+        assert_eq!(decide_poll(FIRST_ASKS - 1), POLL_FIRST);
+        assert_eq!(decide_poll(FIRST_ASKS), POLL);
+        assert_eq!(decide_poll(u32::MAX), POLL);
+        assert_eq!(POLL_FIRST * FIRST_ASKS, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_healthy_answer_wakes_the_loop_and_blesses_without_its_poll() {
+        let t0 = Instant::now();
+        let plan = Plan {
+            trial: Trial {
+                loader: Loader::Grub,
+                slot: Slot::B,
+                counted: true,
+                other_slot_bad: false,
+            },
+            health: Health::K3s(K3sProbe {
+                k3s: "/usr/local/bin/k3s".into(),
+                kubeconfig: "/etc/rancher/k3s/k3s.yaml".into(),
+                node: "node-1".into(),
+            }),
+            deadline: Duration::from_secs(600),
+            blessed: false,
+        };
+        let fake = FakeRunner::default();
+        // Not Ready on the first ask, Ready with this boot's heartbeat
+        // on the next: the answer the worker reports.
+        fake.answer(
+            "/usr/local/bin/k3s",
+            "",
+            0,
+            "node-1 False 2026-12-07T00:00:01Z KubeletNotReady",
+        );
+        let runner: Arc<dyn Runner + Send + Sync> = Arc::new(fake.clone());
+        let (events, woken) = crossbeam_channel::unbounded();
+        let since: Time = "2026-12-07T00:00:00Z".parse().unwrap();
+        let a = Assessor::start(Some(plan), t0, since, runner, events);
+        // Between the first ask (a second in) and the second.
+        std::thread::sleep(POLL_FIRST * 3 / 2);
+        fake.script.lock().unwrap().clear();
+        fake.answer(
+            "/usr/local/bin/k3s",
+            "",
+            0,
+            "node-1 True 2026-12-07T00:00:03Z KubeletReady",
+        );
+        // The second ask comes a second after the first, well before the
+        // loop's own poll would look again.
+        let asked = Instant::now();
+        assert!(matches!(
+            woken.recv_timeout(POLL_FIRST * 3),
+            Ok(Event::Healthy)
+        ));
+        assert!(asked.elapsed() < POLL, "woken after {:?}", asked.elapsed());
+        let running = State::Running { pid: 1, since: t0 };
+        assert!(
+            matches!(a.poll(Instant::now(), running), Verdict::Bless(d) if d.contains("node-1"))
+        );
+        assert_eq!(fake.calls().len(), 2);
+    }
+
+    #[test]
     fn the_assessor_blesses_once_and_retries_failures() {
         let t0 = Instant::now();
         let plan = Plan {
@@ -1057,7 +1153,14 @@ mod tests {
             blessed: false,
         };
         let runner: Arc<dyn Runner + Send + Sync> = Arc::new(FakeRunner::default());
-        let mut a = Assessor::start(Some(plan.clone()), t0, Time::EPOCH, Arc::clone(&runner));
+        let (events, _) = crossbeam_channel::unbounded();
+        let mut a = Assessor::start(
+            Some(plan.clone()),
+            t0,
+            Time::EPOCH,
+            Arc::clone(&runner),
+            events.clone(),
+        );
         let running = State::Running { pid: 1, since: t0 };
         let later = t0 + Duration::from_secs(2);
         assert!(matches!(a.poll(later, running), Verdict::Bless(_)));
@@ -1080,6 +1183,7 @@ mod tests {
             t0,
             Time::EPOCH,
             runner,
+            events,
         );
         assert_eq!(done.poll(t0, running), Verdict::Done);
     }

@@ -1,5 +1,6 @@
 //! What wakes the supervisor loop: a child's exit, a signal asking for
-//! shutdown, a control-socket request, an address that changed. Every thread that learns of
+//! shutdown, a control-socket request, an address that changed, a
+//! healthy answer to the boot's assessment. Every thread that learns of
 //! something sends one of these on the loop's channel, so the loop is
 //! the only place that decides anything.
 
@@ -38,6 +39,10 @@ pub enum Event {
         /// The address now.
         to: String,
     },
+    /// The k3s health worker ([`crate::bless`]) found this boot's node
+    /// healthy; the loop assesses at once rather than at its next poll,
+    /// since a boot on trial holds the fleet's turn until it is blessed.
+    Healthy,
     /// A control-socket request; the loop answers on `reply`.
     Control {
         /// What was asked.

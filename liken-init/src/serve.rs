@@ -80,6 +80,7 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
         boot.started_at,
         boot.started,
         std::sync::Arc::clone(&boot.sys.run),
+        boot.events.clone(),
     );
     loop {
         // Boot assessment: bless a healthy boot, or end a trial that
@@ -145,6 +146,9 @@ pub fn serve<S: Spawner>(mut boot: Boot, mut sup: Supervisor<S>, events: Receive
                 ),
             ),
             Event::Problem(problem) => boot.problems.push(problem),
+            // The loop's next turn blesses (bless::run_due reads the
+            // worker's finding); the event only ends the wait early.
+            Event::Healthy => {}
             Event::AddressChanged {
                 interface,
                 from,
