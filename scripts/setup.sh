@@ -16,6 +16,7 @@ packages=(
   qemu-system-x86   # qemu-tests boot the images under TCG
   kmod              # depmod indexes the kernel's module tree; modprobe lists dependencies
   xz-utils          # images/extract-vmlinux.sh unpacks the bzImage's payload
+  zstd              # images/build-boot.sh compresses boot.cpio
   file              # images/build-boot.sh checks that liken-init is static
   grub-common       # grub-script-check and grub-editenv check boot/grub.cfg and grubenv (liken-api tests); grub-mkimage builds grub-core.img
   squashfs-tools    # images/build-system.sh packs liken.sqfs with mksquashfs; the images test lists it with unsquashfs

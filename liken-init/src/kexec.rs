@@ -28,7 +28,7 @@
 //! the next boot's record; a kexec boot says so on its command line.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Seek};
+use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsFd;
 use std::path::Path;
 
@@ -177,6 +177,16 @@ pub fn plan(esp: &Esp<'_>, loader: &Loader) -> Result<LoadPlan, String> {
     }
 }
 
+/// The zeros that bring `len` to a multiple of four (0 to 3).
+pub fn pad_to_four(len: u64) -> usize {
+    match len % 4 {
+        1 => 3,
+        2 => 2,
+        3 => 1,
+        _ => 0,
+    }
+}
+
 /// The initrds, concatenated into one anonymous memory file (what
 /// kexec_file_load takes), rewound.
 fn initrd_file(esp: &Esp<'_>, initrds: &[String]) -> Result<std::fs::File, String> {
@@ -196,6 +206,13 @@ fn initrd_file(esp: &Esp<'_>, initrds: &[String]) -> Result<std::fs::File, Strin
                 "the initrds pass the {INITRD_CAP} bytes init stages for a kexec"
             ));
         }
+        // Each starts on a four-byte boundary, as GRUB and systemd-boot
+        // place them: the kernel takes an archive after a compressed one
+        // only there, skipping zeros up to it.
+        let pad = pad_to_four(total);
+        out.write_all([0u8; 3].get(..pad).unwrap_or_default())
+            .map_err(|e| format!("{rel}: {e}"))?;
+        total = total.saturating_add(pad as u64);
     }
     out.rewind()
         .map_err(|e| format!("cannot rewind the initrds ({e})"))?;

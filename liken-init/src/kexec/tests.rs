@@ -106,6 +106,15 @@ fn loaded(p: &FakePower) -> (String, String, String) {
 }
 
 #[test]
+fn initrds_are_padded_to_four_bytes() {
+    assert_eq!(
+        (0..9).map(pad_to_four).collect::<Vec<_>>(),
+        [0, 3, 2, 1, 0, 3, 2, 1, 0]
+    );
+    assert_eq!(pad_to_four(u64::MAX), 1);
+}
+
+#[test]
 fn kexec_loads_the_entry_systemd_boot_would_pick_and_counts_its_try() {
     let w = World::new("uefi");
     let power = FakePower::default();
@@ -121,7 +130,9 @@ fn kexec_loads_the_entry_systemd_boot_would_pick_and_counts_its_try() {
         loaded(&power),
         (
             "KERNEL-b".to_owned(),
-            "BOOT-b|LAYER".to_owned(),
+            // Each initrd padded to four bytes with zeros, as the
+            // bootloaders place them.
+            "BOOT-b|\0LAYER\0\0\0".to_owned(),
             "liken.slot=b panic=10 console=ttyS0 liken.kexec=liken-b+3.conf".to_owned()
         )
     );
@@ -190,7 +201,9 @@ fn grub_machines_spend_the_try_in_grubenv() {
         loaded(&power),
         (
             "KERNEL-b".to_owned(),
-            "BOOT-b|LAYER".to_owned(),
+            // Each initrd padded to four bytes with zeros, as the
+            // bootloaders place them.
+            "BOOT-b|\0LAYER\0\0\0".to_owned(),
             "liken.slot=b panic=10 console=ttyS0 liken.kexec=grub".to_owned()
         )
     );
