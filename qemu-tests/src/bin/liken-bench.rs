@@ -23,6 +23,14 @@
 //!   measured boot is a later one, as a machine boots every day.
 //!   Uptime starts at the kernel, so the firmware and systemd-boot are
 //!   outside both figures.
+//! - The verified root's cost: the installed disk's slot A is a bundled
+//!   release (its squashfs with the dm-verity tree after it), and its
+//!   entry carries the release's `liken.verity=`, so init mounts the
+//!   slot through dm-verity as every machine does; the reference is the
+//!   same disk booted once per round with the entry rewritten without
+//!   it (init then mounts the partition unverified). Each boot's root
+//!   milestone must say which it did. Target: the verified boot reaches
+//!   the supervisor under 1.10x the unverified one's uptime.
 //!
 //! Each measurement runs `LIKEN_BENCH_RUNS` times (default 3), the
 //! boots alternating, and the medians are reported. For the installed
@@ -43,7 +51,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use liken_api::Slot;
-use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk};
+use qemu_tests::disk::{Disk, Installed, SlotFiles, entry, installed_disk, release_verity};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::{Boot, Vm, cpio, hand_layer, images, initrd, scratch, standin_cpio, uptime_in};
 
@@ -60,6 +68,12 @@ const DISK_TARGET: f64 = 3.0;
 
 /// Slot A's boot.cpio on the ESP, which its entry names as an initrd.
 const HELLO_ESP_PATH: &str = "liken/a/boot.cpio";
+/// Slot A's entry on the installed disk, blessed.
+const ENTRY: &str = "liken-a.conf";
+/// The installed release's version, as its entry names it.
+const VERSION: &str = "2026.12.02-001";
+/// The verified boot's target, as a ratio of the unverified one's uptime.
+const VERITY_TARGET: f64 = 1.10;
 
 const MACHINE: &str = "apiVersion: liken.sh/v1alpha1\nkind: Machine\nmetadata:\n  name: node-1\n";
 
@@ -250,6 +264,32 @@ fn boot_hello_disk(name: &str, disk: &Disk, ovmf: &Ovmf, hello: &Path, boot_cpio
     up
 }
 
+/// Boots the installed disk once with slot A's entry rewritten without
+/// `liken.verity=` (init mounts the partition unverified), then puts the
+/// verified entry back.
+fn boot_disk_unverified(
+    name: &str,
+    disk: &Disk,
+    ovmf: &Ovmf,
+    plain: &Path,
+    verified: &Path,
+) -> DiskBoot {
+    let path = format!("loader/entries/{ENTRY}");
+    disk.esp_put(&path, plain);
+    let boot = boot_disk(name, &disk.path, ovmf);
+    disk.esp_put(&path, verified);
+    boot
+}
+
+/// The root milestone of a boot, which says whether the slot was
+/// mounted through dm-verity.
+fn root_line(boot: &DiskBoot) -> &str {
+    boot.rows
+        .iter()
+        .find(|r| r.0 == "root")
+        .map_or("", |r| r.2.as_str())
+}
+
 /// The installed boots' milestones as a table: each row's median
 /// uptime, the median time since the row before in the same boot, and
 /// the last boot's line for what the step did.
@@ -291,19 +331,33 @@ fn main() {
     let liken = initrd(&dir, &[&images.boot_cpio, &layer, &standin]);
 
     // The installed disk: slot A's entry blessed already, so no boot
-    // writes the ESP, and nothing but the boot itself is timed.
+    // writes the ESP, and nothing but the boot itself is timed. Slot A
+    // holds the stand-in channel's older release as bundled (the
+    // squashfs, then its dm-verity tree) and its entry the release's
+    // root hash, as init's release writer leaves a slot.
+    let releases = images.standin_releases();
+    let [.., release, _] = releases.as_slice() else {
+        panic!("the stand-in channel holds fewer than two releases (make qemu-images)");
+    };
+    let verity = release_verity(release);
     let disk_dir = scratch("bench-disk");
     let disk = installed_disk(
         &disk_dir,
         &[Installed {
             slot: Slot::A,
-            entry: "liken-a.conf",
-            version: "2026.12.02-001",
+            entry: ENTRY,
+            version: VERSION,
             extra: &[],
-            files: &SlotFiles::standin(),
-            verity: None,
+            files: &SlotFiles::release(release),
+            verity: Some(&verity),
         }],
     );
+    let verified_entry = disk_dir.join("entry-verified.conf");
+    let plain_entry = disk_dir.join("entry-unverified.conf");
+    for (path, v) in [(&verified_entry, Some(&verity)), (&plain_entry, None)] {
+        std::fs::write(path, entry(Slot::A, VERSION, false, &[], v))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
     let ovmf = Ovmf::fresh(&disk_dir);
     let first = boot_disk("bench-disk-first", &disk.path, &ovmf);
     let formatted = first
@@ -321,6 +375,7 @@ fn main() {
         .unwrap_or(0);
     let (mut hello_up, mut init_up, mut rss_kb) = (Vec::new(), Vec::new(), Vec::new());
     let (mut hello_disk, mut disk_boots) = (Vec::new(), Vec::new());
+    let mut plain_boots = Vec::new();
     // The smoke run's one installed boot is the first, formatting one.
     let mut first = Some(first).filter(|_| smoke());
     for round in 0..runs {
@@ -343,12 +398,35 @@ fn main() {
             &disk,
             &ovmf,
             &hello,
-            &images.boot_cpio,
+            &release.join("boot.cpio"),
         ));
         disk_boots.push(
             first
                 .take()
                 .unwrap_or_else(|| boot_disk(&format!("bench-disk-{round}"), &disk.path, &ovmf)),
+        );
+        plain_boots.push(boot_disk_unverified(
+            &format!("bench-disk-unverified-{round}"),
+            &disk,
+            &ovmf,
+            &plain_entry,
+            &verified_entry,
+        ));
+    }
+    // Each side measured what it claims: a verified boot that fell back
+    // to the bare partition (or the reverse) would make the ratio a lie.
+    for b in &disk_boots {
+        let root = root_line(b);
+        assert!(
+            root.contains("through dm-verity"),
+            "a verified boot's root: {root:?}"
+        );
+    }
+    for b in &plain_boots {
+        let root = root_line(b);
+        assert!(
+            root.contains("(unverified)"),
+            "an unverified boot's root: {root:?}"
         );
     }
     let (h, i) = (median(hello_up.clone()), median(init_up.clone()));
@@ -403,7 +481,16 @@ fn main() {
             )
         }
     );
+    let plain_up: Vec<f64> = plain_boots.iter().map(|b| b.supervisor).collect();
+    let p = median(plain_up.clone());
+    println!(
+        "verified root: liken-init's supervisor at {d:.2} s with slot A through dm-verity, \
+         {p:.2} s from the same disk with the entry unverified: {:.3}x (target < {VERITY_TARGET:.2}x; \
+         median of {runs})",
+        d / p
+    );
     println!("rounds: hello {hello_up:.2?} s, liken-init {init_up:.2?} s");
+    println!("rounds: installed disk unverified {plain_up:.2?} s");
     println!("rounds: hello from the disk {hello_disk:.2?} s, installed disk {disk_up:.2?} s");
     print_steps(&disk_boots);
 }
