@@ -353,7 +353,8 @@ impl<'a> Esp<'a> {
 
     /// Replaces `rel` with what `source` yields: written under a
     /// temporary name in the same directory, fsynced, renamed over
-    /// `rel`, and the directory fsynced. The parent directory must
+    /// `rel`, fsynced again (vfat, [`fsutil::sync_renamed`]), and the
+    /// directory fsynced. The parent directory must
     /// exist. Returns the bytes written.
     pub fn write_from(&self, rel: &str, source: &mut dyn Read) -> Result<u64, EspError> {
         // The mode is for a test's directory: vfat takes the mount's
@@ -385,13 +386,15 @@ impl<'a> Esp<'a> {
     }
 
     /// Renames `from` to `to` (both relative to the ESP's root, in the
-    /// same directory for an atomic rename), then fsyncs the directory.
+    /// same directory for an atomic rename), then fsyncs the renamed file
+    /// and the directory ([`fsutil::sync_renamed`]: vfat keeps a renamed
+    /// file's size and first cluster with its inode, not its directory).
     pub fn rename(&self, from: &str, to: &str) -> Result<(), EspError> {
         let a = self.path(from)?;
         let b = self.path(to)?;
         let (dir, _) = split(&b, to)?;
         std::fs::rename(&a, &b)
-            .and_then(|()| sync_dir(dir))
+            .and_then(|()| fsutil::sync_renamed(&b, dir))
             .map_err(Esp::io(from))
     }
 

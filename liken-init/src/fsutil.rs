@@ -46,8 +46,11 @@ pub fn replace_from(path: &Path, source: &mut dyn Read, mode: u32) -> io::Result
             .open(&tmp)?;
         let n = io::copy(source, &mut f)?;
         f.sync_all()?;
-        drop(f);
         std::fs::rename(&tmp, path)?;
+        // Once more after the rename, through the handle still open:
+        // see [`sync_renamed`].
+        f.sync_all()?;
+        drop(f);
         sync_dir(dir)?;
         Ok(n)
     })();
@@ -112,6 +115,21 @@ pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
 /// are on disk.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Makes a rename to `path` durable: fsyncs the renamed file, then its
+/// directory `dir`. On vfat (the ESP) the directory's fsync is not
+/// enough: a rename writes the new name's directory entry empty (no
+/// first cluster, size 0) and the file's cluster and size reach it only
+/// when the file's own inode is written back (fs/fat/namei_vfat.c,
+/// vfat_rename: `mark_inode_dirty` unless the mount is `dirsync`), up
+/// to half a minute later. A power cut in between leaves the new name
+/// an empty file and the old one gone; a blessed boot entry would then
+/// vanish from the bootloader's menu. The file's fsync writes that
+/// entry (fat_file_fsync, through __fat_write_inode at its new place).
+pub fn sync_renamed(path: &Path, dir: &Path) -> io::Result<()> {
+    open_regular(path)?.sync_all()?;
+    sync_dir(dir)
 }
 
 #[cfg(test)]

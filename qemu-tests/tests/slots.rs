@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use liken_api::{BootAssessment, BootRecord, Slot};
 use qemu_tests::disk::{
-    Grub, Installed, SlotFiles, installed_disk, installed_disk_with, release_verity,
+    Grub, Installed, SlotFiles, entry, installed_disk, installed_disk_with, release_verity,
 };
 use qemu_tests::firmware::{Firmware, Ovmf};
 use qemu_tests::install::installed_args;
@@ -370,6 +370,29 @@ fn boots_slot_a_from_the_disk_formats_var_and_blesses_the_entry() {
              node node-1 is Ready with a heartbeat at "
         ) && bless.contains(", after this boot began ("),
         "{bless}"
+    );
+    // What a power cut now would leave, read from the disk while the
+    // machine runs: the blessed entry whole, name and bytes. (vfat
+    // writes a renamed file's size and first cluster with its inode,
+    // not its directory, so init fsyncs the file as well; here the
+    // ESP's unmount after the blessing would flush it too, but a
+    // machine whose ESP stays in use past the blessing has only the
+    // fsync.)
+    assert_eq!(
+        d.esp_list("loader/entries"),
+        ["liken-a.conf", "liken-b+0-3.conf"],
+        "the blessing's rename is on the disk"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&d.esp_file("loader/entries/liken-a.conf")),
+        entry(
+            Slot::A,
+            "2026.12.02-001",
+            false,
+            &["liken.standin-reboot-once=blessed-nokexec"],
+            Some(&verity)
+        ),
+        "the blessed entry's bytes are on the disk, not only its name"
     );
     // The kernel refuses init's kexec load, so the reboot goes through
     // the firmware, and init says why.
