@@ -98,6 +98,13 @@ pub struct Options {
     /// writes for it (init's Pod Security configuration), read by the
     /// real apiserver.
     pub admission_config: Option<PathBuf>,
+    /// Have kube-controller-manager give each Node a pod subnet from
+    /// k3s's default cluster CIDR, 10.42.0.0/16, as k3s configures it
+    /// (`--allocate-node-cidrs`, `--cluster-cidr`; k3s
+    /// pkg/daemons/control/server.go, controllerManager), so a real
+    /// kubelet's node gets the `spec.podCIDR` its pod network is made
+    /// from. Needs `controller_manager`.
+    pub node_cidrs: bool,
 }
 
 /// A running control plane. Dropping it kills the processes and removes
@@ -511,7 +518,7 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
     )?;
     cp.apply_crds()?;
     if options.controller_manager {
-        cp.start_controller_manager(&bin)?;
+        cp.start_controller_manager(&bin, options.node_cidrs)?;
     }
     if options.scheduler || options.kwok {
         cp.start_scheduler(&bin)?;
@@ -788,7 +795,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    fn start_controller_manager(&self, bin: &Path) -> Result<(), Error> {
+    fn start_controller_manager(&self, bin: &Path, node_cidrs: bool) -> Result<(), Error> {
         if !bin.join("kube-controller-manager").is_file() {
             return fail(format!(
                 "{} has no kube-controller-manager; run `testenv/build.sh`",
@@ -851,6 +858,10 @@ impl ControlPlane {
                 .arg(format!("--cluster-signing-key-file={}", d("ca.key")));
         }
         cmd.arg("--service-cluster-ip-range=10.0.0.0/24");
+        if node_cidrs {
+            cmd.arg("--allocate-node-cidrs=true")
+                .arg("--cluster-cidr=10.42.0.0/16");
+        }
         log_to(&mut cmd, &self.dir, "kcm.log")?;
         let proc = spawn::spawn("kube-controller-manager", cmd)
             .map_err(|e| Error(format!("starting kube-controller-manager: {e}")))?;

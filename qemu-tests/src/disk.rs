@@ -506,6 +506,18 @@ pub fn installed_disk(dir: &Path, slots: &[Installed<'_>]) -> Disk {
 /// liken-disk as install mode places them.
 pub fn installed_disk_with(dir: &Path, slots: &[Installed<'_>], grub: Option<&Grub<'_>>) -> Disk {
     let (_, layer) = cli_layer(dir, "test", "node-1");
+    installed_disk_layered(dir, slots, grub, &layer)
+}
+
+/// As [`installed_disk_with`], with a deployment layer the test made
+/// (a fleet host's deployment packed by `liken layer`).
+pub fn installed_disk_layered(
+    dir: &Path,
+    slots: &[Installed<'_>],
+    grub: Option<&Grub<'_>>,
+    layer: &Path,
+) -> Disk {
+    let layer = layer.to_owned();
     let loader_conf = dir.join("loader.conf");
     std::fs::write(&loader_conf, render_loader_conf())
         .unwrap_or_else(|e| panic!("write loader.conf: {e}"));

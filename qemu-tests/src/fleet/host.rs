@@ -297,6 +297,26 @@ impl Host {
         release: Option<(&str, &str)>,
         trusted: Option<&Path>,
     ) -> Host {
+        Host::start_with(
+            dir, liken, reach, cluster, machines, channel, release, trusted, false,
+        )
+    }
+
+    /// As [`Host::start`]; with `node_cidrs`, kube-controller-manager
+    /// gives each Node a pod subnet from k3s's cluster CIDR, as a real
+    /// kubelet's pod network needs (the upstream node's tests).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_with(
+        dir: &Path,
+        liken: &Path,
+        reach: Reach,
+        cluster: &str,
+        machines: &[MachineSpec],
+        channel: &Path,
+        release: Option<(&str, &str)>,
+        trusted: Option<&Path>,
+        node_cidrs: bool,
+    ) -> Host {
         let deployment = dir.join("deployment");
         let identity = deployment.join("identity");
         let logs = dir.join("host-logs");
@@ -317,6 +337,7 @@ impl Host {
                 audit: true,
                 node_authorizer: true,
                 bootstrap_tokens: true,
+                node_cidrs,
                 address: Some(reach.listen()),
                 ..Options::default()
             },
