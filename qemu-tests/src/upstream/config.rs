@@ -1,0 +1,213 @@
+//! What the launcher reads to know which node it is and where it joins:
+//! k3s's config.yaml, which liken-init renders, and the server CA a
+//! follower keeps of the layer.
+//!
+//! k3s reads `/etc/rancher/k3s/config.yaml` for every flag it was not
+//! given (k3s-io/k3s pkg/configfilearg): the keys are the flags' names.
+//! The agent needs `server`, `token-file`, `node-name` (else the
+//! hostname, pkg/agent/config/config.go), `node-ip` (else the address of
+//! the interface the default route leaves by, as k3s's
+//! util.GetHostnameAndIPs finds it), `data-dir` (default
+//! /var/lib/rancher/k3s, pkg/daemons/config), `node-label` and
+//! `node-taint`. Keys a server reads (`cluster-init`, `tls-san`,
+//! `agent-token-file`) are ignored here.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Where k3s reads its configuration.
+pub const CONFIG_PATH: &str = "/etc/rancher/k3s/config.yaml";
+/// k3s's default data directory.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
+/// The server CA certificate a follower keeps of the layer (liken-init's
+/// root step copies only it, the documents and the agent token).
+pub const FOLLOWER_SERVER_CA: &str = "/run/liken/layer/identity/server/tls/server-ca.crt";
+
+/// config.yaml, the keys the agent uses.
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub struct K3sConfig {
+    /// The node's name.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// The node's address(es).
+    #[serde(default)]
+    pub node_ip: Option<String>,
+    /// k3s's data directory.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// The join token's file.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The server to join.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// `key=value` labels.
+    #[serde(default)]
+    pub node_label: Vec<String>,
+    /// `key=value:Effect` taints.
+    #[serde(default)]
+    pub node_taint: Vec<String>,
+}
+
+/// Reads config.yaml's text.
+pub fn parse(text: &str) -> Result<K3sConfig, String> {
+    serde_yaml::from_str(text).map_err(|e| format!("{CONFIG_PATH}: {e}"))
+}
+
+/// Everything the agent needs to know about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Agent {
+    /// The Node's name.
+    pub node: String,
+    /// The node's IPv4 address.
+    pub node_ip: String,
+    /// The apiserver (`https://host:port`).
+    pub server: String,
+    /// k3s's data directory.
+    pub data_dir: PathBuf,
+    /// The join token's file.
+    pub token_file: PathBuf,
+    /// `key=value` labels.
+    pub labels: Vec<String>,
+    /// `key=value:Effect` taints.
+    pub taints: Vec<String>,
+}
+
+impl Agent {
+    /// `<data-dir>/<rel>`.
+    pub fn data(&self, rel: &str) -> PathBuf {
+        self.data_dir.join(rel)
+    }
+}
+
+/// Decides the agent's setup from config.yaml, the hostname and the
+/// default route's address.
+pub fn decide_agent(
+    config: &K3sConfig,
+    hostname: &str,
+    route_ip: Option<&str>,
+) -> Result<Agent, String> {
+    let server = config
+        .server
+        .clone()
+        .ok_or_else(|| format!("{CONFIG_PATH} names no server for the agent to join"))?;
+    if !server.starts_with("https://") {
+        return Err(format!("the server {server} is not an https URL"));
+    }
+    let node = config
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| hostname.to_owned());
+    if node.is_empty() {
+        return Err(
+            "the node has no name: config.yaml has no node-name and the hostname is \
+                    empty"
+                .into(),
+        );
+    }
+    // k3s takes the first of a comma-separated node-ip as the primary.
+    let node_ip = config
+        .node_ip
+        .as_deref()
+        .and_then(|ips| ips.split(',').next())
+        .map(str::trim)
+        .filter(|ip| !ip.is_empty())
+        .or(route_ip)
+        .ok_or_else(|| {
+            "no node-ip in config.yaml and no default route to take the address of; the \
+             network step must bring an interface up first"
+                .to_owned()
+        })?
+        .to_owned();
+    let token_file = config
+        .token_file
+        .clone()
+        .ok_or_else(|| format!("{CONFIG_PATH} names no token-file"))?;
+    Ok(Agent {
+        node,
+        node_ip,
+        server,
+        data_dir: config
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+        token_file,
+        labels: config.node_label.clone(),
+        taints: config.node_taint.clone(),
+    })
+}
+
+/// The interface the IPv4 default route leaves by, from
+/// /proc/net/route's text.
+pub fn decide_route_dev(table: &str) -> Option<String> {
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            [dev, "00000000", _, _, _, _, _, "00000000", ..] => Some((*dev).to_owned()),
+            _ => None,
+        }
+    })
+}
+
+/// The IPv4 address of the interface the default route leaves by.
+pub fn route_ip() -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/route").ok()?;
+    let dev = decide_route_dev(&table)?;
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|a| {
+        let v4 = a.address.as_ref()?.as_sockaddr_in()?.ip();
+        (a.interface_name == dev).then(|| v4.to_string())
+    })
+}
+
+/// Reads config.yaml and decides the agent's setup.
+pub fn read_agent() -> Result<Agent, String> {
+    let text =
+        std::fs::read_to_string(CONFIG_PATH).map_err(|e| format!("reading {CONFIG_PATH}: {e}"))?;
+    let cfg = parse(&text)?;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    decide_agent(&cfg, hostname.trim(), route_ip().as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_from_inits_config() {
+        let cfg = parse(
+            "node-name: node-2\ndata-dir: /var/lib/rancher/k3s\ntoken-file: \
+             /var/lib/liken/k3s-token\nserver: https://10.0.2.2:6443\nnode-label:\n- a=b\n",
+        )
+        .unwrap();
+        let a = decide_agent(&cfg, "ignored", Some("10.0.2.15")).unwrap();
+        assert_eq!(a.node, "node-2");
+        assert_eq!(a.node_ip, "10.0.2.15");
+        assert_eq!(a.server, "https://10.0.2.2:6443");
+        assert_eq!(a.labels, ["a=b"]);
+        assert_eq!(a.data("agent"), PathBuf::from("/var/lib/rancher/k3s/agent"));
+    }
+
+    #[test]
+    fn node_ip_and_name_fall_back_as_k3s_does() {
+        let cfg =
+            parse("server: https://s:6443\ntoken-file: /t\nnode-ip: 10.1.1.1,fd00::1\n").unwrap();
+        let a = decide_agent(&cfg, "host", Some("10.0.2.15")).unwrap();
+        assert_eq!((a.node.as_str(), a.node_ip.as_str()), ("host", "10.1.1.1"));
+        let cfg = parse("server: https://s:6443\ntoken-file: /t\n").unwrap();
+        assert!(decide_agent(&cfg, "host", None).is_err());
+        let cfg = parse("token-file: /t\n").unwrap();
+        assert!(decide_agent(&cfg, "host", Some("1.2.3.4")).is_err());
+    }
+
+    #[test]
+    fn the_default_routes_interface() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+                     eth0\t00000000\t0202000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n";
+        assert_eq!(decide_route_dev(table).as_deref(), Some("eth0"));
+        assert_eq!(decide_route_dev("Iface\n"), None);
+    }
+}
