@@ -1,0 +1,278 @@
+//! A real node on liken: one machine whose k3s is the upstream node
+//! launcher (`liken-upstream-k3s`, `make upstream-images`), joined as a
+//! follower with its agent token to a control plane on the host, whose
+//! real kubelet registers the Node and reports it Ready, and whose init
+//! blesses the boot from the real kubectl's answer to its own health
+//! query.
+//!
+//! The host is the fleet harness's (`qemu_tests::fleet::host`): `liken
+//! mint` and `liken new` (node-1 a leader the test never boots, whose
+//! control plane the host plays; node-2 the follower booted here),
+//! liken-testenv's etcd, kube-apiserver, kube-controller-manager (with
+//! k3s's pod subnets) and kube-scheduler on the minted identity. In
+//! place of the leader's k3s supervisor, the host registers the agent
+//! token's bootstrap token and lets `system:bootstrappers` ask for
+//! kubelet certificates (what the node stand-in's server does), and
+//! binds `system:node-proxier` to `system:nodes` for kube-proxy.
+//!
+//! The machine boots an installed disk made with the real tools (as
+//! `tests/slots.rs` does; no install from a stick) under OVMF: slot A
+//! holds the upstream system image on trial (`liken-a+3.conf`), the ESP
+//! the host deployment's layer packed by `liken layer`.
+//!
+//! Checked from signals the launcher does not produce: the Node as the
+//! host's apiserver stores it, read by testenv's kubectl on the host,
+//! Ready, with the kubelet's and containerd's own versions in its
+//! nodeInfo and the pod subnet kube-controller-manager allocated; init's
+//! `bless: ok` line. The launcher's `start times` line (what each
+//! component took under TCG) and the test's own wall times are printed.
+//!
+//! `#[ignore]`d: it needs `make upstream-images` (which needs `make
+//! testenv-node`) and takes minutes under TCG; run it with
+//! `make test-upstream-node`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use liken_api::Slot;
+use qemu_tests::disk::{Installed, SlotFiles, installed_disk_layered};
+use qemu_tests::firmware::Ovmf;
+use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::{Launch, Vm, drives, images, make_images, run, scratch};
+
+/// Up to the launcher's first line: OVMF, systemd-boot, the kernel,
+/// init's steps.
+const BOOT: Duration = Duration::from_secs(600);
+/// From the launcher's start to the Node Ready.
+const READY: Duration = Duration::from_secs(1500);
+
+fn kubectl(host: &Host) -> Command {
+    let mut c = Command::new(liken_testenv::kubectl_bin());
+    c.env("KUBECONFIG", &host.kubeconfig);
+    c
+}
+
+/// In place of the leader's k3s supervisor (see the module docs): the
+/// agent token's bootstrap token and the roles of Kubernetes' TLS
+/// bootstrap, and kube-proxy's role for the nodes.
+fn let_agents_join(host: &Host) {
+    let token = std::fs::read_to_string(host.deployment.join("identity/server/agent-token"))
+        .unwrap_or_else(|e| panic!("the deployment's agent token: {e}"));
+    let secret = token
+        .trim()
+        .rsplit_once(':')
+        .map(|(_, s)| s.to_owned())
+        .unwrap_or_else(|| panic!("the agent token {token:?} has no secret"));
+    let hex = liken_api::hash::sha256(secret.as_bytes()).to_string();
+    let hex = hex.trim_start_matches("sha256:");
+    let (id, sec) = (&hex[..6], &hex[6..22]);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\ntype: bootstrap.kubernetes.io/token\nmetadata:\n  name: \
+         bootstrap-token-{id}\n  namespace: kube-system\nstringData:\n  token-id: {id}\n  \
+         token-secret: {sec}\n  usage-bootstrap-authentication: \"true\"\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: \
+         upstream-node:bootstrapper\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: \
+         ClusterRole\n  name: system:node-bootstrapper\nsubjects:\n- apiGroup: \
+         rbac.authorization.k8s.io\n  kind: Group\n  name: system:bootstrappers\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: \
+         upstream-node:autoapprove\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: \
+         ClusterRole\n  name: system:certificates.k8s.io:certificatesigningrequests:nodeclient\n\
+         subjects:\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: \
+         system:bootstrappers\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: \
+         upstream-node:proxier\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: \
+         ClusterRole\n  name: system:node-proxier\nsubjects:\n- apiGroup: \
+         rbac.authorization.k8s.io\n  kind: Group\n  name: system:nodes\n"
+    );
+    let file = host.logs().join("let-agents-join.yaml");
+    std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let out = kubectl(host)
+        .args(["apply", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl: {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The Node's fields as the host's apiserver stores them, or None.
+fn node(host: &Host, name: &str) -> Option<serde_json::Value> {
+    let out = kubectl(host)
+        .args(["get", "node", name, "-o", "json"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn ready(n: &serde_json::Value) -> bool {
+    n["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+#[test]
+#[ignore = "needs make upstream-images; run with make test-upstream-node"]
+fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
+    let began = Instant::now();
+    let images = images();
+    make_images(
+        "upstream-images",
+        &images.dir,
+        "; this test needs the upstream node's system image (make upstream-images, which needs \
+         make testenv-node)",
+    );
+    let system = images.dir.join("system-upstream.squashfs");
+    assert!(system.exists(), "no {}", system.display());
+    println!(
+        "upstream system image: {} bytes (the stand-in's: {} bytes)",
+        std::fs::metadata(&system).map(|m| m.len()).unwrap_or(0),
+        std::fs::metadata(&images.system_standin)
+            .map(|m| m.len())
+            .unwrap_or(0)
+    );
+
+    let dir = scratch("upstream-node");
+    let leader = MachineSpec::numbered(1, true, false);
+    let follower = MachineSpec::numbered(2, false, false);
+    let host = Host::start_with(
+        &dir,
+        &images.liken,
+        Reach::Slirp,
+        "upstream",
+        &[leader, follower.clone()],
+        &images.dir.join("channel-standin"),
+        None,
+        None,
+        true,
+    );
+    let_agents_join(&host);
+
+    let d = host.deployment.to_string_lossy().into_owned();
+    let layer = dir.join("layer.cpio");
+    run(
+        &images.liken,
+        &[
+            "layer",
+            "-unsigned",
+            &d,
+            &format!("{d}/identity"),
+            &layer.to_string_lossy(),
+        ],
+    );
+    let files = SlotFiles {
+        vmlinuz: images.vmlinuz.clone(),
+        boot_cpio: images.boot_cpio.clone(),
+        system,
+    };
+    let t = Instant::now();
+    let disk = installed_disk_layered(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a+3.conf",
+            version: "2026.12.07-001",
+            extra: &["liken.machine=node-2", "liken.bless-deadline=1800"],
+            files: &files,
+            verity: None,
+        }],
+        None,
+        &layer,
+    );
+    println!(
+        "installed disk made in {:.1} s (slot A written on the host, not under TCG)",
+        t.elapsed().as_secs_f64()
+    );
+
+    let ovmf = Ovmf::fresh(&dir);
+    let mut args = ovmf.args();
+    args.extend(drives::virtio("disk", &disk.path, Some(0), false));
+    args.extend(
+        [
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            &format!("virtio-net-pci,netdev=n0,mac={}", follower.mac),
+            "-device",
+            "virtio-rng-pci",
+        ]
+        .map(std::ffi::OsString::from),
+    );
+    let started = Instant::now();
+    let mut vm = Vm::start(
+        "upstream-node",
+        &args,
+        &Launch {
+            memory_mib: 2048,
+            ..Launch::default()
+        },
+    );
+    vm.expect(
+        "liken-upstream-k3s (not k3s): the upstream node launcher",
+        BOOT,
+    );
+    let launcher_at = started.elapsed();
+    let times = vm.expect("liken-upstream-k3s (not k3s): start times:", READY);
+    let in_guest = started.elapsed();
+
+    // The Node as the host's apiserver has it, written by the kubelet.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let n = loop {
+        if let Some(n) = node(&host, "node-2").filter(ready) {
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node-2 is not Ready on the host's apiserver: {:?}\n{}",
+            node(&host, "node-2").map(|n| n["status"]["conditions"].clone()),
+            vm.tail(40)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let host_ready = started.elapsed();
+    let info = &n["status"]["nodeInfo"];
+    assert_eq!(info["kubeletVersion"], "v1.36.3", "{info}");
+    assert!(
+        info["containerRuntimeVersion"].as_str().is_some_and(|v| v
+            .starts_with("containerd://v2.4.2")
+            || v.starts_with("containerd://2.4.2")),
+        "{info}"
+    );
+    assert!(
+        n["spec"]["podCIDR"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("10.42.")),
+        "{}",
+        n["spec"]
+    );
+    let address = n["status"]["addresses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
+        .map(|a| a["address"].clone());
+    assert_eq!(
+        address,
+        Some(serde_json::json!("10.0.2.15")),
+        "{}",
+        n["status"]
+    );
+
+    let blessed = vm.expect("liken: bless: ok", Duration::from_secs(300));
+    let bless_at = started.elapsed();
+    println!("{times}");
+    println!("{blessed}");
+    println!(
+        "wall: QEMU start to the launcher {:.0} s, to its Node Ready {:.0} s, Ready on the \
+         host {:.0} s, blessed {:.0} s; the whole test {:.0} s",
+        launcher_at.as_secs_f64(),
+        in_guest.as_secs_f64(),
+        host_ready.as_secs_f64(),
+        bless_at.as_secs_f64(),
+        began.elapsed().as_secs_f64()
+    );
+}
