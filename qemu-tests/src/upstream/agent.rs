@@ -1,7 +1,8 @@
 //! `k3s agent`: the node's half of k3s, in k3s's order (k3s-io/k3s
 //! pkg/agent/run.go): the bundled programs unpacked, the join prepared,
-//! containerd started and answering, the airgap images imported, the
-//! kubelet started, then kube-proxy once the kubelet holds its client
+//! the host's modules and sysctls set up, containerd started and
+//! answering, the airgap images imported, the kubelet started, then
+//! kube-proxy once the kubelet holds its client
 //! certificate; the pod network's configuration once the Node has its
 //! podCIDR (flannel's moment, see `cni`).
 //!
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::children::{self, Component, Output};
 use super::config::{self, Agent};
 use super::console::say;
-use super::{airgap, bundle, cni, containerd, join, kubelet};
+use super::{airgap, bundle, cni, containerd, join, kubelet, syssetup};
 
 /// How long containerd may take to answer on its socket.
 const CONTAINERD_WAIT: Duration = Duration::from_secs(300);
@@ -115,6 +116,8 @@ pub fn run() -> ! {
          certificate as system:bootstrap:{id} (Kubernetes' TLS bootstrap, in place of k3s's \
          supervisor)"
     ));
+
+    syssetup::configure(&path);
 
     let layout = containerd::layout(&agent.data_dir, &bin);
     containerd::prepare(&layout).unwrap_or_else(|e| fail(&e));

@@ -12,6 +12,7 @@
 //!   into the kubelet's bootstrap credential;
 //! - [`containerd`], [`airgap`], [`kubelet`], [`cni`]: each part as k3s
 //!   configures it, pure where it can be;
+//! - [`syssetup`]: the modules and sysctls k3s's agent sets up;
 //! - [`children`]: running them, each dying with the launcher;
 //! - [`agent`]: `k3s agent` in k3s's order.
 //!
@@ -30,3 +31,4 @@ pub mod console;
 pub mod containerd;
 pub mod join;
 pub mod kubelet;
+pub mod syssetup;
