@@ -303,7 +303,8 @@ qemu-images: images
 
 ## upstream-images: a system image whose k3s is the upstream node launcher (liken-upstream-k3s,
 ## which says on every line it is not k3s) carrying the real node's programs from
-## `make testenv-node` (IMAGES_OUT/system-upstream.squashfs), for qemu-tests/tests/upstream_node.rs.
+## `make testenv-node` (IMAGES_OUT/system-upstream.squashfs, bundled in IMAGES_OUT/channel-upstream),
+## for qemu-tests/tests/upstream_node.rs.
 .PHONY: upstream-images
 upstream-images: qemu-images testenv-node
 	$(STATIC) cargo build --profile test-tools --target $(TARGET) -p qemu-tests --bin liken-upstream-k3s
@@ -311,14 +312,15 @@ upstream-images: qemu-images testenv-node
 	  "$$(./testenv/build.sh node | tail -1)" "$$(./testenv/build.sh | tail -1)" $(IMAGES_OUT)/liken-upstream-k3s
 	LIKEN_VERSION=upstream-1 ./images/build-system.sh $(addprefix --image ,$(OPERATOR_IMAGES)) \
 	  $(IMAGES_OUT)/system-upstream.squashfs $(IMAGES_OUT)/liken-upstream-k3s
+	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-upstream system-upstream.squashfs
 
 ## test-upstream-node: one machine whose k3s is the upstream node launcher joins the host's control
-## plane; its real kubelet turns the Node Ready and init blesses the boot (qemu-tests/tests/upstream_node.rs).
+## plane; its real kubelet turns the Node Ready and init blesses the boot; and what the node's programs
+## add to a slot write under TCG (qemu-tests/tests/upstream_node.rs).
 ## Not part of make test yet (docs/testing.md, The upstream node).
 .PHONY: test-upstream-node
 test-upstream-node: upstream-images
-	cargo test -p qemu-tests --test upstream_node --no-run
-	LIKEN_IMAGES_JUST_BUILT=1 flock /tmp/liken-qemu.lock cargo test -p qemu-tests --test upstream_node -- --ignored --nocapture
+	LIKEN_IMAGES_JUST_BUILT=1 cargo test -p qemu-tests --test upstream_node -- --ignored --test-threads=1 --nocapture
 
 ## e2e-images: the end-to-end tests' channel (IMAGES_OUT/channel-e2e): releases
 ## N, N+1 and N+2 of the stand-in system image with the operators' images, N+2

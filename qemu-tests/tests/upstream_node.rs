@@ -27,18 +27,25 @@
 //! `bless: ok` line. The launcher's `start times` line (what each
 //! component took under TCG) and the test's own wall times are printed.
 //!
-//! `#[ignore]`d: it needs `make upstream-images` (which needs `make
-//! testenv-node`) and takes minutes under TCG; run it with
+//! What the node's programs cost a release is measured too
+//! ([`the_upstream_image_costs_its_slot_write`]): one machine on slot A
+//! has init write the stand-in channel's newest release and then the
+//! upstream channel's into slot B over its control socket, as the
+//! machine operator asks for a downloaded release, and the test times
+//! each write from the stand-in's request to init's answer.
+//!
+//! `#[ignore]`d: they need `make upstream-images` (which needs `make
+//! testenv-node`) and take minutes under TCG; run them with
 //! `make test-upstream-node`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
-use qemu_tests::disk::{Installed, SlotFiles, installed_disk_layered};
+use qemu_tests::disk::{Installed, SlotFiles, installed_disk, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
-use qemu_tests::{Launch, Vm, drives, images, make_images, run, scratch};
+use qemu_tests::{Launch, Vm, channel_releases, drives, images, make_images, run, scratch};
 
 /// Up to the launcher's first line: OVMF, systemd-boot, the kernel,
 /// init's steps.
@@ -273,6 +280,111 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
         in_guest.as_secs_f64(),
         host_ready.as_secs_f64(),
         bless_at.as_secs_f64(),
+        began.elapsed().as_secs_f64()
+    );
+}
+
+/// A FAT disk (no partition table) holding `dirs` as `<name>/` and a
+/// `script` of `<name> <name>` lines for the stand-in's `write-script`.
+fn releases_disk(path: &std::path::Path, dirs: &[(&str, &std::path::Path)]) {
+    let _ = std::fs::remove_file(path);
+    let f = std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.set_len(1 << 30)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    drop(f);
+    let p = path.to_string_lossy().into_owned();
+    run("mkfs.vfat", &["-F", "32", "-n", "RELEASES", &p]);
+    let script = path.with_extension("script");
+    let text: String = dirs.iter().map(|(n, _)| format!("{n} {n}\n")).collect();
+    std::fs::write(&script, text).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    run("mcopy", &["-i", &p, &script.to_string_lossy(), "::script"]);
+    for (name, dir) in dirs {
+        run("mmd", &["-i", &p, &format!("::{name}")]);
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let e = e.unwrap_or_else(|e| panic!("{e}"));
+            let file = e.file_name().to_string_lossy().into_owned();
+            run(
+                "mcopy",
+                &[
+                    "-i",
+                    &p,
+                    &e.path().to_string_lossy(),
+                    &format!("::{name}/{file}"),
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs make upstream-images; run with make test-upstream-node"]
+fn the_upstream_image_costs_its_slot_write() {
+    let images = images();
+    make_images(
+        "upstream-images",
+        &images.dir,
+        "; this test needs the upstream node's release (make upstream-images)",
+    );
+    let standin = images
+        .standin_releases()
+        .last()
+        .cloned()
+        .unwrap_or_else(|| panic!("no stand-in release (make qemu-images)"));
+    let upstream = channel_releases(&images.dir.join("channel-upstream"))
+        .last()
+        .cloned()
+        .unwrap_or_else(|| panic!("no upstream release (make upstream-images)"));
+    let size = |dir: &std::path::Path| {
+        std::fs::metadata(dir.join("liken.sqfs"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let dir = scratch("upstream-slot-write");
+    // Slot A blessed (a write is refused while the boot is on trial),
+    // older than both releases.
+    let disk = installed_disk(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a.conf",
+            version: "2026.12.01-001",
+            extra: &["liken.standin=write-script:/dev/vdb"],
+            files: &SlotFiles::standin(),
+            verity: None,
+        }],
+    );
+    let rel = dir.join("releases.img");
+    releases_disk(&rel, &[("standin", &standin), ("upstream", &upstream)]);
+    let ovmf = Ovmf::fresh(&dir);
+    let mut args = ovmf.args();
+    args.extend(drives::virtio("disk", &disk.path, Some(0), false));
+    args.extend(drives::virtio("release", &rel, None, true));
+    let began = Instant::now();
+    let mut vm = Vm::launch("upstream-slot-write", &args);
+    let mut figures = Vec::new();
+    for (label, dir) in [("standin", &standin), ("upstream", &upstream)] {
+        vm.expect(
+            &format!("liken-standin-k3s: attempt {label}: asking init to write"),
+            BOOT,
+        );
+        let asked = Instant::now();
+        let answer = vm.expect(
+            &format!("liken-standin-k3s: attempt {label} answered"),
+            Duration::from_secs(1800),
+        );
+        let took = asked.elapsed().as_secs_f64();
+        assert!(answer.contains("releaseWritten"), "{answer}");
+        figures.push(format!(
+            "{label}: {} bytes of system image (with its dm-verity tree), written into slot B \
+             by init in {took:.0} s",
+            size(dir)
+        ));
+    }
+    for f in &figures {
+        println!("{f}");
+    }
+    println!(
+        "the whole test {:.0} s (the stand-in stages each release on /var before it asks)",
         began.elapsed().as_secs_f64()
     );
 }
