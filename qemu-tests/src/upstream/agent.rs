@@ -296,6 +296,38 @@ fn node_field(agent: &Agent, bin: &Path, template: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// What `kubectl get node` printed for `<podCIDR>|<bootID>|<Ready>`: the
+/// podCIDR when it has one, and whether the Node is Ready as this boot's
+/// kubelet reported it. A Node outlives its machine's reboots, Ready
+/// from the boot before until the node controller notices, so only a
+/// Ready posted with this boot's ID (the kubelet posts both in one
+/// status) counts.
+pub fn decide_node(fields: &str, boot_id: &str) -> (Option<String>, bool) {
+    let mut parts = fields.split('|');
+    let cidr = parts.next().and_then(cni::decide_cidr);
+    let node_boot = parts.next().unwrap_or_default().trim();
+    let ready = parts.next().unwrap_or_default().trim() == "True";
+    let boot_id = boot_id.trim();
+    (cidr, ready && !boot_id.is_empty() && node_boot == boot_id)
+}
+
+/// `MemTotal - MemAvailable` of /proc/meminfo, in MB, beside MemTotal.
+fn memory_in_use() -> String {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kb = |key: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    match (kb("MemTotal:"), kb("MemAvailable:")) {
+        (Some(t), Some(a)) => format!("{} MB of {} MB", t.saturating_sub(a) / 1024, t / 1024),
+        _ => "unknown (no /proc/meminfo)".into(),
+    }
+}
+
 /// Watches the kubelet come up: its certificate, its health, kube-proxy's,
 /// the Node's podCIDR (then the CNI configuration) and Ready; prints
 /// each with its time and, at Ready, the `start times` line.
@@ -308,6 +340,7 @@ fn watch(
     so_far: Startup,
 ) {
     let since = |t: Instant| t.elapsed().as_secs_f64();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let (mut cert, mut health, mut proxy, mut registered, mut cidr, mut ready) =
         (None, None, None, None, None, None);
     loop {
@@ -331,17 +364,16 @@ fn watch(
             && let Some(fields) = node_field(
                 agent,
                 bin,
-                "{.spec.podCIDR} {.status.conditions[?(@.type==\"Ready\")].status}",
+                "{.spec.podCIDR}|{.status.nodeInfo.bootID}|{.status.conditions[?(@.type==\"Ready\")].status}",
             )
         {
             if registered.is_none() {
                 registered = Some(since(kubelet_started));
                 mark(t0, &format!("Node {} is registered", agent.node));
             }
-            let mut words = fields.split_whitespace();
-            let (c, r) = (words.next(), words.next());
+            let (c, ready_now) = decide_node(&fields, &boot_id);
             if cidr.is_none()
-                && let Some(c) = c.and_then(cni::decide_cidr)
+                && let Some(c) = c
             {
                 let file = layout.cni_conf.join(cni::FILE);
                 match std::fs::write(&file, cni::render(&c)) {
@@ -360,7 +392,7 @@ fn watch(
                     Err(e) => say(&format!("writing {}: {e}", file.display())),
                 }
             }
-            if ready.is_none() && (r == Some("True") || c == Some("True")) {
+            if ready.is_none() && ready_now {
                 ready = Some(since(kubelet_started));
                 let total = mark(t0, &format!("Node {} is Ready", agent.node));
                 let f = |v: Option<f64>| v.map_or("-".to_owned(), |s| format!("{s:.1}"));
@@ -368,7 +400,7 @@ fn watch(
                     "start times: unpack {:.1} s, containerd {:.1} s, images {:.1} s; from \
                          the kubelet's start: certificate {} s, healthz {} s, registered {} s, \
                          podCIDR {} s, Ready {} s, kube-proxy healthz {} s; start to Ready \
-                         {total:.1} s",
+                         {total:.1} s; memory in use {}",
                     so_far.unpack,
                     so_far.containerd,
                     so_far.images,
@@ -377,7 +409,8 @@ fn watch(
                     f(registered),
                     f(cidr),
                     f(ready),
-                    f(proxy)
+                    f(proxy),
+                    memory_in_use()
                 ));
             }
         }
@@ -385,5 +418,31 @@ fn watch(
             return;
         }
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_boots_ready_counts() {
+        let boot = "0c6b0ecc-7fde-4b1a-9d1e-2f3a4b5c6d7e\n";
+        assert_eq!(
+            decide_node(
+                "10.42.0.0/24|0c6b0ecc-7fde-4b1a-9d1e-2f3a4b5c6d7e|True",
+                boot
+            ),
+            (Some("10.42.0.0/24".into()), true)
+        );
+        assert_eq!(
+            decide_node("10.42.0.0/24|an-older-boot|True", boot),
+            (Some("10.42.0.0/24".into()), false)
+        );
+        assert_eq!(
+            decide_node("|0c6b0ecc-7fde-4b1a-9d1e-2f3a4b5c6d7e|False", boot),
+            (None, false)
+        );
+        assert_eq!(decide_node("||", ""), (None, false));
     }
 }
