@@ -320,7 +320,7 @@ upstream-images: qemu-images testenv-node
 ## Not part of make test yet (docs/testing.md, The upstream node).
 .PHONY: test-upstream-node
 test-upstream-node: upstream-images
-	LIKEN_IMAGES_JUST_BUILT=1 cargo test -p qemu-tests --test upstream_node -- --ignored --test-threads=1 --nocapture
+	LIKEN_IMAGES_JUST_BUILT=1 ./scripts/cargo-test-selects.sh -p qemu-tests --test upstream_node -- --ignored --test-threads=1 --nocapture
 
 ## e2e-images: the end-to-end tests' channel (IMAGES_OUT/channel-e2e): releases
 ## N, N+1 and N+2 of the stand-in system image with the operators' images, N+2
