@@ -142,6 +142,8 @@ use console::say;
 
 #[path = "../standin/console.rs"]
 mod console;
+#[path = "../k3s_node.rs"]
+mod k3s_node;
 #[path = "../standin/memory.rs"]
 mod memory;
 #[path = "../standin/net.rs"]

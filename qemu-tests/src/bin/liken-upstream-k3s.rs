@@ -17,6 +17,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+#[path = "../k3s_node.rs"]
+mod k3s_node;
 #[path = "../upstream/mod.rs"]
 mod upstream;
 

@@ -18,27 +18,10 @@ use super::children::{self, Component, Output};
 use super::config::{self, Agent};
 use super::console::say;
 use super::{airgap, bundle, cni, containerd, join, kubelet, syssetup};
+use crate::k3s_node::{until_ok, write_private};
 
 /// How long containerd may take to answer on its socket.
 const CONTAINERD_WAIT: Duration = Duration::from_secs(300);
-
-/// Repeats `what` until it succeeds, saying why each try failed.
-fn until_ok<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let mut wait = Duration::from_secs(2);
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => {
-                say(&format!(
-                    "{what}: {e}; trying again in {} s",
-                    wait.as_secs()
-                ));
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
 
 /// Exits with a message; init restarts the launcher with backoff.
 fn fail(what: &str) -> ! {
@@ -96,7 +79,7 @@ pub fn run() -> ! {
         "the upstream node launcher, started as k3s agent: containerd, the kubelet and \
          kube-proxy from their own projects, with k3s's paths and defaults; this is not k3s",
     );
-    let agent = until_ok("reading the node's configuration", config::read_agent);
+    let agent = until_ok("reading the node's configuration", say, config::read_agent);
     say(&format!(
         "node {} at {} joins {} with the agent token in {}",
         agent.node,
@@ -108,7 +91,7 @@ pub fn run() -> ! {
     let t_unpacked = t0.elapsed().as_secs_f64();
     let path = path_with(&bin);
 
-    let id = until_ok("preparing the join", || {
+    let id = until_ok("preparing the join", say, || {
         join::prepare(&agent, Path::new(config::FOLLOWER_SERVER_CA))
     });
     say(&format!(
@@ -258,12 +241,12 @@ fn write_kubelet_config(agent: &Agent, sock: &Path) -> Result<(), String> {
     let file = dir.join("00-k3s-defaults.conf");
     let text =
         serde_json::to_string_pretty(&kubelet::config(agent, sock)).map_err(|e| e.to_string())?;
-    join::write_private(&file, text.as_bytes())
+    write_private(&file, text.as_bytes())
 }
 
 fn start_proxy(agent: &Agent, bin: &Path, path: &str) -> Result<Component, String> {
     let kc = agent.data("agent/kubeproxy.kubeconfig");
-    join::write_private(
+    write_private(
         &kc,
         join::kubeconfig(
             &agent.server,

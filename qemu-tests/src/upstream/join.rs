@@ -26,6 +26,7 @@
 use std::path::Path;
 
 use super::config::Agent;
+use crate::k3s_node::write_private;
 
 /// A join token: `K10<CA hash>::<user>:<secret>`; returns the hash and
 /// the secret. The launcher refuses a bare token: without the hash it
@@ -115,27 +116,6 @@ pub fn prepare(agent: &Agent, ca_file: &Path) -> Result<String, String> {
         .split_once('.')
         .map(|(id, _)| id.to_owned())
         .unwrap_or_default())
-}
-
-/// Writes `bytes` to `path`, 0600, through a temporary name.
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

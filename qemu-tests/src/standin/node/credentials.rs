@@ -30,8 +30,6 @@
 //! (pkg/clientaccess/token.go). The private key never leaves the
 //! machine.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -41,6 +39,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use super::config::{Role, Setup};
+use crate::k3s_node::write_private;
 
 /// CertificateSigningRequests (certificates.k8s.io/v1, cluster-scoped).
 pub const CSRS: Resource = Resource {
@@ -317,25 +316,6 @@ pub fn kubeconfig(server: &str, ca: &[u8], auth: Auth<'_>) -> String {
          contexts:\n- name: default\n  context:\n    cluster: default\n    user: default\n",
         b64(ca)
     )
-}
-
-/// Writes `bytes` to `path`, 0600, through a temporary name.
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

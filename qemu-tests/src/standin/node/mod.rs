@@ -37,29 +37,12 @@ mod supervisor;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::k3s_node::until_ok;
 use config::{Role, Setup};
 
 /// Where the stand-in unpacks images, below k3s's data directory on
 /// /var, as containerd keeps its image store there across boots.
 const IMAGE_STORE: &str = "agent/liken-standin-images";
-
-/// Repeats `what` until it succeeds, saying why each try failed.
-fn until_ok<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let mut wait = Duration::from_secs(2);
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => {
-                crate::say(&format!(
-                    "{what}: {e}; trying again in {} s",
-                    wait.as_secs()
-                ));
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
 
 fn read_setup(subcommand: &str) -> Result<Setup, String> {
     let text = std::fs::read_to_string(config::CONFIG_PATH)
@@ -76,20 +59,20 @@ fn read_setup(subcommand: &str) -> Result<Setup, String> {
 
 /// `k3s server` or `k3s agent` in node mode; never returns.
 pub fn run(subcommand: &str) -> ! {
-    let setup = until_ok("reading the node's configuration", || {
+    let setup = until_ok("reading the node's configuration", crate::say, || {
         read_setup(subcommand)
     });
     crate::say(&format!(
         "node stand-in for {} as k3s {subcommand} (not k3s): the control plane is at {}",
         setup.node, setup.endpoint
     ));
-    let creds = until_ok("getting the kubelet's credentials", || {
+    let creds = until_ok("getting the kubelet's credentials", crate::say, || {
         credentials::obtain(&setup)
     });
     if setup.role == Role::Server
         && let Some(admin) = creds.admin.clone()
     {
-        until_ok("letting agents join", || {
+        until_ok("letting agents join", crate::say, || {
             supervisor::let_agents_join(&admin, &setup)
         });
         let dir = setup.data("server/manifests");
@@ -102,7 +85,7 @@ pub fn run(subcommand: &str) -> ! {
         });
     }
     let kubelet = kubelet::Kubelet::new(creds.kubelet.clone(), setup.clone());
-    until_ok("registering the Node", || kubelet.register());
+    until_ok("registering the Node", crate::say, || kubelet.register());
     std::thread::spawn(move || kubelet.heartbeat());
 
     let dir = setup.data("agent/images");

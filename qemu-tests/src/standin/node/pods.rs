@@ -43,9 +43,9 @@ use serde_json::{Value, json};
 
 use super::config::Setup;
 use super::container::{Mount, Spec, capability_set};
-use super::credentials::write_private;
 use super::images::Image;
 use super::runtime::{self, PODS_DIR, Running};
+use crate::k3s_node::write_private;
 
 /// How often the pods are listed.
 pub const SYNC_EVERY: Duration = Duration::from_secs(2);

@@ -1,0 +1,48 @@
+//! What both programs that stand at k3s's path, the node stand-in
+//! (`liken-standin-k3s`) and the upstream node launcher
+//! (`liken-upstream-k3s`), do the same way: write a private file whole,
+//! and retry a step of the node's start until it works. Each binary
+//! includes this file with `#[path]`, as it does its console.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// Writes `bytes` to `path`, 0600, through a temporary name.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Repeats `what` until it succeeds, saying through `say` why each try
+/// failed, waiting 2 s and then twice as long each time, up to 30 s.
+pub fn until_ok<T>(what: &str, say: fn(&str), mut f: impl FnMut() -> Result<T, String>) -> T {
+    let mut wait = Duration::from_secs(2);
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) => {
+                say(&format!(
+                    "{what}: {e}; trying again in {} s",
+                    wait.as_secs()
+                ));
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
