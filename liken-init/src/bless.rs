@@ -603,51 +603,6 @@ pub fn run_due(boot: &mut Boot, service: State, assess: &mut Assessor) -> Option
     }
 }
 
-/// Mounts efivarfs on a UEFI boot where it is not mounted yet. The
-/// Debian kernel has it as a module, which the initramfs does not carry,
-/// so it is loaded here from the system image's tree (the root step has
-/// switched to it by now).
-fn ensure_efivarfs(boot: &mut Boot) -> Result<(), String> {
-    if !efivars::is_efi_boot(&boot.paths.sys) {
-        return Ok(());
-    }
-    let target = efivars::efivars_dir(&boot.paths.sys);
-    let mounts = std::fs::read_to_string(boot.paths.proc.join("self/mounts")).unwrap_or_default();
-    if decide_mounted(&mounts, &target) {
-        return Ok(());
-    }
-    if let Some(report) = boot.load_modules(&["efivarfs"])
-        && let Err(e) = crate::modload::describe(&report, 0.0)
-    {
-        return Err(format!("cannot load efivarfs: {e}"));
-    }
-    let request = crate::sys::mount::MountRequest {
-        source: "efivarfs".into(),
-        target: target.clone(),
-        fstype: "efivarfs".into(),
-        flags: crate::sys::mount::MsFlags::MS_NOSUID
-            | crate::sys::mount::MsFlags::MS_NODEV
-            | crate::sys::mount::MsFlags::MS_NOEXEC,
-        data: None,
-    };
-    boot.sys.mount.mount(&request).map_err(|e| {
-        format!(
-            "cannot mount efivarfs on {} ({e}), so the entry systemd-boot booted is unknown",
-            target.display()
-        )
-    })?;
-    boot.mounted.push(target);
-    Ok(())
-}
-
-/// Whether /proc/self/mounts lists a mount on `target`.
-pub fn decide_mounted(mounts: &str, target: &Path) -> bool {
-    let want = target.display().to_string();
-    mounts
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-}
-
 /// The boot step: how this boot stands with the bootloader, and the
 /// health test that will bless it.
 pub fn step(boot: &mut Boot) -> Outcome {
@@ -662,7 +617,7 @@ pub fn step(boot: &mut Boot) -> Outcome {
     let selected = match decide_selected(boot.cmdline.kexec.as_deref()) {
         Some(from_kexec) => from_kexec,
         None => {
-            if let Err(e) = ensure_efivarfs(boot) {
+            if let Err(e) = crate::efivarfs::ensure_mounted(boot) {
                 crate::console::line(&format!("assess: {e}"));
             }
             match efivars::loader_entry_selected(&boot.paths.sys) {
@@ -851,17 +806,6 @@ mod tests {
             .contains("no entry for slot A")
         );
         assert!(decide_trial(Slot::A, None, &entries, None).is_err());
-    }
-
-    #[test]
-    fn mounts_are_read_from_the_table() {
-        let table = "sysfs /sys sysfs rw 0 0\nefivarfs /sys/firmware/efi/efivars efivarfs rw 0 0\n";
-        assert!(decide_mounted(
-            table,
-            Path::new("/sys/firmware/efi/efivars")
-        ));
-        assert!(!decide_mounted(table, Path::new("/sys/firmware")));
-        assert!(!decide_mounted("", Path::new("/sys")));
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub mod console;
 pub mod context;
 pub mod control;
 pub mod dns;
+pub mod efivarfs;
 pub mod esp;
 pub mod events;
 pub mod fatal;

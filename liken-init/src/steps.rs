@@ -112,6 +112,10 @@ pub const BOOT: &[Step] = &[
         run: find_root,
     },
     Step {
+        name: crate::efivarfs::MILESTONE,
+        run: crate::efivarfs::step,
+    },
+    Step {
         name: "documents",
         run: crate::staged::step,
     },

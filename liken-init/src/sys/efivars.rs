@@ -8,9 +8,16 @@
 //! NUL-terminated UTF-16LE string; boot assessment reads it to learn
 //! which slot's entry to bless.
 //!
+//! The firmware's own variables sit under the EFI global vendor GUID
+//! [`GLOBAL_VENDOR`]: `SecureBoot` and `SetupMode`, one byte each after
+//! the attributes. init reads them to say in its boot log whether the
+//! firmware checked what it started ([`secure_boot_state`]).
+//!
 //! The seam is the sysfs root, as for [`crate::sys::block`]: tests hand
 //! a temporary tree. Parsing is separate and pure, and takes any bytes
-//! (short, odd-length, unterminated) without panicking.
+//! (short, odd-length, unterminated) without panicking. Files are read
+//! with PID 1's rules ([`crate::fsutil::read_capped`]): no link
+//! followed, no blocking open, at most [`MAX_VAR`] bytes.
 
 use std::fmt;
 use std::io;
@@ -22,6 +29,22 @@ pub const LOADER_VENDOR: &str = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
 
 /// The entry systemd-boot booted.
 pub const LOADER_ENTRY_SELECTED: &str = "LoaderEntrySelected";
+
+/// The vendor GUID of the variables the UEFI specification defines
+/// (EFI_GLOBAL_VARIABLE).
+pub const GLOBAL_VENDOR: &str = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// 1 when the firmware enforces Secure Boot (checks each image it
+/// starts against db), 0 when it does not.
+pub const SECURE_BOOT: &str = "SecureBoot";
+
+/// 1 while the firmware has no platform key (setup mode: keys may be
+/// enrolled unsigned, nothing is checked).
+pub const SETUP_MODE: &str = "SetupMode";
+
+/// The most init reads of one variable: the variables it reads are a
+/// few bytes, and efivarfs shows each as a regular file.
+pub const MAX_VAR: u64 = 4096;
 
 /// efivarfs under the sysfs root.
 pub fn efivars_dir(sys: &Path) -> PathBuf {
@@ -43,6 +66,10 @@ pub enum EfiVarError {
     OddLength(usize),
     /// Not valid UTF-16.
     NotUtf16,
+    /// A one-byte flag variable whose data is not one byte.
+    FlagLength(usize),
+    /// A one-byte flag that is neither 0 nor 1.
+    FlagValue(u8),
 }
 
 impl fmt::Display for EfiVarError {
@@ -57,6 +84,13 @@ impl fmt::Display for EfiVarError {
                 "the variable's string is {n} bytes, not whole UTF-16 characters"
             ),
             EfiVarError::NotUtf16 => f.write_str("the variable's string is not valid UTF-16"),
+            EfiVarError::FlagLength(n) => write!(
+                f,
+                "the variable holds {n} bytes of data, not the one byte of a flag"
+            ),
+            EfiVarError::FlagValue(v) => {
+                write!(f, "the flag variable holds {v}, neither 0 nor 1")
+            }
         }
     }
 }
@@ -86,6 +120,82 @@ pub fn parse_utf16(data: &[u8]) -> Result<String, EfiVarError> {
     String::from_utf16(&units).map_err(|_| EfiVarError::NotUtf16)
 }
 
+/// A one-byte boolean variable (`SecureBoot`, `SetupMode`) from its
+/// whole file: four attribute bytes, then exactly one byte, 0 or 1.
+pub fn parse_flag(raw: &[u8]) -> Result<bool, EfiVarError> {
+    let (_, data) = split_var(raw)?;
+    match data {
+        [0] => Ok(false),
+        [1] => Ok(true),
+        [v] => Err(EfiVarError::FlagValue(*v)),
+        _ => Err(EfiVarError::FlagLength(data.len())),
+    }
+}
+
+/// What the firmware says of Secure Boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecureBootState {
+    /// `SecureBoot` is 1: the firmware checked this boot's images
+    /// against db.
+    Enabled,
+    /// `SecureBoot` is 0 (or absent, as on firmware without Secure
+    /// Boot), and a platform key is enrolled.
+    Disabled,
+    /// `SecureBoot` is 0 and `SetupMode` 1: no platform key, so keys can
+    /// be enrolled and nothing is checked.
+    SetupMode,
+}
+
+impl SecureBootState {
+    /// As the boot log says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SecureBootState::Enabled => "enabled",
+            SecureBootState::Disabled => "disabled",
+            SecureBootState::SetupMode => "disabled (setup mode: no platform key enrolled)",
+        }
+    }
+}
+
+/// The state from the two variables' files (`None`: the firmware has no
+/// such variable).
+pub fn decide_secure_boot(
+    secure_boot: Option<&[u8]>,
+    setup_mode: Option<&[u8]>,
+) -> Result<SecureBootState, EfiVarError> {
+    if secure_boot.map(parse_flag).transpose()? == Some(true) {
+        return Ok(SecureBootState::Enabled);
+    }
+    if setup_mode.map(parse_flag).transpose()? == Some(true) {
+        return Ok(SecureBootState::SetupMode);
+    }
+    Ok(SecureBootState::Disabled)
+}
+
+/// A variable's whole file (attributes and data), `None` when the
+/// firmware has no such variable.
+fn read_raw(sys: &Path, name: &str, vendor: &str) -> Result<Option<Vec<u8>>, ReadError> {
+    let path = efivars_dir(sys).join(format!("{name}-{vendor}"));
+    match crate::fsutil::read_capped(&path, MAX_VAR) {
+        Ok(raw) => Ok(Some(raw)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ReadError::Io(path, e)),
+    }
+}
+
+/// The firmware's Secure Boot state, from `SecureBoot` and `SetupMode`
+/// in efivarfs (which must be mounted).
+pub fn secure_boot_state(sys: &Path) -> Result<SecureBootState, ReadError> {
+    let secure_boot = read_raw(sys, SECURE_BOOT, GLOBAL_VENDOR)?;
+    let setup_mode = read_raw(sys, SETUP_MODE, GLOBAL_VENDOR)?;
+    decide_secure_boot(secure_boot.as_deref(), setup_mode.as_deref()).map_err(|e| {
+        ReadError::Format(
+            efivars_dir(sys).join(format!("{SECURE_BOOT}-{GLOBAL_VENDOR}")),
+            e,
+        )
+    })
+}
+
 /// Why a variable could not be read.
 #[derive(Debug)]
 pub enum ReadError {
@@ -109,10 +219,8 @@ impl std::error::Error for ReadError {}
 /// A variable's data, `None` when the firmware has no such variable.
 pub fn read_var(sys: &Path, name: &str, vendor: &str) -> Result<Option<Vec<u8>>, ReadError> {
     let path = efivars_dir(sys).join(format!("{name}-{vendor}"));
-    let raw = match std::fs::read(&path) {
-        Ok(raw) => raw,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ReadError::Io(path, e)),
+    let Some(raw) = read_raw(sys, name, vendor)? else {
+        return Ok(None);
     };
     match split_var(&raw) {
         Ok((_, data)) => Ok(Some(data.to_vec())),
@@ -168,6 +276,60 @@ mod tests {
         );
         // A lone high surrogate.
         assert_eq!(parse_utf16(&[0x00, 0xd8]), Err(EfiVarError::NotUtf16));
+    }
+
+    #[test]
+    fn decodes_secure_boot_and_setup_mode() {
+        // NV | BS | RT, then the byte.
+        let on = [6, 0, 0, 0, 1];
+        let off = [6, 0, 0, 0, 0];
+        assert_eq!(parse_flag(&on), Ok(true));
+        assert_eq!(parse_flag(&off), Ok(false));
+        assert_eq!(parse_flag(&[6, 0, 0, 0]), Err(EfiVarError::FlagLength(0)));
+        assert_eq!(
+            parse_flag(&[6, 0, 0, 0, 1, 0]),
+            Err(EfiVarError::FlagLength(2))
+        );
+        assert_eq!(parse_flag(&[6, 0, 0, 0, 2]), Err(EfiVarError::FlagValue(2)));
+        assert_eq!(parse_flag(&[6, 0]), Err(EfiVarError::Short(2)));
+        assert_eq!(
+            decide_secure_boot(Some(&on), Some(&off)),
+            Ok(SecureBootState::Enabled)
+        );
+        assert_eq!(
+            decide_secure_boot(Some(&off), Some(&on)),
+            Ok(SecureBootState::SetupMode)
+        );
+        assert_eq!(
+            decide_secure_boot(Some(&off), Some(&off)),
+            Ok(SecureBootState::Disabled)
+        );
+        // Firmware without Secure Boot has neither variable.
+        assert_eq!(
+            decide_secure_boot(None, None),
+            Ok(SecureBootState::Disabled)
+        );
+        assert_eq!(
+            decide_secure_boot(Some(&[6, 0, 0, 0, 7]), None),
+            Err(EfiVarError::FlagValue(7))
+        );
+    }
+
+    #[test]
+    fn reads_secure_boot_without_following_links() {
+        let dir = std::env::temp_dir().join(format!("liken-init-sb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(efivars_dir(&dir)).unwrap();
+        let file = efivars_dir(&dir).join(format!("{SECURE_BOOT}-{GLOBAL_VENDOR}"));
+        std::fs::write(&file, [6, 0, 0, 0, 1]).unwrap();
+        assert_eq!(secure_boot_state(&dir).unwrap(), SecureBootState::Enabled);
+        std::fs::remove_file(&file).unwrap();
+        let elsewhere = dir.join("elsewhere");
+        std::fs::write(&elsewhere, [6, 0, 0, 0, 1]).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+        let e = secure_boot_state(&dir).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
