@@ -18,6 +18,18 @@
 //! `liken-b+2-1.conf` (LoaderBootCountPath carries that newer name).
 //! [`decide_bless`] therefore takes the selected id only to learn the
 //! slot, and finds the file to rename in the directory listing init reads.
+//!
+//! A release bundled for Secure Boot boots instead from a Boot Loader
+//! Specification type #2 entry: its signed unified kernel image itself,
+//! `EFI/Linux/liken-<slot>+<tries>.efi` ([`UKI_DIR`], [`EntryKind::Uki`]).
+//! systemd-boot 252 counts tries in those file names by the same grammar
+//! (`config_entry_add_unified` hands the name to the counter parser with
+//! the suffix `.efi`, src/boot/efi/boot.c at v252) and sets
+//! LoaderEntrySelected to the lowercased file name, suffix included. Its
+//! title, version and sort key come from the image's `.osrel` section
+//! ([`render_osrel`]: `ID=liken` and `IMAGE_VERSION`), so both kinds sort
+//! alike. A name alone says its kind and so its directory
+//! ([`entry_path`]); listings hand init the names of both directories.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,6 +51,26 @@ pub const PANIC_REBOOT_SECONDS: u32 = 10;
 
 /// The directory on the ESP that holds systemd-boot's entries.
 pub const ENTRIES_DIR: &str = "loader/entries";
+
+/// The directory on the ESP where systemd-boot finds unified kernel
+/// images (type #2 entries).
+pub const UKI_DIR: &str = "EFI/Linux";
+
+/// Where on the ESP systemd-boot 252's stub finds credentials it passes
+/// to every unified kernel image it starts: each `*.cred` file lands in
+/// the initrd as `/.extra/global_credentials/<name>` (src/boot/efi/stub.c
+/// at v252, `pack_cpio` of `\loader\credentials`). liken puts the
+/// deployment layer there ([`LAYER_CREDENTIAL`]), since a signed image
+/// made for every fleet cannot hold one fleet's layer.
+pub const CREDENTIALS_DIR: &str = "loader/credentials";
+
+/// The deployment layer as a credential: [`LAYER_PATH`]'s bytes, under
+/// [`CREDENTIALS_DIR`].
+pub const LAYER_CREDENTIAL: &str = "liken-layer.cred";
+
+/// Where init finds [`LAYER_CREDENTIAL`] in the initramfs the stub
+/// extended.
+pub const LAYER_CREDENTIAL_IN_INITRD: &str = "/.extra/global_credentials/liken-layer.cred";
 
 /// Size of a GRUB environment block; GRUB rewrites it in place, so the
 /// file must keep exactly this size.
@@ -96,10 +128,41 @@ impl fmt::Display for BootloaderError {
 
 impl std::error::Error for BootloaderError {}
 
+/// Which kind of Boot Loader Specification entry a name is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Type #1: `loader/entries/liken-<slot>….conf`, a text file naming
+    /// the kernel and initrds under /liken/<slot>.
+    Conf,
+    /// Type #2: `EFI/Linux/liken-<slot>….efi`, a signed unified kernel
+    /// image.
+    Uki,
+}
+
+impl EntryKind {
+    /// The file name's suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            EntryKind::Conf => ".conf",
+            EntryKind::Uki => ".efi",
+        }
+    }
+
+    /// The ESP directory entries of this kind live in.
+    pub fn dir(self) -> &'static str {
+        match self {
+            EntryKind::Conf => ENTRIES_DIR,
+            EntryKind::Uki => UKI_DIR,
+        }
+    }
+}
+
 /// The name of a slot's systemd-boot entry file, with systemd-boot's boot
 /// counter (Automatic Boot Assessment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryName {
+    /// Type #1 or type #2.
+    pub kind: EntryKind,
     /// The slot the entry boots.
     pub slot: Slot,
     /// Tries left; `None` for a blessed entry (no counter in the name).
@@ -122,19 +185,29 @@ fn parse_digits(s: &str) -> Option<u32> {
 impl EntryName {
     /// The entry init writes for a release just written into `slot`.
     pub fn fresh(slot: Slot) -> EntryName {
+        EntryName::fresh_of(EntryKind::Conf, slot)
+    }
+
+    /// The entry of `kind` init writes for a release just written into
+    /// `slot`.
+    pub fn fresh_of(kind: EntryKind, slot: Slot) -> EntryName {
         EntryName {
+            kind,
             slot,
             tries_left: Some(INITIAL_TRIES),
             tries_done: 0,
         }
     }
 
-    /// Parses `liken-<a|b>[+<left>[-<done>]].conf`, the grammar
-    /// systemd-boot's counter parser accepts (counter after the last '+',
-    /// the "-done" part optional and meaning 0).
+    /// Parses `liken-<a|b>[+<left>[-<done>]].conf` (or `.efi`, a type #2
+    /// entry), the grammar systemd-boot's counter parser accepts (counter
+    /// after the last '+', the "-done" part optional and meaning 0).
     pub fn parse(file_name: &str) -> Result<EntryName, BootloaderError> {
         let bad = || BootloaderError::EntryName(file_name.to_string());
-        let stem = file_name.strip_suffix(".conf").ok_or_else(bad)?;
+        let (kind, stem) = [EntryKind::Conf, EntryKind::Uki]
+            .into_iter()
+            .find_map(|k| file_name.strip_suffix(k.suffix()).map(|s| (k, s)))
+            .ok_or_else(bad)?;
         let (id, counter) = match stem.rfind('+') {
             Some(i) => (&stem[..i], Some(&stem[i + 1..])),
             None => (stem, None),
@@ -154,20 +227,27 @@ impl EntryName {
             }
         };
         Ok(EntryName {
+            kind,
             slot,
             tries_left,
             tries_done,
         })
     }
 
+    /// The path on the ESP: the file name in its kind's directory.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.kind.dir(), self.file_name())
+    }
+
     /// The file name. A zero "done" count is left out, as in the `+3` init
     /// writes; systemd-boot writes both numbers from its first rename on.
     pub fn file_name(&self) -> String {
         let id = entry_id(self.slot);
+        let ext = self.kind.suffix();
         match (self.tries_left, self.tries_done) {
-            (None, _) => format!("{id}.conf"),
-            (Some(l), 0) => format!("{id}+{l}.conf"),
-            (Some(l), d) => format!("{id}+{l}-{d}.conf"),
+            (None, _) => format!("{id}{ext}"),
+            (Some(l), 0) => format!("{id}+{l}{ext}"),
+            (Some(l), d) => format!("{id}+{l}-{d}{ext}"),
         }
     }
 
@@ -178,6 +258,7 @@ impl EntryName {
         match self.tries_left {
             None => *self,
             Some(l) => EntryName {
+                kind: self.kind,
                 slot: self.slot,
                 tries_left: Some(l.saturating_sub(1)),
                 tries_done: self.tries_done.saturating_add(1),
@@ -194,6 +275,7 @@ impl EntryName {
     /// The blessed name: the counter removed.
     pub fn blessed(&self) -> EntryName {
         EntryName {
+            kind: self.kind,
             slot: self.slot,
             tries_left: None,
             tries_done: 0,
@@ -237,6 +319,65 @@ fn kernel_options(
     parts.extend(console.iter().cloned());
     parts.extend(extra.iter().cloned());
     parts.join(" ")
+}
+
+/// The ESP path of an entry file name: `loader/entries/<name>` for a
+/// `.conf`, `EFI/Linux/<name>` for an `.efi`. A name of neither kind is
+/// taken as a type #1 entry's, as before type #2 entries existed.
+pub fn entry_path(name: &str) -> String {
+    let dir = if name.ends_with(EntryKind::Uki.suffix()) {
+        UKI_DIR
+    } else {
+        ENTRIES_DIR
+    };
+    format!("{dir}/{name}")
+}
+
+/// The entry id LoaderEntrySelected (or a kexec's `liken.kexec-entry=`)
+/// names, as a file name: its last path component, with `.conf` added
+/// when it has neither suffix (some systemd-boot builds drop it).
+pub fn selected_file_name(selected: &str) -> String {
+    let base = selected.rsplit(['\\', '/']).next().unwrap_or(selected);
+    if base.ends_with(".conf") || base.ends_with(".efi") {
+        base.to_string()
+    } else {
+        format!("{base}.conf")
+    }
+}
+
+/// The default [`crate::release::Uki::command_line`]: the kernel's
+/// panic reboot (as type #1 entries have it) and a console on both the
+/// screen and the first serial port. Linux writes its messages to every
+/// `console=` and makes the last one /dev/console, init's: a machine
+/// with a screen sees the kernel's lines there and init's on the serial
+/// port. A release for machines that want another console is bundled
+/// with `-uki-arg` (it replaces these consoles).
+pub fn default_uki_args() -> Vec<String> {
+    vec![
+        format!("panic={PANIC_REBOOT_SECONDS}"),
+        "console=tty0".to_string(),
+        "console=ttyS0,115200".to_string(),
+    ]
+}
+
+/// The whole command line of `slot`'s unified kernel image: the slot,
+/// its release's root hash, then `args` (the release's
+/// [`crate::release::Uki::command_line`]).
+pub fn render_uki_cmdline(slot: Slot, verity: &VerityArg, args: &str) -> String {
+    let mut parts = vec![format!("liken.slot={}", slot.esp_dir()), verity.render()];
+    parts.extend(args.split_whitespace().map(str::to_string));
+    parts.join(" ")
+}
+
+/// The `.osrel` section of `slot`'s unified kernel image: what
+/// systemd-boot 252 shows and sorts a type #2 entry by (`ID` as the sort
+/// key, `IMAGE_VERSION` as the version, `PRETTY_NAME` as the title), so
+/// the newest release comes first as with type #1 entries.
+pub fn render_osrel(version: &Version, slot: Slot) -> String {
+    format!(
+        "NAME=liken\nID=liken\nIMAGE_ID=liken\nIMAGE_VERSION={version}\nVERSION_ID={version}\n\
+         PRETTY_NAME=\"liken {version} (slot {slot})\"\n"
+    )
 }
 
 /// The text of a slot's Boot Loader Specification type #1 entry.
@@ -305,14 +446,11 @@ pub fn render_loader_conf_enrolling() -> String {
 /// the file names in loader/entries: the booted slot's counted entry
 /// becomes `liken-<slot>.conf`. `None` when the slot's entry is already
 /// blessed or the selected entry is not liken's (nothing to do).
+///
+/// `entries` holds the names of both entry directories; the returned
+/// names say their kind, and [`entry_path`] their directory.
 pub fn decide_bless(selected: &str, entries: &[String]) -> Option<(String, String)> {
-    let base = selected.rsplit(['\\', '/']).next().unwrap_or(selected);
-    let with_suffix = if base.ends_with(".conf") {
-        base.to_string()
-    } else {
-        format!("{base}.conf")
-    };
-    let slot = EntryName::parse(&with_suffix).ok()?.slot;
+    let slot = EntryName::parse(&selected_file_name(selected)).ok()?.slot;
     let current = entries.iter().find(|name| {
         EntryName::parse(name).is_ok_and(|e| e.slot == slot && e.tries_left.is_some())
     })?;
@@ -560,6 +698,7 @@ mod tests {
         assert_eq!(
             e,
             EntryName {
+                kind: EntryKind::Conf,
                 slot: Slot::B,
                 tries_left: Some(1),
                 tries_done: 2
@@ -568,6 +707,66 @@ mod tests {
         assert_eq!(
             EntryName::parse("liken-a+3-0.conf").unwrap(),
             EntryName::fresh(Slot::A)
+        );
+    }
+
+    #[test]
+    fn unified_kernel_images_are_type_2_entries_with_the_same_counter() {
+        for name in ["liken-a.efi", "liken-b+3.efi", "liken-a+2-1.efi"] {
+            let e = EntryName::parse(name).unwrap();
+            assert_eq!(e.kind, EntryKind::Uki, "{name}");
+            assert_eq!(e.file_name(), name);
+            assert_eq!(e.path(), format!("EFI/Linux/{name}"));
+            assert_eq!(entry_path(name), format!("EFI/Linux/{name}"));
+        }
+        let mut e = EntryName::fresh_of(EntryKind::Uki, Slot::B);
+        assert_eq!(e.file_name(), "liken-b+3.efi");
+        e = e.after_try().after_try().after_try();
+        assert_eq!(e.file_name(), "liken-b+0-3.efi");
+        assert!(e.is_bad());
+        assert_eq!(e.blessed().file_name(), "liken-b.efi");
+        assert_eq!(
+            entry_path("liken-a+3.conf"),
+            "loader/entries/liken-a+3.conf"
+        );
+        // LoaderEntrySelected for a type #2 entry names the file.
+        assert_eq!(selected_file_name("liken-a+3.efi"), "liken-a+3.efi");
+        assert_eq!(selected_file_name("liken-a+3"), "liken-a+3.conf");
+        assert_eq!(
+            selected_file_name("\\EFI\\Linux\\liken-b+2-1.efi"),
+            "liken-b+2-1.efi"
+        );
+        // Blessing finds the booted slot's counted image among the names
+        // of both directories; the other slot's entry is left alone.
+        let entries: Vec<String> = ["liken-a+2-1.efi", "liken-b.conf"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            decide_bless("liken-a+3.efi", &entries),
+            Some(("liken-a+2-1.efi".into(), "liken-a.efi".into()))
+        );
+        assert_eq!(decide_bless("liken-b.conf", &entries), None);
+    }
+
+    #[test]
+    fn a_uki_command_line_and_osrel() {
+        let verity =
+            VerityArg::parse(&format!("{}:{}:5", "ab".repeat(32), "0f".repeat(4))).unwrap();
+        let args = default_uki_args().join(" ");
+        assert_eq!(
+            render_uki_cmdline(Slot::B, &verity, &args),
+            format!(
+                "liken.slot=b liken.verity={}:0f0f0f0f:5 panic=10 console=tty0 \
+                 console=ttyS0,115200",
+                "ab".repeat(32)
+            )
+        );
+        let osrel = render_osrel(&v(), Slot::A);
+        assert!(osrel.contains("\nID=liken\n"), "{osrel}");
+        assert!(osrel.contains("IMAGE_VERSION=2026.12.02-001\n"), "{osrel}");
+        assert!(
+            osrel.contains("PRETTY_NAME=\"liken 2026.12.02-001 (slot A)\""),
+            "{osrel}"
         );
     }
 
@@ -583,6 +782,8 @@ mod tests {
             "liken-a+-1.conf",
             "other.conf",
             "liken-a.conf.bak",
+            "liken-a.efi.conf.efi",
+            "liken-a+3.EFI",
         ] {
             assert!(EntryName::parse(name).is_err(), "{name}");
         }

@@ -13,6 +13,14 @@
 //! check every block of a slot as it reads it. Releases from before the
 //! record have none and still read.
 //!
+//! A release bundled for Secure Boot also carries one signed unified
+//! kernel image per slot ([`ARTIFACT_UKI_A`], [`ARTIFACT_UKI_B`]: the
+//! kernel, the initrds and the slot's command line with the verity root
+//! hash, in one PE file signed by the fleet's db key) and a [`Uki`]
+//! record of the command line they were built with. Their sizes and
+//! digests sit among the artifacts, so the release's signature covers
+//! them like any other file.
+//!
 //! `channel.yaml` names the channel's latest version. It is advisory:
 //! it tells a person (and the Cluster's status) that something newer
 //! exists, but a machine only runs what the catalog pins.
@@ -46,6 +54,18 @@ pub const ARTIFACT_GRUB_BOOT: &str = "grub-boot";
 pub const ARTIFACT_GRUB_CORE: &str = "grub-core";
 /// The artifact name of the licenses of everything the release ships.
 pub const ARTIFACT_LICENSES: &str = "licenses";
+/// The artifact name of slot A's signed unified kernel image.
+pub const ARTIFACT_UKI_A: &str = "uki-a";
+/// The artifact name of slot B's signed unified kernel image.
+pub const ARTIFACT_UKI_B: &str = "uki-b";
+
+/// The artifact name of `slot`'s unified kernel image.
+pub fn uki_artifact(slot: crate::boot::Slot) -> &'static str {
+    match slot {
+        crate::boot::Slot::A => ARTIFACT_UKI_A,
+        crate::boot::Slot::B => ARTIFACT_UKI_B,
+    }
+}
 
 /// The file name of a release document inside its release directory.
 pub const RELEASE_FILE: &str = "release.yaml";
@@ -70,6 +90,10 @@ pub struct Release {
     /// release was bundled with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verity: Option<Verity>,
+    /// How the release's unified kernel images were built, when it
+    /// carries them (`liken bundle -secureboot-key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uki: Option<Uki>,
     /// What went into it (kernel, k3s, liken), for people to read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub components: Vec<Component>,
@@ -124,6 +148,25 @@ pub struct Verity {
     /// How many data blocks the tree covers.
     pub data_blocks: u64,
 }
+
+/// The unified kernel images of a release: one per slot, artifacts
+/// [`ARTIFACT_UKI_A`] and [`ARTIFACT_UKI_B`]. Each image's command line
+/// is `liken.slot=<slot> liken.verity=<the verity record> ` followed by
+/// `commandLine`, the same for every machine that boots the release:
+/// under Secure Boot systemd-boot's stub ignores any command line the
+/// bootloader passes, so per-machine kernel arguments cannot reach a
+/// UKI boot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Uki {
+    /// The arguments after the slot and the root hash
+    /// (`panic=10 console=tty0 console=ttyS0,115200` by default).
+    pub command_line: String,
+}
+
+/// The longest [`Uki::command_line`]: the kernel's own limit on x86 is
+/// 2048 bytes, and the slot and root hash take about 500 of them.
+pub const UKI_MAX_COMMAND_LINE: usize = 1024;
 
 /// One component and its upstream version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -273,6 +316,7 @@ impl Release {
             version,
             artifacts,
             verity: None,
+            uki: None,
             components,
         }
     }
@@ -346,6 +390,44 @@ impl Validate for Release {
         }
         if let Some(v) = &self.verity {
             v.check(self.artifact(ARTIFACT_SYSTEM), &mut p);
+        }
+        let ukis = [ARTIFACT_UKI_A, ARTIFACT_UKI_B].map(|n| self.artifact(n).is_some());
+        match &self.uki {
+            None if ukis.contains(&true) => p.add(
+                "uki",
+                "the release lists a unified kernel image but no uki record; bundle it again \
+                 with -secureboot-key",
+            ),
+            None => {}
+            Some(u) => {
+                if ukis != [true, true] {
+                    p.add(
+                        "uki",
+                        format!(
+                            "a uki record needs both {ARTIFACT_UKI_A:?} and {ARTIFACT_UKI_B:?} \
+                             artifacts"
+                        ),
+                    );
+                }
+                if self.verity.is_none() {
+                    p.add(
+                        "uki",
+                        "a unified kernel image carries the slot's root hash, so the release \
+                         needs a verity record",
+                    );
+                }
+                if u.command_line.len() > UKI_MAX_COMMAND_LINE
+                    || u.command_line.bytes().any(|b| !(0x20..0x7f).contains(&b))
+                {
+                    p.add(
+                        "uki.commandLine",
+                        format!(
+                            "must be printable ASCII of at most {UKI_MAX_COMMAND_LINE} bytes \
+                             on one line"
+                        ),
+                    );
+                }
+            }
         }
         p.0
     }
@@ -507,6 +589,51 @@ mod tests {
             data_blocks: 513,
         });
         r
+    }
+
+    #[test]
+    fn a_uki_record_needs_both_images_and_a_verity_record() {
+        let mut r = verified();
+        r.artifacts.push(artifact("uki-a", "liken-a.efi"));
+        r.artifacts.push(artifact("uki-b", "liken-b.efi"));
+        // Images without the record.
+        let fields: Vec<String> = r.validate().into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["uki"]);
+        r.uki = Some(Uki {
+            command_line: "panic=10 console=ttyS0,115200".into(),
+        });
+        assert!(r.validate().is_empty(), "{:?}", r.validate());
+        let text = crate::decode::to_yaml(&r).unwrap();
+        assert!(
+            text.contains("uki:\n  commandLine: panic=10 console=ttyS0,115200\n"),
+            "{text}"
+        );
+        let back: Release = crate::decode::strict(&text, "release.yaml").unwrap();
+        assert_eq!(back, r);
+        // Strict: a field the record does not have is named.
+        let e = crate::decode::strict::<Release>(
+            &text.replace("uki:\n", "uki:\n  addons: []\n"),
+            "release.yaml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("uki.addons"), "{e}");
+        // One slot's image alone, no verity record, a second line.
+        let mut one = r.clone();
+        one.artifacts.retain(|a| a.name != "uki-b");
+        assert!(one.validate().iter().any(|p| p.field == "uki"));
+        let mut unverified = r.clone();
+        unverified.verity = None;
+        assert!(unverified.validate().iter().any(|p| p.field == "uki"));
+        let mut two_lines = r.clone();
+        two_lines.uki = Some(Uki {
+            command_line: "panic=10\ninit=/bin/sh".into(),
+        });
+        assert!(
+            two_lines
+                .validate()
+                .iter()
+                .any(|p| p.field == "uki.commandLine")
+        );
     }
 
     #[test]
