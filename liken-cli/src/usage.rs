@@ -330,7 +330,7 @@ stopped when run again.",
 /// `liken bundle`.
 pub const BUNDLE: Entry = Entry {
     name: "bundle",
-    synopsis: "liken bundle [-sign release.key] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    synopsis: "liken bundle [-sign release.key] [-secureboot-key <keys-dir> [-uki-arg ARG ...]] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
 Publish a release into a channel directory: copy the files into
 <channel-dir>/<version>/, append the system image's dm-verity hash
@@ -346,9 +346,16 @@ record which upstream versions went in (linux=6.1.0-28 k3s=v1.31.4+k3s1).
 It prints the catalog entry for cluster.yaml. -sign signs release.yaml
 and channel.yaml with that key (release.yaml.sig, channel.yaml.sig);
 machines whose trust root lists the key accept nothing else. A
-channel.yaml written stays current for 14 days, or -channel-days.",
+channel.yaml written stays current for 14 days, or -channel-days.
+-secureboot-key (the directory `liken keygen -secureboot` wrote) adds a
+signed unified kernel image per slot (liken-a.efi, liken-b.efi): the
+kernel, initrds and command line (the slot, its root hash, then
+panic=10 console=tty0 console=ttyS0,115200, or the -uki-arg arguments
+instead) on systemd-boot's stub, signed with db.key by sbsign.",
     options: &[
         Opt::value("sign", "release.key"),
+        Opt::value("secureboot-key", "keys-dir"),
+        Opt::repeated("uki-arg", "ARG"),
         Opt::value("channel-days", "14"),
         Opt::value("slot-size", "1Gi"),
         Opt::value("microcode", "microcode.cpio"),

@@ -23,6 +23,14 @@
 //! system artifact's sha256 and size cover that whole file, which is
 //! what a slot holds; squashfs ignores the bytes after its own end.
 //!
+//! With `-secureboot-key` it also makes one signed unified kernel image
+//! per slot ([`super::uki`]) from the copies in staging, so the images
+//! hold exactly the kernel and initrds the release lists: the slot and
+//! the root hash on each image's command line, signed by the fleet's db
+//! key, and listed in release.yaml (artifacts `uki-a` and `uki-b`, and
+//! the `uki` record of the command line) under the release's own
+//! signature.
+//!
 //! The slot check runs before anything is copied (from the inputs'
 //! sizes, the system image's with its tree) and again on the bytes
 //! actually copied. [`decide_slot_fit`] holds the rule and explains the
@@ -36,11 +44,13 @@ use std::time::SystemTime;
 
 use liken_api::digest::to_hex;
 use liken_api::release::{
-    ARTIFACT_SYSTEM, Artifact, Component, RELEASE_FILE, Release, VERITY_ALGORITHM,
-    VERITY_BLOCK_SIZE, Verity,
+    ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_MICROCODE, ARTIFACT_SYSTEM, Artifact, Component,
+    RELEASE_FILE, Release, Uki, VERITY_ALGORITHM, VERITY_BLOCK_SIZE, Verity,
 };
 use liken_api::validate::Validate;
+use liken_api::verity::VerityArg;
 use liken_api::{Digest, FileName, Sha256Hex, Version, decode};
+use liken_api::{Slot, bootloader};
 use liken_disk::verity::{self, Geometry, VerityError};
 use sha2::{Digest as _, Sha256};
 
@@ -81,6 +91,82 @@ pub struct BundleRequest {
     pub sign: Option<liken_api::signing::SigningKey>,
     /// How many days a channel.yaml written now stays current.
     pub channel_days: u32,
+    /// The signed unified kernel images to make, if any.
+    pub uki: Option<UkiSigning>,
+}
+
+/// `-secureboot-key <dir>`: what the unified kernel images are built on
+/// and signed with.
+#[derive(Clone, Debug)]
+pub struct UkiSigning {
+    /// The fleet's db private key (`<dir>/db.key`), read by sbsign only.
+    pub key: PathBuf,
+    /// Its certificate (`<dir>/db.crt`).
+    pub cert: PathBuf,
+    /// The stub ([`super::uki::STUB`]).
+    pub stub: PathBuf,
+    /// The arguments after the slot and root hash
+    /// ([`bootloader::default_uki_args`], or each `-uki-arg`).
+    pub args: Vec<String>,
+}
+
+/// The signing for `-secureboot-key <dir>` and each `-uki-arg`: the
+/// key directory `liken keygen -secureboot` wrote, whose db.key must be
+/// readable by its owner alone (0600, as keygen makes it).
+pub fn uki_signing<S: AsRef<str>>(dir: &Path, args: &[S]) -> Result<UkiSigning, BundleError> {
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join("db.key");
+    let cert = dir.join("db.crt");
+    for (path, what) in [(&key, "the db private key"), (&cert, "the db certificate")] {
+        let meta = fs::metadata(path).map_err(|e| BundleError::Input {
+            what,
+            path: path.clone(),
+            reason: format!(
+                "{e}; -secureboot-key names the directory `liken keygen -secureboot` wrote"
+            ),
+        })?;
+        if !meta.is_file() {
+            return Err(BundleError::Input {
+                what,
+                path: path.clone(),
+                reason: "not a regular file".to_owned(),
+            });
+        }
+        if path == &key && meta.permissions().mode() & 0o077 != 0 {
+            return Err(BundleError::Input {
+                what,
+                path: path.clone(),
+                reason: format!(
+                    "its mode is {:o}: others can read the key that decides what every machine \
+                     boots; chmod 600 it (and think about who read it)",
+                    meta.permissions().mode() & 0o777
+                ),
+            });
+        }
+    }
+    let args: Vec<String> = if args.is_empty() {
+        bootloader::default_uki_args()
+    } else {
+        args.iter().map(|a| a.as_ref().to_owned()).collect()
+    };
+    for a in &args {
+        if a.is_empty() || a.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            return Err(BundleError::Invalid(format!(
+                "-uki-arg {a:?} is not one kernel argument (printable ASCII, no spaces)"
+            )));
+        }
+        if a.starts_with("liken.slot=") || a.starts_with("liken.verity=") {
+            return Err(BundleError::Invalid(format!(
+                "-uki-arg {a:?}: the slot and root hash are written by bundle itself"
+            )));
+        }
+    }
+    Ok(UkiSigning {
+        key,
+        cert,
+        stub: PathBuf::from(super::uki::STUB),
+        args,
+    })
 }
 
 /// Why bundle refused or failed.
@@ -124,6 +210,13 @@ pub enum BundleError {
         path: PathBuf,
         /// Why.
         error: VerityError,
+    },
+    /// A unified kernel image could not be made.
+    Uki {
+        /// The slot it was for.
+        slot: Slot,
+        /// Why.
+        error: super::uki::UkiError,
     },
     /// The release document did not pass its own checks.
     Invalid(String),
@@ -176,6 +269,10 @@ impl fmt::Display for BundleError {
                 f,
                 "building the dm-verity hash tree of {}: {error}",
                 path.display()
+            ),
+            BundleError::Uki { slot, error } => write!(
+                f,
+                "making slot {slot}'s signed unified kernel image: {error}"
             ),
             BundleError::Invalid(msg) => write!(f, "{msg}"),
             BundleError::Channel(e) => write!(
@@ -340,6 +437,16 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     }
     let fit =
         decide_slot_fit(req.slot_size, &slot_bound(&sizes)).map_err(BundleError::SlotTooSmall)?;
+    let uki = match (&req.uki, &verity) {
+        (Some(signing), Some(record)) => {
+            let made = make_ukis(signing, record, &req.version, &staging.dir)?;
+            artifacts.extend(made);
+            Some(Uki {
+                command_line: signing.args.join(" "),
+            })
+        }
+        _ => None,
+    };
     for a in &artifacts {
         writeln!(
             out,
@@ -369,6 +476,7 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     let count = artifacts.len();
     let mut release = Release::new(req.version.clone(), artifacts, req.components.clone());
     release.verity = verity;
+    release.uki = uki;
     let problems = release.validate();
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -469,6 +577,65 @@ pub fn run(req: &BundleRequest, out: &mut dyn Write) -> Result<(), BundleError> 
     )
     .map_err(w)?;
     Ok(())
+}
+
+/// The staged file of the artifact `name`.
+fn staged(dir: &Path, name: &str) -> PathBuf {
+    let file = INPUTS
+        .iter()
+        .find(|i| i.name == name)
+        .map_or(name, |i| i.file);
+    dir.join(file)
+}
+
+/// Makes and hashes slot A's and slot B's signed images in `dir` (the
+/// staging directory, which holds the release's kernel and initrds).
+fn make_ukis(
+    signing: &UkiSigning,
+    record: &Verity,
+    version: &Version,
+    dir: &Path,
+) -> Result<Vec<Artifact>, BundleError> {
+    let verity = VerityArg::from_record(record)
+        .map_err(|e| BundleError::Invalid(format!("the release's verity record: {e}")))?;
+    let kernel = staged(dir, ARTIFACT_KERNEL);
+    let microcode = staged(dir, ARTIFACT_MICROCODE);
+    let boot = staged(dir, ARTIFACT_BOOT);
+    let mut initrds: Vec<&Path> = Vec::new();
+    if microcode.exists() {
+        initrds.push(&microcode);
+    }
+    initrds.push(&boot);
+    let args = signing.args.join(" ");
+    let mut out = Vec::with_capacity(2);
+    for slot in Slot::ALL {
+        let name = liken_api::release::uki_artifact(slot);
+        let file = format!("liken-{}.efi", slot.esp_dir());
+        let output = dir.join(&file);
+        super::uki::build(&super::uki::Build {
+            stub: &signing.stub,
+            kernel: &kernel,
+            initrds: &initrds,
+            osrel: &bootloader::render_osrel(version, slot),
+            cmdline: &bootloader::render_uki_cmdline(slot, &verity, &args),
+            key: &signing.key,
+            cert: &signing.cert,
+            output: &output,
+            work: dir,
+        })
+        .map_err(|error| BundleError::Uki { slot, error })?;
+        let bytes = fs::read(&output).map_err(|error| BundleError::Io {
+            doing: format!("reading {}", output.display()),
+            error,
+        })?;
+        out.push(Artifact {
+            name: name.to_owned(),
+            file: FileName::parse(&file).map_err(|e| BundleError::Invalid(e.to_string()))?,
+            sha256: Sha256Hex::from_bytes(Sha256::digest(&bytes).into()),
+            size: bytes.len() as u64,
+        });
+    }
+    Ok(out)
 }
 
 /// Writes `<file>.sig`, `key`'s signature over `bytes` (the file's).
@@ -726,7 +893,137 @@ mod tests {
             progress: Style::Quiet,
             sign: None,
             channel_days: liken_api::release::DEFAULT_CHANNEL_VALIDITY_DAYS,
+            uki: None,
         }
+    }
+
+    /// A section of a PE file as objcopy copies it out.
+    fn section(file: &Path, name: &str, dir: &Path) -> Vec<u8> {
+        let out = dir.join(format!("section{name}"));
+        let status = std::process::Command::new("objcopy")
+            .args(["-O", "binary", "--only-section", name])
+            .arg(file)
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "objcopy {name} of {}", file.display());
+        fs::read(&out).unwrap()
+    }
+
+    #[test]
+    fn secureboot_key_makes_a_signed_image_per_slot_that_sbverify_and_objdump_read() {
+        let dir = TestDir::new("bundle-uki");
+        let keys = dir.path().join("keys");
+        let tools = crate::secureboot::Tools::from_env().unwrap();
+        crate::secureboot::keygen(
+            &keys,
+            &tools,
+            liken_api::Time::from_system(SystemTime::now()),
+        )
+        .unwrap();
+        let other = dir.path().join("other-keys");
+        crate::secureboot::keygen(
+            &other,
+            &tools,
+            liken_api::Time::from_system(SystemTime::now()),
+        )
+        .unwrap();
+        let mut req = request(&dir, "2026.12.07-001", 3 * 4096);
+        req.slot_size = 4 << 20;
+        req.uki = Some(uki_signing(&keys, &["console=ttyS0,115200", "quiet"]).unwrap());
+        run(&req, &mut Vec::new()).unwrap();
+
+        let rel_dir = req.channel.join("2026.12.07-001");
+        let text = fs::read_to_string(rel_dir.join(RELEASE_FILE)).unwrap();
+        let release = decode::strict::<Release>(&text, "release.yaml").unwrap();
+        assert_eq!(
+            release.uki.as_ref().unwrap().command_line,
+            "console=ttyS0,115200 quiet"
+        );
+        let verity = VerityArg::from_record(release.verity.as_ref().unwrap()).unwrap();
+        let stub = super::super::uki::read_pe(&fs::read(super::super::uki::STUB).unwrap()).unwrap();
+        let input = |name: &str| {
+            let i = INPUTS.iter().position(|i| i.name == name).unwrap();
+            fs::read(req.inputs[i].as_ref().unwrap()).unwrap()
+        };
+        let kernel = input(ARTIFACT_KERNEL);
+        let mut initrd = input(ARTIFACT_MICROCODE);
+        initrd.extend(input(ARTIFACT_BOOT));
+        for slot in Slot::ALL {
+            let a = release
+                .artifact(liken_api::release::uki_artifact(slot))
+                .unwrap();
+            let file = rel_dir.join(a.file.as_str());
+            let bytes = fs::read(&file).unwrap();
+            assert_eq!(a.size, bytes.len() as u64);
+            assert_eq!(
+                a.sha256,
+                Sha256Hex::from_bytes(Sha256::digest(&bytes).into())
+            );
+            // The real sbverify: the fleet's db certificate, and no other.
+            let verify = |cert: &Path| {
+                std::process::Command::new("sbverify")
+                    .arg("--cert")
+                    .arg(cert)
+                    .arg(&file)
+                    .output()
+                    .unwrap()
+            };
+            let ok = verify(&keys.join("db.crt"));
+            assert!(
+                ok.status.success(),
+                "{}",
+                String::from_utf8_lossy(&ok.stderr)
+            );
+            assert!(!verify(&other.join("db.crt")).status.success());
+            // The sections, read back by binutils.
+            assert_eq!(
+                String::from_utf8(section(&file, ".cmdline", dir.path())).unwrap(),
+                format!(
+                    "liken.slot={} {} console=ttyS0,115200 quiet",
+                    slot.esp_dir(),
+                    verity.render()
+                )
+            );
+            assert_eq!(
+                String::from_utf8(section(&file, ".osrel", dir.path())).unwrap(),
+                bootloader::render_osrel(&req.version, slot)
+            );
+            assert_eq!(section(&file, ".linux", dir.path()), kernel);
+            assert_eq!(
+                section(&file, ".initrd", dir.path()),
+                initrd,
+                "microcode first"
+            );
+            let headers = std::process::Command::new("objdump")
+                .arg("-h")
+                .arg(&file)
+                .output()
+                .unwrap();
+            let headers = String::from_utf8(headers.stdout).unwrap();
+            let sizes: Vec<u64> = [".osrel", ".cmdline", ".linux", ".initrd"]
+                .iter()
+                .map(|n| section(&file, n, dir.path()).len() as u64)
+                .collect();
+            let vmas = super::super::uki::decide_layout(&stub, &sizes).unwrap();
+            for (name, vma) in super::super::uki::SECTIONS.iter().zip(vmas) {
+                let line = headers
+                    .lines()
+                    .find(|l| l.split_whitespace().nth(1) == Some(name))
+                    .unwrap_or_else(|| panic!("no {name} in {headers}"));
+                let got = u64::from_str_radix(line.split_whitespace().nth(3).unwrap(), 16).unwrap();
+                assert_eq!(got, vma, "{name}: {line}");
+            }
+        }
+        // A key readable by others is refused before anything is made.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(keys.join("db.key"), fs::Permissions::from_mode(0o640)).unwrap();
+        let e = uki_signing(&keys, &[] as &[&str]).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        let e = uki_signing(&other, &["liken.slot=b"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("written by bundle itself"), "{e}");
     }
 
     #[test]

@@ -63,6 +63,22 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         Some(text) => super::channel::parse_validity_days(text)
             .map_err(|e| super::Error::Bundle(BundleError::Invalid(e)))?,
     };
+    let uki_args = parsed.values("uki-arg");
+    let uki = match parsed.value("secureboot-key") {
+        None if uki_args.is_empty() => None,
+        None => {
+            return Err(super::Error::Bundle(BundleError::Invalid(
+                "-uki-arg sets the unified kernel images' command line, which only \
+                 -secureboot-key <dir> makes; give both or neither"
+                    .to_owned(),
+            ))
+            .into());
+        }
+        Some(dir) => Some(
+            bundle::uki_signing(std::path::Path::new(dir), &uki_args)
+                .map_err(super::Error::Bundle)?,
+        ),
+    };
     let mut positional = words.iter();
     let inputs = INPUTS.map(|input| match input.flag {
         Some(flag) => parsed.value(flag).map(PathBuf::from),
@@ -77,6 +93,7 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
         progress: Style::detect(),
         sign,
         channel_days,
+        uki,
     };
     bundle::run(&req, io.out).map_err(|e| super::Error::Bundle(e).into())
 }

@@ -30,6 +30,7 @@ pub mod html;
 pub mod http;
 pub mod index;
 pub mod serve;
+pub mod uki;
 pub mod urlpath;
 
 use std::fmt;
