@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use liken_api::bootloader::{
-    self, ENTRIES_DIR, EntryName, decide_grub_bless, parse_grubenv, render_grubenv,
+    self, ENTRIES_DIR, EntryName, UKI_DIR, decide_grub_bless, parse_grubenv, render_grubenv,
 };
 use liken_api::{BootAssessment, Role, Slot, Time};
 
@@ -102,12 +102,7 @@ pub fn decide_trial(
     grubenv: Option<&BTreeMap<String, String>>,
 ) -> Result<Trial, String> {
     if let Some(selected) = selected {
-        let base = selected.rsplit(['\\', '/']).next().unwrap_or(selected);
-        let name = if base.ends_with(".conf") {
-            base.to_owned()
-        } else {
-            format!("{base}.conf")
-        };
+        let name = bootloader::selected_file_name(selected);
         let booted = EntryName::parse(&name)
             .map_err(|_| {
                 format!(
@@ -122,8 +117,8 @@ pub fn decide_trial(
         let mine: Vec<&EntryName> = parsed.iter().filter(|e| e.slot == booted).collect();
         if mine.is_empty() {
             return Err(format!(
-                "systemd-boot booted {selected:?}, but {ENTRIES_DIR} holds no entry for slot \
-                 {booted}; write the release again"
+                "systemd-boot booted {selected:?}, but neither {ENTRIES_DIR} nor {UKI_DIR} holds \
+                 an entry for slot {booted}; write the release again"
             ));
         }
         return Ok(Trial {
@@ -508,15 +503,13 @@ pub fn bless(esp: &Esp<'_>, trial: &Trial) -> Result<String, String> {
     let io = |e: EspError| e.to_string();
     match &trial.loader {
         Loader::Uefi(selected) => {
-            let entries = esp.list(ENTRIES_DIR).map_err(io)?;
+            let entries = esp.list_entries().map_err(io)?;
             match bootloader::decide_bless(selected, &entries) {
                 Some((from, to)) => {
-                    esp.rename(
-                        &format!("{ENTRIES_DIR}/{from}"),
-                        &format!("{ENTRIES_DIR}/{to}"),
-                    )
-                    .map_err(io)?;
-                    Ok(format!("{ENTRIES_DIR}/{from} renamed to {to}"))
+                    let from = bootloader::entry_path(&from);
+                    esp.rename(&from, &bootloader::entry_path(&to))
+                        .map_err(io)?;
+                    Ok(format!("{from} renamed to {to}"))
                 }
                 None => Ok(format!("slot {}'s entry was blessed already", trial.slot)),
             }
@@ -645,7 +638,7 @@ pub fn step(boot: &mut Boot) -> Outcome {
                 ));
             }
         };
-        let entries = esp.list(ENTRIES_DIR).unwrap_or_default();
+        let entries = esp.list_entries().unwrap_or_default();
         let grubenv = match esp.exists(GRUBENV) {
             Ok(true) => esp.read(GRUBENV).ok().and_then(|b| parse_grubenv(&b).ok()),
             _ => None,
@@ -803,9 +796,15 @@ mod tests {
                 None
             )
             .unwrap_err()
-            .contains("no entry for slot A")
+            .contains("holds an entry for slot A")
         );
         assert!(decide_trial(Slot::A, None, &entries, None).is_err());
+        // A unified kernel image is a type #2 entry: LoaderEntrySelected
+        // names its file, counter and .efi included.
+        let ukis = names(&["liken-a.conf", "liken-b+2-1.efi"]);
+        let t = decide_trial(Slot::A, Some("liken-b+3.efi"), &ukis, None).unwrap();
+        assert_eq!(t.slot, Slot::B);
+        assert!(t.counted && !t.other_slot_bad);
     }
 
     #[test]
@@ -1163,6 +1162,22 @@ mod tests {
             ["liken-a.conf", "liken-b.conf"]
         );
         assert!(bless(&esp, &uefi).unwrap().contains("blessed already"));
+        // Slot B's signed image, booted on trial, is renamed in EFI/Linux.
+        std::fs::create_dir_all(dir.join("EFI/Linux")).unwrap();
+        std::fs::write(dir.join("EFI/Linux/liken-b+2-1.efi"), "MZ").unwrap();
+        std::fs::remove_file(dir.join("loader/entries/liken-b.conf")).unwrap();
+        let uki = Trial {
+            loader: Loader::Uefi("liken-b+3.efi".into()),
+            slot: Slot::B,
+            counted: true,
+            other_slot_bad: false,
+        };
+        assert_eq!(
+            bless(&esp, &uki).unwrap(),
+            "EFI/Linux/liken-b+2-1.efi renamed to liken-b.efi"
+        );
+        assert_eq!(esp.list("EFI/Linux").unwrap(), ["liken-b.efi"]);
+        assert_eq!(esp.list_entries().unwrap(), ["liken-a.conf", "liken-b.efi"]);
         let grub = Trial {
             loader: Loader::Grub,
             ..uefi

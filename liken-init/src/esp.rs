@@ -319,6 +319,24 @@ impl<'a> Esp<'a> {
         Ok(names)
     }
 
+    /// The file names of the boot entries of both kinds: loader/entries'
+    /// (type #1) and EFI/Linux's `.efi` files (type #2, unified kernel
+    /// images). Each name's suffix says its directory
+    /// ([`liken_api::bootloader::entry_path`]); a `.efi` in
+    /// loader/entries or anything else in EFI/Linux is left out, so a
+    /// name is never looked for in the wrong one.
+    pub fn list_entries(&self) -> Result<Vec<String>, EspError> {
+        use liken_api::bootloader::{ENTRIES_DIR, EntryKind, UKI_DIR};
+        let uki = EntryKind::Uki.suffix();
+        let mut names: Vec<String> = self
+            .list(ENTRIES_DIR)?
+            .into_iter()
+            .filter(|n| !n.ends_with(uki))
+            .collect();
+        names.extend(self.list(UKI_DIR)?.into_iter().filter(|n| n.ends_with(uki)));
+        Ok(names)
+    }
+
     /// Whether `rel` exists.
     pub fn exists(&self, rel: &str) -> Result<bool, EspError> {
         Ok(self.path(rel)?.exists())

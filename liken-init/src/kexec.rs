@@ -26,6 +26,16 @@
 //! missing, the kernel refusing the load (no kexec, kexec disabled,
 //! lockdown). The reason is kept in [`NOTE`] on the data partition for
 //! the next boot's record; a kexec boot says so on its command line.
+//!
+//! A machine whose ESP holds a signed unified kernel image of liken's
+//! (`EFI/Linux/liken-*.efi`) always reboots through the firmware
+//! ([`decide_uki_refusal`]): the image's command line, with the slot's
+//! dm-verity root hash, is part of what the firmware checks, and loading
+//! its sections by kexec would trust the kernel's own signature check
+//! instead of the firmware's, under rules (lockdown, the platform
+//! keyring) that a fleet key in db does not satisfy with Debian's
+//! kernel. So the firmware starts the image, checks its signature, and
+//! systemd-boot counts its try, as on a power-on.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Seek, Write};
@@ -119,12 +129,31 @@ pub struct LoadPlan {
     pub count: Count,
 }
 
+/// Why a reboot goes through the firmware when `entries` (the names of
+/// both entry directories) include a unified kernel image of liken's;
+/// `Ok` when none does.
+pub fn decide_uki_refusal(entries: &[String]) -> Result<(), String> {
+    match entries.iter().find(|n| {
+        liken_api::bootloader::EntryName::parse(n)
+            .is_ok_and(|e| e.kind == liken_api::bootloader::EntryKind::Uki)
+    }) {
+        None => Ok(()),
+        Some(name) => Err(format!(
+            "the ESP holds a signed unified kernel image ({}), whose command line only the \
+             firmware's signature check vouches for: init does not load it by kexec, so the \
+             firmware starts it",
+            liken_api::bootloader::entry_path(name)
+        )),
+    }
+}
+
 /// Reads the bootloader's files on `esp` and decides the boot it would
 /// make next.
 pub fn plan(esp: &Esp<'_>, loader: &Loader) -> Result<LoadPlan, String> {
     let err = |e: crate::esp::EspError| e.to_string();
     match loader {
         Loader::Uefi(_) => {
+            decide_uki_refusal(&esp.list_entries().map_err(err)?)?;
             let mut entries = Vec::new();
             for name in esp.list(ENTRIES_DIR).map_err(err)? {
                 let rel = format!("{ENTRIES_DIR}/{name}");

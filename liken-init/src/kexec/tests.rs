@@ -256,3 +256,27 @@ fn the_note_tells_the_next_boot_why_the_firmware() {
         (RebootVia::Kexec, None)
     );
 }
+
+#[test]
+fn a_unified_kernel_image_on_the_esp_reboots_through_the_firmware_counting_nothing() {
+    let w = World::new("uki");
+    std::fs::create_dir_all(w.dir.join("EFI/Linux")).unwrap();
+    std::fs::write(w.dir.join("EFI/Linux/liken-b+3.efi"), "MZ signed").unwrap();
+    let power = FakePower::default();
+    let done = prepare(&Wanted::Kexec, Some(&uefi()), || w.esp(), &power);
+    let Prepared::Firmware(why) = done else {
+        panic!("{done:?}")
+    };
+    assert!(
+        why.contains("EFI/Linux/liken-b+3.efi") && why.contains("firmware starts it"),
+        "{why}"
+    );
+    assert!(power.calls().is_empty(), "{:?}", power.calls());
+    assert_eq!(w.entries(), ["liken-a.conf", "liken-b+3.conf"]);
+    assert!(w.dir.join("EFI/Linux/liken-b+3.efi").exists());
+    // Another program's image there changes nothing.
+    assert_eq!(
+        decide_uki_refusal(&["other.efi".into(), "liken-a.conf".into()]),
+        Ok(())
+    );
+}
