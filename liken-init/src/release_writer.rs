@@ -32,6 +32,18 @@
 //! ones [`render_entry`](liken_api::bootloader::render_entry) writes
 //! itself, so a machine keeps its console settings across releases.
 //!
+//! A release that carries signed unified kernel images (`uki-a`,
+//! `uki-b`) gets the target slot's image as its entry instead: checked
+//! against release.yaml like the kernel, copied to
+//! `EFI/Linux/liken-<slot>+3.efi` with its bytes hashed on the way, and
+//! no type #1 entry (its command line would not be the signed one). The
+//! kernel and initrds are still written under /liken/<slot> for GRUB.
+//! The image's command line is the release's: nothing of the booted
+//! entry is carried on. The deployment layer reaches such a boot as
+//! systemd-boot's credential `loader/credentials/liken-layer.cred`,
+//! copied from `liken/layer.cpio` when the ESP lacks it (a machine
+//! installed before its first UKI release).
+//!
 //! The decisions (`decide_*`) are pure and tested on their own; the rest
 //! carries them out against a [`Machine`] whose parts (the slot device,
 //! the ESP, the texts of /proc/mounts and /proc/cmdline) tests replace
@@ -49,12 +61,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::Sender;
 use liken_api::bootloader::{
-    self, BootloaderError, ENTRIES_DIR, EntryName, EntryParams, GRUB_PREFERRED_VAR,
+    self, BootloaderError, CREDENTIALS_DIR, ENTRIES_DIR, EntryKind, EntryName, EntryParams,
+    GRUB_PREFERRED_VAR, LAYER_CREDENTIAL, LAYER_PATH, UKI_DIR,
 };
 use liken_api::control::{ReleaseWritten, Response, WriteRelease};
 use liken_api::digest::FileName;
 use liken_api::release::{
-    ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_MICROCODE, ARTIFACT_SYSTEM, Artifact, Release,
+    ARTIFACT_BOOT, ARTIFACT_KERNEL, ARTIFACT_MICROCODE, ARTIFACT_SYSTEM, ARTIFACT_UKI_A,
+    ARTIFACT_UKI_B, Artifact, Release,
 };
 use liken_api::verity::VerityArg;
 use liken_api::{Sha256Hex, Slot};
@@ -485,7 +499,7 @@ impl Drop for WriteTicket {
 /// not checked.
 pub const RULES: Rules<'static> = Rules {
     required: &[ARTIFACT_KERNEL, ARTIFACT_SYSTEM, ARTIFACT_BOOT],
-    optional: &[ARTIFACT_MICROCODE],
+    optional: &[ARTIFACT_MICROCODE, ARTIFACT_UKI_A, ARTIFACT_UKI_B],
     others: false,
     keep: &[],
 };
@@ -506,6 +520,19 @@ pub struct Verified {
     /// The system image's root hash for the new entry, when the release
     /// carries a dm-verity record.
     pub verity: Option<VerityArg>,
+    /// Slot A's and slot B's signed unified kernel images, when the
+    /// release carries them.
+    pub ukis: [Option<Checked>; 2],
+}
+
+impl Verified {
+    /// `slot`'s signed unified kernel image, if the release has one.
+    pub fn uki(&self, slot: Slot) -> Option<&Checked> {
+        match slot {
+            Slot::A => self.ukis[0].as_ref(),
+            Slot::B => self.ukis[1].as_ref(),
+        }
+    }
 }
 
 /// Checks the request's directory, release.yaml and every artifact init
@@ -549,6 +576,7 @@ pub fn verify(releases: &Path, request: &WriteRelease) -> Result<Verified, Write
         system: v.take_required(ARTIFACT_SYSTEM).map_err(check)?,
         boot: v.take_required(ARTIFACT_BOOT).map_err(check)?,
         microcode: v.take(ARTIFACT_MICROCODE),
+        ukis: [v.take(ARTIFACT_UKI_A), v.take(ARTIFACT_UKI_B)],
         release: v.release,
     })
 }
@@ -649,7 +677,7 @@ fn copy_to_esp(esp: &Esp<'_>, rel: &str, file: &Checked) -> Result<u64, WriteErr
 }
 
 fn entry_path(name: &str) -> String {
-    format!("{ENTRIES_DIR}/{name}")
+    bootloader::entry_path(name)
 }
 
 /// What the first ESP phase learnt: the carried kernel arguments.
@@ -665,7 +693,7 @@ fn esp_before(
     booted: Slot,
     cmdline_text: &str,
 ) -> Result<Before, WriteError> {
-    let entries = esp.list(ENTRIES_DIR)?;
+    let entries = esp.list_entries()?;
     let env = if esp.exists(GRUBENV_PATH)? {
         Some(bootloader::parse_grubenv(&esp.read(GRUBENV_PATH)?).map_err(WriteError::Grubenv)?)
     } else {
@@ -673,6 +701,9 @@ fn esp_before(
     };
     decide_still_counted(booted, &entries, env.as_ref())?;
     let options = match decide_booted_entry(booted, &entries) {
+        // A unified kernel image's options are inside the signed file:
+        // the running kernel's command line is the same text.
+        Some(name) if name.ends_with(EntryKind::Uki.suffix()) => cmdline_text.to_owned(),
         Some(name) => {
             let text = esp.read(&entry_path(name))?;
             entry_options(&String::from_utf8_lossy(&text))
@@ -739,14 +770,30 @@ fn esp_after(
         extra_args: before.extra,
         verity: release.verity.clone(),
     };
-    let entries = esp.list(ENTRIES_DIR)?;
+    let entries = esp.list_entries()?;
     let plan = bootloader::decide_new_release_entries(&params, &entries);
     // Phase 1 removed them; anything here now was put there since.
     for name in &plan.remove_first {
         esp.remove(&entry_path(name))?;
     }
-    esp.create_dir_all(ENTRIES_DIR)?;
-    esp.write(&entry_path(&plan.write_last), plan.text.as_bytes())?;
+    let written = match release.uki(target) {
+        Some(uki) => {
+            if !esp.exists(&credential_path())? && esp.exists(LAYER_PATH)? {
+                let layer = esp.read(LAYER_PATH)?;
+                esp.create_dir_all(CREDENTIALS_DIR)?;
+                esp.write(&credential_path(), &layer)?;
+            }
+            let name = EntryName::fresh_of(EntryKind::Uki, target);
+            esp.create_dir_all(UKI_DIR)?;
+            bytes = bytes.saturating_add(copy_to_esp(esp, &name.path(), uki)?);
+            name.file_name()
+        }
+        None => {
+            esp.create_dir_all(ENTRIES_DIR)?;
+            esp.write(&entry_path(&plan.write_last), plan.text.as_bytes())?;
+            plan.write_last
+        }
+    };
     if esp.exists(GRUBENV_PATH)? {
         let env =
             bootloader::parse_grubenv(&esp.read(GRUBENV_PATH)?).map_err(WriteError::Grubenv)?;
@@ -754,7 +801,12 @@ fn esp_after(
         let block = bootloader::render_grubenv(&next).map_err(WriteError::Grubenv)?;
         esp.overwrite_in_place(GRUBENV_PATH, &block)?;
     }
-    Ok((bytes, plan.write_last))
+    Ok((bytes, written))
+}
+
+/// The deployment layer's credential on the ESP.
+fn credential_path() -> String {
+    format!("{CREDENTIALS_DIR}/{LAYER_CREDENTIAL}")
 }
 
 // ---------------------------------------------------------------------
@@ -1460,6 +1512,97 @@ mod tests {
             })
         );
         assert!(!text.contains(a_root.as_str()), "{text}");
+    }
+
+    #[test]
+    fn a_release_with_unified_kernel_images_gets_slot_bs_image_as_its_entry() {
+        let mut w = world("uki", false);
+        let dir = w.releases.join(VERSION);
+        let yaml_path = dir.join(RELEASE_FILE);
+        let text = std::fs::read_to_string(&yaml_path).unwrap();
+        let mut release: Release = decode::strict(&text, "release.yaml").unwrap();
+        release.verity = Some(liken_api::release::Verity {
+            root_hash: liken_api::hash::sha256(b"slot b's tree"),
+            salt: "0f".repeat(32),
+            hash_offset: 512 * 4096,
+            data_block_size: 4096,
+            hash_block_size: 4096,
+            algorithm: "sha256".into(),
+            data_blocks: 512,
+        });
+        release.artifacts.push(write_test_artifact(
+            &dir,
+            ARTIFACT_UKI_A,
+            "liken-a.efi",
+            b"MZ image of slot a",
+        ));
+        release.artifacts.push(write_test_artifact(
+            &dir,
+            ARTIFACT_UKI_B,
+            "liken-b.efi",
+            b"MZ image of slot b",
+        ));
+        release.uki = Some(liken_api::release::Uki {
+            command_line: "panic=10 console=ttyS0,115200".into(),
+        });
+        let yaml = decode::to_yaml(&release).unwrap();
+        std::fs::write(&yaml_path, &yaml).unwrap();
+        w.release_sha = liken_api::hash::sha256(yaml.as_bytes());
+        std::fs::write(w.esp.join("liken/layer.cpio"), b"the layer").unwrap();
+        // An older image of slot B goes, as its type #1 entry does.
+        std::fs::create_dir_all(w.esp.join("EFI/Linux")).unwrap();
+        std::fs::write(w.esp.join("EFI/Linux/liken-b+0-3.efi"), b"old image").unwrap();
+
+        let done = w.run(&w.request()).0.unwrap();
+        assert_eq!(done.entry, "liken-b+3.efi");
+        assert_eq!(w.entries(), ["liken-a.conf"]);
+        let images: Vec<String> = std::fs::read_dir(w.esp.join("EFI/Linux"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(images, ["liken-b+3.efi"]);
+        assert_eq!(
+            std::fs::read(w.esp.join("EFI/Linux/liken-b+3.efi")).unwrap(),
+            b"MZ image of slot b"
+        );
+        // GRUB's files are still written; the layer becomes systemd-boot's
+        // credential for the image's boot.
+        assert_eq!(
+            std::fs::read(w.esp.join("liken/b/vmlinuz")).unwrap(),
+            b"kernel image"
+        );
+        assert_eq!(
+            std::fs::read(w.esp.join("loader/credentials/liken-layer.cred")).unwrap(),
+            b"the layer"
+        );
+
+        // A tampered image is refused before anything is written.
+        let w = world("uki-tampered", false);
+        let dir = w.releases.join(VERSION);
+        let mut release = release.clone();
+        release
+            .artifacts
+            .retain(|a| a.file.as_str() != "liken.sqfs");
+        release.artifacts.push(write_test_artifact(
+            &dir,
+            ARTIFACT_SYSTEM,
+            "liken.sqfs",
+            &w.system,
+        ));
+        for (name, file, body) in [
+            (ARTIFACT_UKI_A, "liken-a.efi", &b"MZ image of slot a"[..]),
+            (ARTIFACT_UKI_B, "liken-b.efi", b"MZ image of slot b"),
+        ] {
+            write_test_artifact(&dir, name, file, body);
+        }
+        std::fs::write(dir.join("liken-b.efi"), b"MZ image of slot X").unwrap();
+        let yaml = decode::to_yaml(&release).unwrap();
+        std::fs::write(dir.join(RELEASE_FILE), &yaml).unwrap();
+        let mut request = w.request();
+        request.release_sha256 = liken_api::hash::sha256(yaml.as_bytes());
+        let e = w.run(&request).0.unwrap_err().to_string();
+        assert!(e.contains("liken-b.efi"), "{e}");
+        w.untouched();
     }
 
     #[test]

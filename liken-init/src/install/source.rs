@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use liken_api::release::{
     ARTIFACT_BOOT, ARTIFACT_GRUB_BOOT, ARTIFACT_GRUB_CORE, ARTIFACT_KERNEL, ARTIFACT_MICROCODE,
-    ARTIFACT_SYSTEM, ARTIFACT_SYSTEMD_BOOT, Release,
+    ARTIFACT_SYSTEM, ARTIFACT_SYSTEMD_BOOT, ARTIFACT_UKI_A, Release,
 };
 use liken_api::verity::VerityArg;
 
@@ -214,9 +214,10 @@ pub const RULES: Rules<'static> = Rules {
         ARTIFACT_GRUB_CORE,
         ARTIFACT_SYSTEM,
     ],
-    optional: &[ARTIFACT_MICROCODE],
+    optional: &[ARTIFACT_MICROCODE, ARTIFACT_UKI_A],
     others: true,
     keep: &[
+        ARTIFACT_UKI_A,
         ARTIFACT_KERNEL,
         ARTIFACT_BOOT,
         ARTIFACT_MICROCODE,
@@ -297,6 +298,9 @@ pub struct Verified {
     /// The system image's root hash for slot A's entry, when the
     /// release carries a dm-verity record.
     pub verity: Option<VerityArg>,
+    /// Slot A's signed unified kernel image, when the release carries
+    /// one: then it is slot A's entry.
+    pub uki_a: Option<Vec<u8>>,
 }
 
 /// Reads `dir`/release.yaml and checks every artifact it lists
@@ -314,6 +318,7 @@ pub fn verify(dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Verified, So
         grub_boot: bytes(ARTIFACT_GRUB_BOOT)?,
         grub_core: bytes(ARTIFACT_GRUB_CORE)?,
         microcode: v.take(ARTIFACT_MICROCODE).map(|c| c.bytes),
+        uki_a: v.take(ARTIFACT_UKI_A).map(|c| c.bytes),
         system: v.take_required(ARTIFACT_SYSTEM).map_err(check)?,
         release: v.release,
     })

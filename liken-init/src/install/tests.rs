@@ -480,3 +480,63 @@ fn the_sticks_secure_boot_keys_go_onto_the_esp() {
     assert!(e.to_string().contains("is 65537 bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_release_with_unified_kernel_images_boots_slot_a_from_its_signed_image() {
+    use liken_api::release::{Release, Uki, Verity};
+    let dir = scratch("uki");
+    let rel = super::testutil::fake_release_with(
+        &dir,
+        false,
+        Some(Verity {
+            root_hash: liken_api::hash::sha256(b"tree"),
+            salt: "0f".repeat(32),
+            hash_offset: 768 * 4096,
+            data_block_size: 4096,
+            hash_block_size: 4096,
+            algorithm: "sha256".into(),
+            data_blocks: 768,
+        }),
+    );
+    let yaml = rel.join("release.yaml");
+    let mut release: Release =
+        liken_api::decode::strict(&std::fs::read_to_string(&yaml).unwrap(), "release.yaml")
+            .unwrap();
+    let uki_a = bytes(50, 70_000);
+    for (name, file, body) in [
+        ("uki-a", "liken-a.efi", uki_a.clone()),
+        ("uki-b", "liken-b.efi", bytes(51, 70_000)),
+    ] {
+        release
+            .artifacts
+            .push(crate::release_check::write_test_artifact(
+                &rel, name, file, &body,
+            ));
+    }
+    release.uki = Some(Uki {
+        command_line: "panic=10 console=ttyS0,115200".into(),
+    });
+    std::fs::write(&yaml, liken_api::decode::to_yaml(&release).unwrap()).unwrap();
+
+    let disk = dir.join("disk.img");
+    disk_file(&disk, 4 * GIB);
+    install_release(&rel, b"the layer", &disk, &args(), None, &mut |_| {}).unwrap();
+    let off = layout(4 * GIB).by_name("LIKEN-ESP").unwrap().offset();
+    assert_eq!(mtype(&disk, off, "/EFI/Linux/liken-a+3.efi"), uki_a);
+    assert_eq!(
+        mtype(&disk, off, "/loader/credentials/liken-layer.cred"),
+        b"the layer"
+    );
+    assert_eq!(mtype(&disk, off, "/liken/layer.cpio"), b"the layer");
+    // No type #1 entry beside the image: its command line is unsigned.
+    let listing = String::from_utf8(tool(
+        Command::new("mdir")
+            .args(["-/", "-b", "-i"])
+            .arg(format!("{}@@{off}", disk.display()))
+            .arg("::/"),
+    ))
+    .unwrap();
+    assert!(listing.contains("/EFI/Linux/liken-a+3.efi"), "{listing}");
+    assert!(!listing.contains("loader/entries/"), "{listing}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

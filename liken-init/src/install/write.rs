@@ -32,7 +32,7 @@ use std::io::{self, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use liken_api::bootloader::{
-    self, BootloaderError, EntryName, EntryParams, GrubParams, LAYER_PATH,
+    self, BootloaderError, EntryKind, EntryName, EntryParams, GrubParams, LAYER_PATH,
 };
 use liken_api::{Sha256Hex, Slot};
 use liken_disk::fat::{self, FatError, Timestamp};
@@ -265,7 +265,26 @@ pub fn decide_esp(
     }
     add(&format!("{GRUB_DIR}/grub.cfg"), grub_cfg.into_bytes())?;
     add(&format!("{GRUB_DIR}/grubenv"), grubenv.to_vec())?;
-    add(&entry, bootloader::render_entry(&params).into_bytes())?;
+    match &v.uki_a {
+        // The signed image is the entry: no type #1 entry beside it, whose
+        // command line nothing would vouch for. The layer reaches the
+        // image's boot as systemd-boot's credential.
+        Some(uki) => {
+            add(
+                &EntryName::fresh_of(EntryKind::Uki, Slot::A).path(),
+                uki.clone(),
+            )?;
+            add(
+                &format!(
+                    "{}/{}",
+                    bootloader::CREDENTIALS_DIR,
+                    bootloader::LAYER_CREDENTIAL
+                ),
+                layer.to_vec(),
+            )?;
+        }
+        None => add(&entry, bootloader::render_entry(&params).into_bytes())?,
+    }
     add(LAYER_PATH, layer.to_vec())?;
     t.add_dir(&format!("liken/{}", Slot::B.esp_dir()))
         .map_err(|e| plan_err(&e))?;
