@@ -14,6 +14,14 @@
 //!
 //! `liken layer` packs deployment layers with it, and liken-init's
 //! install mode packs the per-role layer it writes to a machine's ESP.
+//!
+//! [`read`] takes such an archive apart again, for liken-init to unpack
+//! the layer that systemd-boot's stub hands a unified kernel image's boot
+//! as a credential file (the kernel unpacks only the outer archive). It
+//! reads what [`Archive::finish`] writes and any newc archive of
+//! directories and regular files; it refuses links, devices, paths that
+//! are not plain and relative, and headers that run past the bytes,
+//! without panicking on any input.
 
 /// What an entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +67,130 @@ impl std::fmt::Display for CpioError {
 }
 
 impl std::error::Error for CpioError {}
+
+/// Why [`read`] refused an archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// A header, name or body runs past the end, or a field is not hex.
+    Malformed {
+        /// The byte offset of the member.
+        at: usize,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A member is neither a directory nor a regular file.
+    Type(String),
+    /// A member's path is not plain and relative, or appears twice.
+    Path(CpioError),
+    /// No trailer: the archive was cut short.
+    NoTrailer,
+    /// More members than [`MAX_READ_ENTRIES`].
+    TooMany,
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Malformed { at, why } => {
+                write!(f, "the cpio member at byte {at} is malformed: {why}")
+            }
+            ReadError::Type(p) => write!(
+                f,
+                "{p:?} is neither a directory nor a regular file (links and devices are refused)"
+            ),
+            ReadError::Path(e) => write!(f, "{e}"),
+            ReadError::NoTrailer => f.write_str("the cpio archive ends without its trailer"),
+            ReadError::TooMany => write!(
+                f,
+                "the cpio archive holds more than {MAX_READ_ENTRIES} members"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// The most members [`read`] takes.
+pub const MAX_READ_ENTRIES: usize = 4096;
+
+const HEADER: usize = 110;
+
+fn hex_field(h: &[u8], i: usize) -> Option<u32> {
+    let start = 6usize.checked_add(i.checked_mul(8)?)?;
+    let text = std::str::from_utf8(h.get(start..start.checked_add(8)?)?).ok()?;
+    u32::from_str_radix(text, 16).ok()
+}
+
+fn round4(n: usize) -> Option<usize> {
+    n.checked_add(3).map(|n| n & !3)
+}
+
+/// The members of a newc archive, in archive order (the trailer left
+/// out; directories' and files' permission bits kept).
+pub fn read(bytes: &[u8]) -> Result<Vec<Entry>, ReadError> {
+    let mut at = 0usize;
+    let mut out: Vec<Entry> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let bad = |why| ReadError::Malformed { at, why };
+        let head = bytes
+            .get(at..at.checked_add(HEADER).ok_or(bad("offset overflow"))?)
+            .ok_or(bad("the header runs past the end"))?;
+        if head.get(..6) != Some(b"070701".as_slice()) {
+            return Err(bad("no newc magic 070701"));
+        }
+        let field = |i| hex_field(head, i).ok_or(bad("a header field is not 8 hex digits"));
+        let mode = field(1)?;
+        let size = usize::try_from(field(6)?).map_err(|_| bad("size"))?;
+        let name_size = usize::try_from(field(11)?).map_err(|_| bad("name size"))?;
+        let name_start = at.checked_add(HEADER).ok_or(bad("offset overflow"))?;
+        let name_end = name_start
+            .checked_add(name_size)
+            .ok_or(bad("offset overflow"))?;
+        let raw_name = bytes
+            .get(name_start..name_end)
+            .ok_or(bad("the name runs past the end"))?;
+        let name = raw_name
+            .strip_suffix(&[0])
+            .ok_or(bad("the name does not end in NUL"))?;
+        let name = std::str::from_utf8(name).map_err(|_| bad("the name is not UTF-8"))?;
+        let data_start = round4(name_end).ok_or(bad("offset overflow"))?;
+        let data_end = data_start.checked_add(size).ok_or(bad("offset overflow"))?;
+        let data = bytes
+            .get(data_start..data_end)
+            .ok_or(bad("the body runs past the end"))?;
+        at = round4(data_end).ok_or(bad("offset overflow"))?;
+        if name == TRAILER {
+            return Ok(out);
+        }
+        if out.len() >= MAX_READ_ENTRIES {
+            return Err(ReadError::TooMany);
+        }
+        let body = match mode & 0o170000 {
+            S_IFDIR => Body::Dir,
+            S_IFREG => Body::File(data.to_vec()),
+            _ => return Err(ReadError::Type(name.to_owned())),
+        };
+        let plain = !name.is_empty()
+            && name
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..");
+        if !plain {
+            return Err(ReadError::Path(CpioError::BadPath(name.to_owned())));
+        }
+        if !seen.insert(name.to_owned()) {
+            return Err(ReadError::Path(CpioError::Duplicate(name.to_owned())));
+        }
+        out.push(Entry {
+            path: name.to_owned(),
+            perm: mode & 0o7777,
+            body,
+        });
+        if at >= bytes.len() {
+            return Err(ReadError::NoTrailer);
+        }
+    }
+}
 
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
@@ -156,6 +288,51 @@ fn pad4(out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_takes_back_what_finish_wrote_and_refuses_the_rest() {
+        let mut a = Archive::new();
+        a.add(Entry {
+            path: "etc".into(),
+            perm: 0o755,
+            body: Body::Dir,
+        })
+        .unwrap();
+        a.add(file("etc/liken/cluster.yaml", 0o644, b"kind: Cluster\n"))
+            .unwrap();
+        a.add(file("etc/liken/identity/server/token", 0o600, b"K10"))
+            .unwrap();
+        a.add(file("etc/liken/empty", 0o644, b"")).unwrap();
+        let bytes = a.finish();
+        let back = read(&bytes).unwrap();
+        let paths: Vec<(&str, u32)> = back.iter().map(|e| (e.path.as_str(), e.perm)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("etc", 0o755),
+                ("etc/liken/cluster.yaml", 0o644),
+                ("etc/liken/empty", 0o644),
+                ("etc/liken/identity/server/token", 0o600)
+            ]
+        );
+        assert_eq!(back[1].body, Body::File(b"kind: Cluster\n".to_vec()));
+        // Every cut of the archive is refused, never a panic.
+        for n in 0..bytes.len() {
+            assert!(read(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        // A symlink, a path that climbs, a bad digit.
+        let mut link = Vec::new();
+        write_member(&mut link, 1, 0o120777, 1, "etc/liken/x", b"/etc/shadow");
+        write_member(&mut link, 0, 0, 1, TRAILER, &[]);
+        assert_eq!(read(&link), Err(ReadError::Type("etc/liken/x".into())));
+        let mut climb = Vec::new();
+        write_member(&mut climb, 1, S_IFREG | 0o644, 1, "etc/../x", b"");
+        write_member(&mut climb, 0, 0, 1, TRAILER, &[]);
+        assert!(matches!(read(&climb), Err(ReadError::Path(_))));
+        let mut bad = bytes.clone();
+        bad[20] = b'g'; // in the mode field
+        assert!(matches!(read(&bad), Err(ReadError::Malformed { .. })));
+    }
 
     fn file(path: &str, perm: u32, data: &[u8]) -> Entry {
         Entry {

@@ -105,6 +105,7 @@ pub mod install;
 pub mod k3s_host;
 pub mod kexec;
 pub mod layer;
+pub mod layer_credential;
 pub mod modload;
 pub mod mounts;
 pub mod net;

@@ -104,6 +104,10 @@ pub const BOOT: &[Step] = &[
         run: load_modules,
     },
     Step {
+        name: crate::layer_credential::MILESTONE,
+        run: crate::layer_credential::step,
+    },
+    Step {
         name: "machine",
         run: choose_machine,
     },

@@ -1,0 +1,247 @@
+//! The deployment layer on a boot from a signed unified kernel image.
+//!
+//! A type #1 entry hands the kernel the layer as one more initrd
+//! (`liken/layer.cpio` on the ESP), which the kernel unpacks into
+//! /etc/liken. A unified kernel image carries its own initrds, signed,
+//! and is the same for every fleet, so it cannot carry a fleet's layer.
+//! systemd-boot 252's stub instead packs each `loader/credentials/*.cred`
+//! file of the ESP into an extra initrd as
+//! `/.extra/global_credentials/<name>`: the layer arrives as one file,
+//! the `liken layer` archive itself
+//! ([`liken_api::bootloader::LAYER_CREDENTIAL_IN_INITRD`]), and this step
+//! unpacks it into /etc/liken when the initramfs has no layer of its own.
+//!
+//! Not verified: the credential is a file on the ESP like the type #1
+//! entry's layer.cpio, and nothing signs it yet. The stub measures it
+//! into the TPM's PCR 12, which liken does not read. What it can decide
+//! (the Machine and Cluster documents, the trust root, a leader's
+//! identity) is as trusted as the ESP; the release, its root hash and
+//! its command line are not among it. The archive is read strictly
+//! ([`liken_disk::cpio::read`]: directories and regular files only,
+//! plain relative paths) and only its `etc/liken/` part is written, with
+//! its own permission bits, never following a link.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use liken_api::bootloader::LAYER_CREDENTIAL_IN_INITRD;
+use liken_disk::cpio::{self, Body};
+
+use crate::console::Outcome;
+use crate::context::Boot;
+
+/// The milestone name.
+pub const MILESTONE: &str = "layer";
+
+/// The largest credential read: a layer is documents and a few keys.
+pub const MAX_LAYER: u64 = 16 << 20;
+
+/// The archive's root for the layer's files.
+const ROOT: &str = "etc/liken";
+
+/// Where this boot's layer comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The initramfs has /etc/liken/cluster.yaml: a type #1 entry, the
+    /// install media or a kexec loaded the layer as an initrd.
+    Initramfs,
+    /// Only systemd-boot's credential has it.
+    Credential,
+    /// Neither.
+    None,
+}
+
+/// Decides the source from what is there.
+pub fn decide_source(initramfs_has_layer: bool, credential_exists: bool) -> Source {
+    match (initramfs_has_layer, credential_exists) {
+        (true, _) => Source::Initramfs,
+        (false, true) => Source::Credential,
+        (false, false) => Source::None,
+    }
+}
+
+/// Where an archive path goes below `etc_liken`: `None` for the
+/// directories above it (`etc`, `etc/liken`), an error for anything
+/// outside it.
+pub fn decide_target(etc_liken: &Path, path: &str) -> Result<Option<PathBuf>, String> {
+    if path == "etc" || path == ROOT {
+        return Ok(None);
+    }
+    match path.strip_prefix(ROOT).and_then(|r| r.strip_prefix('/')) {
+        Some(rest) => Ok(Some(etc_liken.join(rest))),
+        None => Err(format!(
+            "{path:?} lies outside {ROOT}/: a layer holds nothing else"
+        )),
+    }
+}
+
+/// Unpacks a layer archive's bytes into `etc_liken`; returns the number
+/// of files written.
+pub fn unpack(bytes: &[u8], etc_liken: &Path) -> Result<usize, String> {
+    let entries = cpio::read(bytes).map_err(|e| e.to_string())?;
+    // Every target is decided before anything is written.
+    let mut plan = Vec::with_capacity(entries.len());
+    for e in entries {
+        if let Some(target) = decide_target(etc_liken, &e.path)? {
+            plan.push((target, e));
+        }
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(etc_liken)
+        .map_err(|e| format!("creating {}: {e}", etc_liken.display()))?;
+    let mut files = 0usize;
+    for (target, e) in plan {
+        let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", target.display());
+        match &e.body {
+            Body::Dir => match std::fs::DirBuilder::new().mode(e.perm).create(&target) {
+                Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(fail("creating", err));
+                }
+                _ => {}
+            },
+            Body::File(data) => {
+                if let Some(dir) = target.parent() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o755)
+                        .create(dir)
+                        .map_err(|err| fail("creating the directory of", err))?;
+                }
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(e.perm)
+                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    .open(&target)
+                    .map_err(|err| fail("creating", err))?;
+                f.write_all(data).map_err(|err| fail("writing", err))?;
+                files = files.saturating_add(1);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The boot step.
+pub fn step(boot: &mut Boot) -> Outcome {
+    let etc = &boot.paths.etc_liken;
+    let credential = Path::new(LAYER_CREDENTIAL_IN_INITRD);
+    let source = decide_source(
+        crate::layer::cluster_path(etc).exists(),
+        credential.exists(),
+    );
+    match source {
+        Source::Initramfs => Outcome::ok_with("from the initramfs"),
+        Source::None => Outcome::ok_with(format!(
+            "none in the initramfs nor at {LAYER_CREDENTIAL_IN_INITRD}"
+        )),
+        Source::Credential => {
+            let bytes = match crate::fsutil::read_capped(credential, MAX_LAYER) {
+                Ok(b) => b,
+                Err(e) => {
+                    return Outcome::Failed(format!(
+                        "cannot read {LAYER_CREDENTIAL_IN_INITRD} ({e}); write the layer again \
+                         (liken/layer.cpio and loader/credentials/liken-layer.cred on the ESP)"
+                    ));
+                }
+            };
+            match unpack(&bytes, etc) {
+                Ok(n) => Outcome::ok_with(format!(
+                    "{n} files from systemd-boot's credential {LAYER_CREDENTIAL_IN_INITRD} \
+                     (a file on the ESP, not verified)"
+                )),
+                Err(e) => Outcome::Failed(format!(
+                    "the layer in {LAYER_CREDENTIAL_IN_INITRD} cannot be unpacked: {e}; make it \
+                     again with `liken layer` and reinstall, or rewrite the ESP's \
+                     loader/credentials/liken-layer.cred"
+                )),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use liken_disk::cpio::{Archive, Entry};
+
+    #[test]
+    fn the_initramfs_wins_then_the_credential() {
+        assert_eq!(decide_source(true, true), Source::Initramfs);
+        assert_eq!(decide_source(false, true), Source::Credential);
+        assert_eq!(decide_source(false, false), Source::None);
+    }
+
+    #[test]
+    fn a_layer_archive_is_unpacked_below_etc_liken_with_its_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("liken-init-cred-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let etc = dir.join("etc/liken");
+        let mut a = Archive::new();
+        for (path, perm, body) in [
+            ("etc", 0o755, Body::Dir),
+            ("etc/liken", 0o755, Body::Dir),
+            ("etc/liken/machines", 0o755, Body::Dir),
+            (
+                "etc/liken/cluster.yaml",
+                0o644,
+                Body::File(b"kind: Cluster\n".to_vec()),
+            ),
+            (
+                "etc/liken/machines/node-1.yaml",
+                0o644,
+                Body::File(b"kind: Machine\n".to_vec()),
+            ),
+            (
+                "etc/liken/identity/server/token",
+                0o600,
+                Body::File(b"K10".to_vec()),
+            ),
+        ] {
+            a.add(Entry {
+                path: path.into(),
+                perm,
+                body,
+            })
+            .unwrap();
+        }
+        assert_eq!(unpack(&a.finish(), &etc).unwrap(), 3);
+        assert_eq!(
+            std::fs::read(etc.join("machines/node-1.yaml")).unwrap(),
+            b"kind: Machine\n"
+        );
+        let mode = |p: &str| std::fs::metadata(etc.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("identity/server/token"), 0o600);
+        assert!(crate::layer::cluster_path(&etc).exists());
+
+        // Anything outside etc/liken refuses the whole archive.
+        let mut b = Archive::new();
+        b.add(Entry {
+            path: "etc/passwd".into(),
+            perm: 0o644,
+            body: Body::File(b"root::0:0::/:/bin/sh\n".to_vec()),
+        })
+        .unwrap();
+        let e = unpack(&b.finish(), &dir.join("other")).unwrap_err();
+        assert!(e.contains("outside etc/liken/"), "{e}");
+        assert!(!dir.join("other").exists());
+        // A link planted where a file goes is not followed.
+        let mut c = Archive::new();
+        c.add(Entry {
+            path: "etc/liken/cluster.yaml".into(),
+            perm: 0o644,
+            body: Body::File(b"x".to_vec()),
+        })
+        .unwrap();
+        let linked = dir.join("linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::os::unix::fs::symlink(dir.join("target"), linked.join("cluster.yaml")).unwrap();
+        assert!(unpack(&c.finish(), &linked).is_err());
+        assert!(!dir.join("target").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
