@@ -20,7 +20,7 @@ packages=(
   file              # images/build-boot.sh checks that liken-init is static
   grub-common       # grub-script-check and grub-editenv check boot/grub.cfg and grubenv (liken-api tests); grub-mkimage builds grub-core.img
   squashfs-tools    # images/build-system.sh packs liken.sqfs with mksquashfs; the images test lists it with unsquashfs
-  binutils          # images/build-system.sh checks with readelf that every shared library the image's programs need is in it
+  binutils          # images/build-system.sh checks with readelf that every shared library the image's programs need is in it; `liken bundle -secureboot-key` adds a UKI's sections with objcopy, and its test reads them back with objdump
   e2fsprogs         # the images test reads the ext4 volume the image's own mke2fs formats (dumpe2fs)
   # liken-disk and `liken stick` tests check the images they write with
   # the standard tools (nothing here is used at run time).
@@ -30,12 +30,12 @@ packages=(
   grub-pc-bin       # boot.img and i386-pc modules for grub-mkimage (core.img tests, images/build-loaders.sh)
   cryptsetup-bin    # veritysetup verify checks the dm-verity trees liken-disk builds (liken-disk/tests/verity.rs)
   efitools          # cert-to-efi-sig-list and sign-efi-sig-list: the Secure Boot lists and .auth files `liken keygen -secureboot` writes must be their bytes (liken-cli/src/secureboot/tests.rs)
-  sbsigntool        # sbsign signs systemd-boot and the kernel with the fleet's db key (qemu-tests/tests/secureboot.rs, liken-cli/tests/media/stick.rs)
+  sbsigntool        # sbsign signs systemd-boot, the kernel and `liken bundle -secureboot-key`'s unified kernel images with the fleet's db key; sbverify checks them (liken-cli/src/releases/bundle.rs, qemu-tests/tests/secureboot.rs, liken-cli/tests/media/stick.rs)
   python3-venv      # the venv virt-firmware is installed into (below)
   # qemu-tests/tests/slots.rs boots an installed disk it makes with sgdisk,
   # mkfs.vfat and mtools (above) under UEFI.
   ovmf              # UEFI firmware for QEMU: OVMF_CODE.fd and a per-test copy of OVMF_VARS.fd
-  systemd-boot-efi  # systemd-bootx64.efi, used by the UEFI tests when IMAGES_OUT has no systemd-boot.efi
+  systemd-boot-efi  # systemd-bootx64.efi, used by the UEFI tests when IMAGES_OUT has no systemd-boot.efi; linuxx64.efi.stub, the stub `liken bundle -secureboot-key` builds unified kernel images on
   # qemu-tests/tests/oci.rs checks the operator image archives
   # images/oci-image.sh writes with tools that did not write them.
   skopeo            # reads an oci-archive: and copies it into a registry
