@@ -657,6 +657,31 @@ pub fn clear_dir(dir: &Path, dev: u64, depth: u32) -> usize {
     removed
 }
 
+/// Whether `slot` may be mounted without dm-verity, given the
+/// firmware's Secure Boot state (`None`: unknown, as on BIOS or when
+/// efivarfs cannot be read). Never while Secure Boot is enabled: a
+/// release's signed image always carries `liken.verity=`, so a boot
+/// without it came from a type #1 entry on the ESP (one written there
+/// by whoever could write the disk, booting a kernel the db key signed
+/// on its own) or from a release bundled before verity, and the slot
+/// would run unchecked. Unknown or disabled: mounted unverified, as
+/// the milestone says.
+pub fn decide_unverified(
+    slot: Slot,
+    secure_boot: Option<crate::sys::efivars::SecureBootState>,
+) -> Result<(), String> {
+    match secure_boot {
+        Some(crate::sys::efivars::SecureBootState::Enabled) => Err(format!(
+            "Secure Boot is enabled, but this boot's command line gives slot {slot} no \
+             liken.verity= root hash, which every signed boot image carries: the entry was \
+             written by hand or by someone who could write the ESP, or its release predates \
+             dm-verity; slot {slot} is not mounted unverified (write a release bundled with \
+             -secureboot-key); running from the initramfs"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The boot step: decide, open the slot (through dm-verity when its
 /// entry gives a root hash), switch, then load what the full module
 /// tree has for this computer. Every failure leaves init on the
@@ -720,6 +745,16 @@ fn try_step(boot: &mut Boot) -> Result<Outcome, String> {
             ));
         }
     };
+    if verity.is_none() {
+        // Under Secure Boot a signed image always gives the root hash;
+        // an entry without one is a type #1 entry someone wrote, whose
+        // command line nothing vouches for.
+        if let Err(e) = crate::efivarfs::ensure_mounted(boot) {
+            crate::console::line(&format!("root: {e}"));
+        }
+        let state = crate::sys::efivars::secure_boot_state(&boot.paths.sys).ok();
+        decide_unverified(slot, state)?;
+    }
     // The filesystems a slot and the data partition need, loaded now
     // that there is something to mount; and the device mapper's modules
     // when the slot is to be opened through dm-verity.
@@ -882,6 +917,23 @@ fn start_image_modules(boot: &mut Boot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_unverified_root_under_secure_boot() {
+        use crate::sys::efivars::SecureBootState;
+        let e = decide_unverified(Slot::B, Some(SecureBootState::Enabled)).unwrap_err();
+        assert!(
+            e.contains("slot B is not mounted unverified") && e.contains("liken.verity="),
+            "{e}"
+        );
+        for state in [
+            None,
+            Some(SecureBootState::Disabled),
+            Some(SecureBootState::SetupMode),
+        ] {
+            assert_eq!(decide_unverified(Slot::A, state), Ok(()), "{state:?}");
+        }
+    }
     use crate::sys::command::FakeRunner;
     use crate::sys::mount::{FakeMounter, MountCall};
 
