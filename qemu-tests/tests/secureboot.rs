@@ -42,6 +42,8 @@ const BOOT: Duration = Duration::from_secs(300);
 /// What follows a milestone already seen.
 const NEXT: Duration = Duration::from_secs(120);
 const VERSION: &str = "2026.12.01-001";
+/// A newer release, bundled by another fleet.
+const NEWER: &str = "2026.12.01-002";
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
@@ -411,5 +413,68 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     // systemd-boot spent a try (+3 to +2-1) before the boot; init's
     // blessing removed the counter.
     assert_eq!(d.esp_list("EFI/Linux"), ["liken-a.efi"]);
+
+    // Slot B, newer and on its last try, holds an image that another
+    // fleet's db key signed (a release bundled the same way, by the
+    // wrong owner): systemd-boot picks it first and spends the try, the
+    // firmware refuses to load it, and the next boot is slot A's.
+    let other = dir.join("other-keys");
+    liken(&["keygen", "-secureboot", &s(&other)]);
+    let other_channel = dir.join("other-channel");
+    liken(&[
+        "bundle",
+        "-secureboot-key",
+        &s(&other),
+        &s(&images.vmlinuz),
+        &s(&images.system_standin),
+        &s(&images.boot_cpio),
+        &s(&images.liken),
+        &s(&sd_boot),
+        &s(&images.dir.join("grub-boot.img")),
+        &s(&images.dir.join("grub-core.img")),
+        &s(&images.dir.join("licenses.md")),
+        &s(&other_channel),
+        NEWER,
+    ]);
+    let foreign = other_channel.join(NEWER);
+    d.write_into("LIKEN-B", &foreign.join("liken.sqfs"));
+    d.esp_put("EFI/Linux/liken-b+1-2.efi", &foreign.join("liken-b.efi"));
+    let mut vm = Vm::start(
+        "secureboot-uki-foreign",
+        &args,
+        &Launch {
+            reboot_in_place: true,
+            ..Launch::default()
+        },
+    );
+    let refused = vm.expect("Access Denied", BOOT);
+    assert!(refused.contains("liken-b"), "{refused}");
+    println!("slot B's foreign image refused at {:.0} s", vm.wall());
+    // systemd-boot 252 hands the error back to the firmware, which has no
+    // other boot option here and waits: the reset a watchdog or a person
+    // gives a machine stuck in its firmware.
+    vm.monitor("system_reset");
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let assess = vm.expect("liken: assess: ", NEXT);
+    assert!(
+        assess.contains("slot A is blessed (systemd-boot entry liken-a.efi)")
+            && assess.contains("slot B's entry has spent its tries: this boot fell back from it"),
+        "{assess}"
+    );
+    println!("fell back to slot A at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    assert!(
+        !vm.seen
+            .iter()
+            .any(|l| l.contains("Command line: liken.slot=b")),
+        "no kernel of slot B ran"
+    );
+    drop(vm);
+    assert_eq!(
+        d.esp_list("EFI/Linux"),
+        ["liken-a.efi", "liken-b+0-3.efi"],
+        "systemd-boot spent B's last try on the refused image"
+    );
     println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
 }
