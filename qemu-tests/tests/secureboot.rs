@@ -27,6 +27,13 @@
 //!
 //! systemd-boot 252 skips its 15 s countdown under a hypervisor, so the
 //! enrolment costs no wait here: about 30 s for the whole test under TCG.
+//!
+//! The second test boots the signed unified kernel images `liken bundle
+//! -secureboot-key` makes, with the keys enrolled by virt-fw-vars: slot
+//! A's image under Secure Boot through dm-verity, blessed; a slot B image
+//! signed by another fleet refused by the firmware, and slot A after the
+//! reset; and a hand-written type #1 entry without the root hash, whose
+//! slot init refuses to mount unverified. About 60 s under TCG.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,6 +51,8 @@ const NEXT: Duration = Duration::from_secs(120);
 const VERSION: &str = "2026.12.01-001";
 /// A newer release, bundled by another fleet.
 const NEWER: &str = "2026.12.01-002";
+/// The version a hand-written type #1 entry claims.
+const HAND_WRITTEN: &str = "2026.12.01-003";
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
@@ -476,5 +485,48 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
         ["liken-a.efi", "liken-b+0-3.efi"],
         "systemd-boot spent B's last try on the refused image"
     );
+
+    // A type #1 entry written onto the ESP, newer and blessed, boots
+    // slot A with a kernel the fleet's db key signed on its own and a
+    // command line without the root hash: the firmware starts it, and
+    // init refuses to mount the slot unverified under Secure Boot.
+    let signed_kernel = inputs.join("vmlinuz");
+    sbsign(&keys, &images.vmlinuz, &signed_kernel);
+    let entry = dir.join("liken-a.conf");
+    std::fs::write(
+        &entry,
+        qemu_tests::disk::entry(liken_api::Slot::A, HAND_WRITTEN, false, &[], None),
+    )
+    .unwrap();
+    // loader/entries is there already after the boots above; mmd
+    // refuses a directory that exists, and mcopy below fails loudly on
+    // one that is missing.
+    for dir in ["liken", "liken/a", "loader/entries"] {
+        let _ = std::process::Command::new("mmd")
+            .args(["-i", &d.mtools_image("LIKEN-ESP"), &format!("::{dir}")])
+            .output();
+    }
+    d.esp_put("liken/a/vmlinuz", &signed_kernel);
+    d.esp_put("liken/a/boot.cpio", &images.boot_cpio);
+    d.esp_put("liken/layer.cpio", &layer);
+    d.esp_put("loader/entries/liken-a.conf", &entry);
+    let mut vm = Vm::launch("secureboot-uki-unverified", &args);
+    // systemd-boot puts the entry's initrds first on a type #1 line.
+    let line = vm.expect("Command line: ", BOOT);
+    assert!(
+        line.ends_with(" liken.slot=a panic=10 console=ttyS0") && !line.contains("liken.verity"),
+        "{line}"
+    );
+    let root = vm.expect("liken: root: ", BOOT);
+    assert!(
+        root.starts_with(
+            "liken: root: Secure Boot is enabled, but this boot's command line gives slot A no \
+             liken.verity= root hash"
+        ) && root.contains("slot A is not mounted unverified"),
+        "{root}"
+    );
+    println!("the unverified root refused at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
     println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
 }
