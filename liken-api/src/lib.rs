@@ -46,6 +46,7 @@ pub mod crd;
 pub mod decode;
 pub mod digest;
 pub mod hash;
+pub mod layer_seal;
 pub mod machine;
 pub mod maintenance;
 pub mod meta;
