@@ -14,11 +14,16 @@
 //! `liken.verity=` is read strictly: a value outside its grammar, or the
 //! argument twice, is kept as the error, which the root step reports and
 //! fails on. A malformed root hash must never become an unverified root.
+//! `liken.layer-key=<hex>`, the key a signed image accepts the layer's
+//! seal from, is read the same way, and the layer step refuses the layer
+//! on its error.
 //!
 //! Parsing follows the kernel's own rules: arguments split on
 //! whitespace, and double quotes group a value with spaces in it.
 
 use liken_api::Slot;
+use liken_api::layer_seal::{self, LayerKeyError};
+use liken_api::signing::PublicKey;
 use liken_api::verity::{self, VerityArg, VerityArgError};
 
 /// What init reads from the command line.
@@ -45,6 +50,10 @@ pub struct Cmdline {
     /// `liken.verity=`: the slot's dm-verity root hash, or why the value
     /// given cannot be one. `None` when the entry carries none.
     pub verity: Option<Result<VerityArg, VerityArgError>>,
+    /// `liken.layer-key=`: the key a signed boot image accepts the
+    /// layer's seal from ([`liken_api::layer_seal`]), or why the value
+    /// cannot be one. `None` when the command line names none.
+    pub layer_key: Option<Result<PublicKey, LayerKeyError>>,
     /// Arguments that start with `liken.` but mean nothing to this
     /// version, so the console can say so (a typo picks no machine).
     pub unknown: Vec<String>,
@@ -125,6 +134,13 @@ impl Cmdline {
                         (None, None) => Err(VerityArgError::Fields(String::new())),
                     });
                 }
+                (layer_seal::ARG, value) => {
+                    c.layer_key = Some(match (&c.layer_key, value) {
+                        (Some(_), _) => Err(LayerKeyError::Twice),
+                        (None, Some(v)) => layer_seal::parse_arg(v),
+                        (None, None) => Err(LayerKeyError::Hex(String::new())),
+                    });
+                }
                 (k, _) if k.starts_with("liken.") && !k.starts_with("liken.standin") => {
                     c.unknown.push(arg.clone());
                 }
@@ -187,6 +203,31 @@ mod tests {
         let c = Cmdline::parse("liken.kexec=");
         assert_eq!(c.kexec, None);
         assert_eq!(c.unknown, vec!["liken.kexec="]);
+    }
+
+    #[test]
+    fn the_layer_key_is_read_strictly() {
+        let key = "cd".repeat(32);
+        let c = Cmdline::parse(&format!("liken.slot=a liken.layer-key={key} quiet"));
+        assert_eq!(c.layer_key, Some(Ok(PublicKey([0xcd; 32]))));
+        assert!(c.unknown.is_empty());
+        assert_eq!(Cmdline::parse("liken.slot=a").layer_key, None);
+        for (text, want) in [
+            (
+                "liken.layer-key".to_owned(),
+                LayerKeyError::Hex(String::new()),
+            ),
+            (
+                "liken.layer-key=CD".to_owned(),
+                LayerKeyError::Hex("CD".into()),
+            ),
+            (
+                format!("liken.layer-key={key} liken.layer-key={key}"),
+                LayerKeyError::Twice,
+            ),
+        ] {
+            assert_eq!(Cmdline::parse(&text).layer_key, Some(Err(want)), "{text}");
+        }
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //! ([`liken_api::bootloader::LAYER_CREDENTIAL_IN_INITRD`]), and this step
 //! unpacks it into /etc/liken when the initramfs has no layer of its own.
 //!
-//! Not verified: the credential is a file on the ESP like the type #1
-//! entry's layer.cpio, and nothing signs it yet. The stub measures it
-//! into the TPM's PCR 12, which liken does not read. What it can decide
-//! (the Machine and Cluster documents, the trust root, a leader's
-//! identity) is as trusted as the ESP; the release, its root hash and
-//! its command line are not among it. The archive is read strictly
+//! When the command line names the key that seals the fleet's layers
+//! (`liken.layer-key=`, from the signed image), the layer is checked
+//! against its seal before anything of it is written or read
+//! ([`crate::layer_seal`]); a refused layer is removed, whatever its
+//! source, and the boot goes on without one. Without the argument (a
+//! type #1 entry, an image bundled before seals) the layer is taken as
+//! the ESP holds it and the milestone says it is not verified. The
+//! archive is read strictly
 //! ([`liken_disk::cpio::read`]: directories and regular files only,
 //! plain relative paths) and only its `etc/liken/` part is written, with
 //! its own permission bits, never following a link.
@@ -28,8 +30,11 @@ use std::path::{Path, PathBuf};
 use liken_api::bootloader::LAYER_CREDENTIAL_IN_INITRD;
 use liken_disk::cpio::{self, Body};
 
+use liken_api::signing::{KeyId, PublicKey};
+
 use crate::console::Outcome;
 use crate::context::Boot;
+use crate::layer_seal::{self, LayerFile};
 
 /// The milestone name.
 pub const MILESTONE: &str = "layer";
@@ -127,14 +132,31 @@ pub fn unpack(bytes: &[u8], etc_liken: &Path) -> Result<usize, String> {
 
 /// The boot step.
 pub fn step(boot: &mut Boot) -> Outcome {
-    let etc = &boot.paths.etc_liken;
+    let etc = boot.paths.etc_liken.clone();
     let credential = Path::new(LAYER_CREDENTIAL_IN_INITRD);
     let source = decide_source(
-        crate::layer::cluster_path(etc).exists(),
+        crate::layer::cluster_path(&etc).exists(),
         credential.exists(),
     );
+    let key = match &boot.cmdline.layer_key {
+        None => None,
+        Some(Ok(key)) => Some(*key),
+        Some(Err(e)) => {
+            discard(&etc);
+            return Outcome::Failed(format!("{e}; no layer is trusted on this boot"));
+        }
+    };
     match source {
-        Source::Initramfs => Outcome::ok_with("from the initramfs"),
+        Source::Initramfs => match key {
+            None => Outcome::ok_with("from the initramfs"),
+            Some(key) => match check_unpacked(&etc, &key) {
+                Ok(id) => Outcome::ok_with(format!("from the initramfs, sealed by key {id}")),
+                Err(e) => {
+                    discard(&etc);
+                    Outcome::Failed(refused(&e))
+                }
+            },
+        },
         Source::None => Outcome::ok_with(format!(
             "none in the initramfs nor at {LAYER_CREDENTIAL_IN_INITRD}"
         )),
@@ -148,11 +170,27 @@ pub fn step(boot: &mut Boot) -> Outcome {
                     ));
                 }
             };
-            match unpack(&bytes, etc) {
-                Ok(n) => Outcome::ok_with(format!(
-                    "{n} files from systemd-boot's credential {LAYER_CREDENTIAL_IN_INITRD} \
-                     (a file on the ESP, not verified)"
-                )),
+            // Checked before a byte of it is written.
+            let sealed = match key {
+                None => None,
+                Some(key) => match check_archive(&bytes, &key) {
+                    Ok(id) => Some(id),
+                    Err(e) => return Outcome::Failed(refused(&e)),
+                },
+            };
+            match unpack(&bytes, &etc) {
+                Ok(n) => Outcome::ok_with(match sealed {
+                    Some(id) => format!(
+                        "{n} files from systemd-boot's credential {LAYER_CREDENTIAL_IN_INITRD}, \
+                         sealed by key {id}"
+                    ),
+                    None => format!(
+                        "{n} files from systemd-boot's credential {LAYER_CREDENTIAL_IN_INITRD} \
+                         (a file on the ESP, not verified: this boot's command line names no \
+                         {})",
+                        liken_api::layer_seal::ARG
+                    ),
+                }),
                 Err(e) => Outcome::Failed(format!(
                     "the layer in {LAYER_CREDENTIAL_IN_INITRD} cannot be unpacked: {e}; make it \
                      again with `liken layer` and reinstall, or rewrite the ESP's \
@@ -160,6 +198,59 @@ pub fn step(boot: &mut Boot) -> Outcome {
                 )),
             }
         }
+    }
+}
+
+/// The message of a refused layer.
+fn refused(why: &str) -> String {
+    format!(
+        "the layer is refused: {why}; this boot goes on without one (no Machine, no k3s). Write \
+         the layer the fleet's owner sealed to the ESP (loader/credentials/liken-layer.cred)"
+    )
+}
+
+/// Checks an archive's files against the seal `key` signed; the reason
+/// as text on refusal.
+pub fn check_archive(bytes: &[u8], key: &PublicKey) -> Result<KeyId, String> {
+    let entries = cpio::read(bytes).map_err(|e| format!("it cannot be read: {e}"))?;
+    let prefix = format!("{ROOT}/");
+    let files: Vec<LayerFile<'_>> = entries
+        .iter()
+        .filter_map(|e| match &e.body {
+            Body::File(data) => Some(LayerFile {
+                // A file outside etc/liken is refused by the unpacking;
+                // it keeps its full path here, which no seal lists.
+                path: e.path.strip_prefix(&prefix).unwrap_or(&e.path),
+                perm: e.perm,
+                bytes: data,
+            }),
+            Body::Dir => None,
+        })
+        .collect();
+    layer_seal::decide(key, &files).map_err(|e| e.to_string())
+}
+
+/// Checks the layer the initramfs unpacked into `etc` against the seal
+/// `key` signed.
+fn check_unpacked(etc: &Path, key: &PublicKey) -> Result<KeyId, String> {
+    // The leader's rule keeps every file: the whole tree is read back as
+    // an archive (regular files and directories only, no link followed).
+    let archive = crate::role_layer::pack(etc, liken_api::Role::Leader)?;
+    check_archive(&archive, key)
+}
+
+/// Removes a layer that is not trusted, so no later step reads it. What
+/// cannot be removed is said on the console; the later steps then find
+/// a partial layer at worst, never a trusted one, since nothing reads a
+/// layer's trust from anywhere but its files.
+fn discard(etc: &Path) {
+    match std::fs::remove_dir_all(etc) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => crate::console::line(&format!(
+            "layer: cannot remove the refused layer at {}: {e}",
+            etc.display()
+        )),
     }
 }
 

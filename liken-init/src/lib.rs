@@ -106,6 +106,7 @@ pub mod k3s_host;
 pub mod kexec;
 pub mod layer;
 pub mod layer_credential;
+pub mod layer_seal;
 pub mod modload;
 pub mod mounts;
 pub mod net;
