@@ -223,7 +223,7 @@ marks drift, and never runs a plugin. remove deletes one installed CLI.",
 /// `liken layer`.
 pub const LAYER: Entry = Entry {
     name: "layer",
-    synopsis: "liken layer [-unsigned] <manifests-dir> <identity-dir> <output.cpio>",
+    synopsis: "liken layer [-unsigned] [-seal-key release.key] <manifests-dir> <identity-dir> <output.cpio>",
     about: "\
 Pack the part of the operating system that is yours into one small
 archive: cluster.yaml, machines/*.yaml, trust.yaml (the release keys
@@ -232,8 +232,14 @@ the fleet accepts, from `liken trust`) and the identity, under
 which lets machines write any release the catalog names, signed or
 not. Every manifest is checked strictly first. The same inputs always
 give the same bytes. Kernel modules are not part of it: the system
-image carries the kernel's whole module tree.",
-    options: &[Opt::switch("unsigned")],
+image carries the kernel's whole module tree. -seal-key signs a list of
+every file (seal.yaml, with seal.yaml.sig) with a release key: a
+signed boot image bundled with -layer-key of that key's release.pub
+refuses any layer that was changed after packing.",
+    options: &[
+        Opt::switch("unsigned"),
+        Opt::value("seal-key", "release.key"),
+    ],
     hidden: false,
 };
 
@@ -330,7 +336,7 @@ stopped when run again.",
 /// `liken bundle`.
 pub const BUNDLE: Entry = Entry {
     name: "bundle",
-    synopsis: "liken bundle [-sign release.key] [-secureboot-key <keys-dir> [-uki-arg ARG ...]] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
+    synopsis: "liken bundle [-sign release.key] [-secureboot-key <keys-dir> -layer-key release.pub [-uki-arg ARG ...]] [-slot-size 1Gi] [-microcode microcode.cpio] [-channel-days 14] <vmlinuz> <liken.sqfs> <boot.cpio> <liken-cli> <systemd-boot.efi> <grub-boot.img> <grub-core.img> <licenses.md> <channel-dir> <version> [component=version ...]",
     about: "\
 Publish a release into a channel directory: copy the files into
 <channel-dir>/<version>/, append the system image's dm-verity hash
@@ -351,10 +357,15 @@ channel.yaml written stays current for 14 days, or -channel-days.
 signed unified kernel image per slot (liken-a.efi, liken-b.efi): the
 kernel, initrds and command line (the slot, its root hash, then
 panic=10 console=tty0 console=ttyS0,115200, or the -uki-arg arguments
-instead) on systemd-boot's stub, signed with db.key by sbsign.",
+instead) on systemd-boot's stub, signed with db.key by sbsign. It needs
+-layer-key: the release.pub of the key that seals the fleet's layers
+(`liken layer -seal-key`), named in the images' command line
+(liken.layer-key=), so a machine booted from them trusts no layer that
+key did not seal.",
     options: &[
         Opt::value("sign", "release.key"),
         Opt::value("secureboot-key", "keys-dir"),
+        Opt::value("layer-key", "release.pub"),
         Opt::repeated("uki-arg", "ARG"),
         Opt::value("channel-days", "14"),
         Opt::value("slot-size", "1Gi"),
@@ -395,7 +406,7 @@ from <url> when it is not there. Rendering again repairs a stale index.",
 /// `liken stick`.
 pub const STICK: Entry = Entry {
     name: "stick",
-    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-secureboot <keys-dir>] [-force] [-unsigned] <release-dir> <deployment-dir>",
+    synopsis: "liken stick -output <stick.img> [-role leader|follower] [-console ttyS0,115200 ...] [-kernel-arg ARG ...] [-secureboot <keys-dir>] [-force] [-unsigned] [-seal-key release.key] <release-dir> <deployment-dir>",
     about: "\
 Write a disk image for a USB stick that installs the deployment: a GPT
 with a FAT32 partition (systemd-boot for UEFI, GRUB for BIOS, one menu
@@ -415,7 +426,8 @@ keeps: no private key and no server token. The layer is packed as
 `liken keygen -secureboot` (PK.auth, KEK.auth, db.auth: public halves
 only) in loader/keys/auto and sets secure-boot-enroll force: on a
 machine whose firmware is in setup mode, systemd-boot enrols them and
-resets it, and the disk it installs carries them too.",
+resets it, and the disk it installs carries them too. -seal-key seals
+the layer as `liken layer -seal-key` does.",
     options: &[
         Opt::value("output", "stick.img"),
         Opt::value("role", "leader|follower"),
@@ -424,6 +436,7 @@ resets it, and the disk it installs carries them too.",
         Opt::value("secureboot", "keys-dir"),
         Opt::switch("force"),
         Opt::switch("unsigned"),
+        Opt::value("seal-key", "release.key"),
     ],
     hidden: false,
 };
@@ -431,7 +444,7 @@ resets it, and the disk it installs carries them too.",
 /// `liken media`.
 pub const MEDIA: Entry = Entry {
     name: "media",
-    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] [-unsigned] <release-dir> <deployment-dir>",
+    synopsis: "liken media -output <install.cpio> [-role leader|follower] [-force] [-unsigned] [-seal-key release.key] <release-dir> <deployment-dir>",
     about: "\
 Write one netboot initramfs that installs the deployment: the release's
 boot.cpio (after its microcode.cpio, when it has one), the deployment
@@ -446,12 +459,13 @@ key and no server token, so it is the image to hand to followers.
 service-account key, both tokens), so that it can install a leader (or
 any machine): serve it only to the machines being installed. The layer
 is packed as `liken layer` packs it: without a trust.yaml only with
--unsigned.",
+-unsigned, and sealed with -seal-key.",
     options: &[
         Opt::value("output", "install.cpio"),
         Opt::value("role", "leader|follower"),
         Opt::switch("force"),
         Opt::switch("unsigned"),
+        Opt::value("seal-key", "release.key"),
     ],
     hidden: false,
 };

@@ -48,7 +48,8 @@ use crate::deployment::{self, DeploymentError, Manifests};
 use crate::identity::{self, IdentityError};
 use crate::{Io, args::Parsed};
 use cpio::{Archive, Body, CpioError, Entry};
-use liken_api::signing::{TRUST_FILE, TrustRoot, UNSIGNED_FILE};
+use liken_api::layer_seal;
+use liken_api::signing::{SigningKey, TRUST_FILE, TrustRoot, UNSIGNED_FILE};
 
 /// Where the layer puts everything.
 pub const ROOT: &str = "etc/liken";
@@ -76,6 +77,8 @@ pub enum LayerError {
     Trust(liken_api::DecodeError),
     /// An entry could not be archived.
     Archive(CpioError),
+    /// The seal could not be written.
+    Seal(String),
     /// Reading an input or writing the output failed.
     Io {
         /// The file.
@@ -122,6 +125,7 @@ impl fmt::Display for LayerError {
             ),
             LayerError::Trust(e) => write!(f, "{e}"),
             LayerError::Archive(e) => write!(f, "{e}"),
+            LayerError::Seal(e) => write!(f, "writing the layer's seal: {e}"),
             LayerError::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }
@@ -133,7 +137,8 @@ impl std::error::Error for LayerError {}
 pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
     let [manifests, identity_dir, output] = parsed.paths()?;
     let unsigned = parsed.switch("unsigned");
-    let (bytes, m) = build(&manifests, &identity_dir, unsigned)?;
+    let seal = seal_key(&parsed)?;
+    let (bytes, m) = build_for(&manifests, &identity_dir, unsigned, None, seal.as_ref())?;
     crate::files::replace(&output, &bytes, crate::files::PRIVATE).map_err(|source| {
         LayerError::Io {
             path: output.clone(),
@@ -157,6 +162,14 @@ pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         io.out,
         "the layer holds the cluster's private keys: keep it as private as the identity"
     )?;
+    if let Some(key) = &seal {
+        writeln!(
+            io.out,
+            "sealed by key {}: a signed image bundled with `-layer-key` of that key's release.pub \
+             accepts this layer and no changed copy of it",
+            key.id
+        )?;
+    }
     match read_trust(&manifests)? {
         Some((trust, _)) => writeln!(
             io.out,
@@ -166,6 +179,15 @@ pub fn command(parsed: Parsed, io: &mut Io) -> Result<(), crate::Error> {
         None => writeln!(io.out, "{UNSIGNED_WARNING}")?,
     }
     Ok(())
+}
+
+/// The key `-seal-key` names, read; `None` without the option.
+pub fn seal_key(parsed: &Parsed) -> Result<Option<SigningKey>, crate::Error> {
+    parsed
+        .value("seal-key")
+        .map(|p| crate::signing::read_signing_key(Path::new(p)))
+        .transpose()
+        .map_err(crate::Error::from)
 }
 
 /// The identity files a follower keeps (paths in the identity).
@@ -227,18 +249,24 @@ pub fn build(
     identity_dir: &Path,
     unsigned: bool,
 ) -> Result<(Vec<u8>, Manifests), LayerError> {
-    build_for(manifests_dir, identity_dir, unsigned, None)
+    build_for(manifests_dir, identity_dir, unsigned, None, None)
 }
 
 /// [`build`] for one role: a follower's layer holds the manifests and
 /// only the identity files a follower keeps; a leader's (or `None`, every
 /// machine's) holds the whole identity. The whole identity is checked
 /// either way.
+///
+/// With `seal`, the layer carries seal.yaml and its signature by that
+/// key ([`liken_api::layer_seal`]): the seal lists every file of the
+/// whole layer, so a follower's part of it matches the same seal, which
+/// a signed boot image naming the key checks before init trusts a file.
 pub fn build_for(
     manifests_dir: &Path,
     identity_dir: &Path,
     unsigned: bool,
     role: Option<liken_api::Role>,
+    seal: Option<&SigningKey>,
 ) -> Result<(Vec<u8>, Manifests), LayerError> {
     let keep = |rel: &str| role != Some(liken_api::Role::Follower) || follower_keeps(rel);
     let manifests = deployment::read_manifests(manifests_dir).map_err(LayerError::Deployment)?;
@@ -250,11 +278,12 @@ pub fn build_for(
     }
     let identity_files = read_identity(identity_dir)?;
 
-    let mut archive = Archive::new();
-    let mut add = |path: String, perm: u32, body: Body| {
-        archive
-            .add(Entry { path, perm, body })
-            .map_err(LayerError::Archive)
+    // Every entry of the whole layer, kept or not, so the seal lists the
+    // whole layer; only the kept ones are archived.
+    let mut entries: Vec<(Entry, bool)> = Vec::new();
+    let mut add = |path: String, perm: u32, body: Body| -> Result<(), LayerError> {
+        entries.push((Entry { path, perm, body }, true));
+        Ok(())
     };
     let dirs = ["", "/machines", "/identity"]
         .into_iter()
@@ -306,17 +335,62 @@ pub fn build_for(
         )?,
     }
     for (file, bytes) in identity_files {
-        if !keep(&file.rel) {
-            continue;
-        }
         let perm = if file.private { 0o600 } else { 0o644 };
-        add(
-            format!("{ROOT}/identity/{}", file.rel),
-            perm,
-            Body::File(bytes),
-        )?;
+        entries.push((
+            Entry {
+                path: format!("{ROOT}/identity/{}", file.rel),
+                perm,
+                body: Body::File(bytes),
+            },
+            keep(&file.rel),
+        ));
+    }
+    if let Some(key) = seal {
+        let (seal, signature) = seal_of(&entries, key)?;
+        for (name, text) in [
+            (layer_seal::SEAL_FILE.to_owned(), seal),
+            (
+                liken_api::signing::signature_name(layer_seal::SEAL_FILE),
+                signature,
+            ),
+        ] {
+            entries.push((
+                Entry {
+                    path: format!("{ROOT}/{name}"),
+                    perm: 0o644,
+                    body: Body::File(text.into_bytes()),
+                },
+                true,
+            ));
+        }
+    }
+    let mut archive = Archive::new();
+    for (entry, kept) in entries {
+        if kept {
+            archive.add(entry).map_err(LayerError::Archive)?;
+        }
     }
     Ok((archive.finish(), manifests))
+}
+
+/// The text of seal.yaml for `entries` (every file of the whole layer)
+/// and of its signature by `key`.
+fn seal_of(entries: &[(Entry, bool)], key: &SigningKey) -> Result<(String, String), LayerError> {
+    let found = entries.iter().filter_map(|(e, _)| match &e.body {
+        Body::File(bytes) => Some(layer_seal::Found {
+            path: e.path.strip_prefix(&format!("{ROOT}/"))?.to_owned(),
+            perm: e.perm,
+            sha256: liken_api::hash::sha256(bytes),
+        }),
+        Body::Dir => None,
+    });
+    let text = layer_seal::LayerSeal::of(found)
+        .render()
+        .map_err(|e| LayerError::Seal(e.to_string()))?;
+    let signature = key.sign(text.as_bytes());
+    let sig_text =
+        liken_api::decode::to_yaml(&signature).map_err(|e| LayerError::Seal(e.to_string()))?;
+    Ok((text, sig_text))
 }
 
 /// Reads and checks every identity file.
@@ -472,14 +546,21 @@ mod tests {
         let d = tmp.path();
         deployment(d);
         let (all, _) = build(d, &d.join("identity"), true).unwrap();
-        let (leader, _) =
-            build_for(d, &d.join("identity"), true, Some(liken_api::Role::Leader)).unwrap();
+        let (leader, _) = build_for(
+            d,
+            &d.join("identity"),
+            true,
+            Some(liken_api::Role::Leader),
+            None,
+        )
+        .unwrap();
         assert_eq!(all, leader);
         let (follower, _) = build_for(
             d,
             &d.join("identity"),
             true,
             Some(liken_api::Role::Follower),
+            None,
         )
         .unwrap();
         let has = |a: &[u8], s: &str| a.windows(s.len()).any(|w| w == s.as_bytes());
@@ -494,5 +575,54 @@ mod tests {
         for present in ["::node:", "server-ca.crt", "etc/liken/machines/node-1.yaml"] {
             assert!(has(&follower, present), "{present}");
         }
+    }
+
+    #[test]
+    fn a_sealed_layer_and_every_part_of_it_init_keeps_pass_inits_check_and_a_changed_one_does_not()
+    {
+        let tmp = TestDir::new("layer-sealed");
+        let d = tmp.path();
+        deployment(d);
+        let (key, public) = liken_api::signing::key_pair([7; 32]);
+        let (_, other) = liken_api::signing::key_pair([8; 32]);
+        let check = |bytes: &[u8], k: &liken_api::signing::ReleaseKey| {
+            liken_init::layer_credential::check_archive(bytes, &k.public_key)
+        };
+        let (all, _) = build_for(d, &d.join("identity"), true, None, Some(&key)).unwrap();
+        assert_eq!(check(&all, &public), Ok(public.id.clone()));
+        let e = check(&all, &other).unwrap_err();
+        assert!(e.contains("not by the key this boot image names"), "{e}");
+        // The unsealed layer of the same inputs is refused by a key.
+        let (plain, _) = build(d, &d.join("identity"), true).unwrap();
+        let e = check(&plain, &public).unwrap_err();
+        assert!(e.contains("has no seal.yaml"), "{e}");
+
+        // A follower's medium, and the per-role layer init's install mode
+        // packs from the whole layer unpacked, keep the seal and pass.
+        let (follower, _) = build_for(
+            d,
+            &d.join("identity"),
+            true,
+            Some(liken_api::Role::Follower),
+            Some(&key),
+        )
+        .unwrap();
+        assert_eq!(check(&follower, &public), Ok(public.id.clone()));
+        let root = tmp.path().join("unpacked/etc/liken");
+        liken_init::layer_credential::unpack(&all, &root).unwrap();
+        for role in [liken_api::Role::Leader, liken_api::Role::Follower] {
+            let packed = liken_init::role_layer::pack(&root, role).unwrap();
+            assert_eq!(check(&packed, &public), Ok(public.id.clone()), "{role:?}");
+        }
+
+        // One byte of a Machine changed after sealing.
+        let mut changed = all.clone();
+        let at = changed
+            .windows(6)
+            .position(|w| w == b"# node")
+            .expect("the machine's comment");
+        changed[at + 2] = b'N';
+        let e = check(&changed, &public).unwrap_err();
+        assert!(e.contains("is not the file the layer's seal lists"), "{e}");
     }
 }

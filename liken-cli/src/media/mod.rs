@@ -174,11 +174,13 @@ fn check(parsed: &Parsed, style: Style, role: Option<Role>) -> Result<Checked, c
     }
     let release =
         release::verify(&release_dir, &release::REQUIRED, style).map_err(MediaError::Release)?;
+    let seal = layer::seal_key(parsed)?;
     let (layer, manifests) = layer::build_for(
         &deployment,
         &deployment.join(IDENTITY_DIR),
         parsed.switch("unsigned"),
         role,
+        seal.as_ref(),
     )
     .map_err(MediaError::Layer)?;
     let cluster = &manifests.cluster.doc;

@@ -110,10 +110,18 @@ pub struct UkiSigning {
     pub args: Vec<String>,
 }
 
-/// The signing for `-secureboot-key <dir>` and each `-uki-arg`: the
-/// key directory `liken keygen -secureboot` wrote, whose db.key must be
-/// readable by its owner alone (0600, as keygen makes it).
-pub fn uki_signing<S: AsRef<str>>(dir: &Path, args: &[S]) -> Result<UkiSigning, BundleError> {
+/// The signing for `-secureboot-key <dir>`, `-layer-key` and each
+/// `-uki-arg`: the key directory `liken keygen -secureboot` wrote, whose
+/// db.key must be readable by its owner alone (0600, as keygen makes
+/// it). `layer_key` (the release.pub whose key seals the fleet's
+/// layers) goes first among the arguments after the slot and root hash,
+/// as `liken.layer-key=`, so the signed image names the one key whose
+/// seal init accepts a layer under ([`liken_api::layer_seal`]).
+pub fn uki_signing<S: AsRef<str>>(
+    dir: &Path,
+    layer_key: &liken_api::signing::ReleaseKey,
+    args: &[S],
+) -> Result<UkiSigning, BundleError> {
     use std::os::unix::fs::PermissionsExt;
     let key = dir.join("db.key");
     let cert = dir.join("db.crt");
@@ -144,23 +152,30 @@ pub fn uki_signing<S: AsRef<str>>(dir: &Path, args: &[S]) -> Result<UkiSigning, 
             });
         }
     }
-    let args: Vec<String> = if args.is_empty() {
+    let given: Vec<String> = if args.is_empty() {
         bootloader::default_uki_args()
     } else {
         args.iter().map(|a| a.as_ref().to_owned()).collect()
     };
-    for a in &args {
+    for a in &given {
         if a.is_empty() || a.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
             return Err(BundleError::Invalid(format!(
                 "-uki-arg {a:?} is not one kernel argument (printable ASCII, no spaces)"
             )));
         }
-        if a.starts_with("liken.slot=") || a.starts_with("liken.verity=") {
+        if a.starts_with("liken.slot=")
+            || a.starts_with("liken.verity=")
+            || a.starts_with(liken_api::layer_seal::ARG)
+        {
             return Err(BundleError::Invalid(format!(
-                "-uki-arg {a:?}: the slot and root hash are written by bundle itself"
+                "-uki-arg {a:?}: the slot, root hash and layer key are written by bundle itself \
+                 (the layer key from -layer-key)"
             )));
         }
     }
+    let args = std::iter::once(liken_api::layer_seal::render_arg(&layer_key.public_key))
+        .chain(given)
+        .collect();
     Ok(UkiSigning {
         key,
         cert,
@@ -930,7 +945,9 @@ mod tests {
         .unwrap();
         let mut req = request(&dir, "2026.12.07-001", 3 * 4096);
         req.slot_size = 4 << 20;
-        req.uki = Some(uki_signing(&keys, &["console=ttyS0,115200", "quiet"]).unwrap());
+        let (_, layer_key) = liken_api::signing::key_pair([9; 32]);
+        req.uki = Some(uki_signing(&keys, &layer_key, &["console=ttyS0,115200", "quiet"]).unwrap());
+        let layer_arg = liken_api::layer_seal::render_arg(&layer_key.public_key);
         run(&req, &mut Vec::new()).unwrap();
 
         let rel_dir = req.channel.join("2026.12.07-001");
@@ -938,7 +955,7 @@ mod tests {
         let release = decode::strict::<Release>(&text, "release.yaml").unwrap();
         assert_eq!(
             release.uki.as_ref().unwrap().command_line,
-            "console=ttyS0,115200 quiet"
+            format!("{layer_arg} console=ttyS0,115200 quiet")
         );
         let verity = VerityArg::from_record(release.verity.as_ref().unwrap()).unwrap();
         let stub = super::super::uki::read_pe(&fs::read(super::super::uki::STUB).unwrap()).unwrap();
@@ -980,7 +997,7 @@ mod tests {
             assert_eq!(
                 String::from_utf8(section(&file, ".cmdline", dir.path())).unwrap(),
                 format!(
-                    "liken.slot={} {} console=ttyS0,115200 quiet",
+                    "liken.slot={} {} {layer_arg} console=ttyS0,115200 quiet",
                     slot.esp_dir(),
                     verity.render()
                 )
@@ -1018,12 +1035,16 @@ mod tests {
         // A key readable by others is refused before anything is made.
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(keys.join("db.key"), fs::Permissions::from_mode(0o640)).unwrap();
-        let e = uki_signing(&keys, &[] as &[&str]).unwrap_err().to_string();
-        assert!(e.contains("chmod 600"), "{e}");
-        let e = uki_signing(&other, &["liken.slot=b"])
+        let e = uki_signing(&keys, &layer_key, &[] as &[&str])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("written by bundle itself"), "{e}");
+        assert!(e.contains("chmod 600"), "{e}");
+        for arg in ["liken.slot=b", "liken.layer-key=00"] {
+            let e = uki_signing(&other, &layer_key, &[arg])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("written by bundle itself"), "{e}");
+        }
     }
 
     #[test]

@@ -74,11 +74,31 @@ pub fn bundle(parsed: &Parsed, io: &mut Io) -> Result<(), Error> {
             ))
             .into());
         }
-        Some(dir) => Some(
-            bundle::uki_signing(std::path::Path::new(dir), &uki_args)
-                .map_err(super::Error::Bundle)?,
-        ),
+        Some(dir) => {
+            let Some(layer_key) = parsed.value("layer-key") else {
+                return Err(super::Error::Bundle(BundleError::Invalid(
+                    "-secureboot-key needs -layer-key <release.pub>: a signed image names the \
+                     key that sealed the fleet's layers (`liken layer -seal-key`), or the \
+                     layer on the ESP would decide what the machine trusts unchecked"
+                        .to_owned(),
+                ))
+                .into());
+            };
+            let layer_key = crate::signing::read_release_key(std::path::Path::new(layer_key))?;
+            Some(
+                bundle::uki_signing(std::path::Path::new(dir), &layer_key, &uki_args)
+                    .map_err(super::Error::Bundle)?,
+            )
+        }
     };
+    if parsed.value("layer-key").is_some() && uki.is_none() {
+        return Err(super::Error::Bundle(BundleError::Invalid(
+            "-layer-key goes into the signed images' command line, which only -secureboot-key \
+             <dir> makes; give both or neither"
+                .to_owned(),
+        ))
+        .into());
+    }
     let mut positional = words.iter();
     let inputs = INPUTS.map(|input| match input.flag {
         Some(flag) => parsed.value(flag).map(PathBuf::from),

@@ -70,8 +70,8 @@ fn bundles_refuse_what_would_break_a_fleet() {
     let (ok, _, err) = run(&["bundle", "a", "b"]);
     assert!(
         !ok && err.contains(
-            "usage: liken bundle [-sign release.key] [-secureboot-key <keys-dir> [-uki-arg ARG \
-             ...]] [-slot-size 1Gi]"
+            "usage: liken bundle [-sign release.key] [-secureboot-key <keys-dir> -layer-key \
+             release.pub [-uki-arg ARG ...]] [-slot-size 1Gi]"
         ),
         "{err}"
     );
