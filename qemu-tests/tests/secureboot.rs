@@ -29,11 +29,13 @@
 //! enrolment costs no wait here: about 30 s for the whole test under TCG.
 //!
 //! The second test boots the signed unified kernel images `liken bundle
-//! -secureboot-key` makes, with the keys enrolled by virt-fw-vars: slot
-//! A's image under Secure Boot through dm-verity, blessed; a slot B image
+//! -secureboot-key -layer-key` makes, with the keys enrolled by
+//! virt-fw-vars: first with the sealed layer changed on the ESP, which
+//! init refuses; then slot A's image with the sealed layer under Secure
+//! Boot through dm-verity, blessed; a slot B image
 //! signed by another fleet refused by the firmware, and slot A after the
 //! reset; and a hand-written type #1 entry without the root hash, whose
-//! slot init refuses to mount unverified. About 60 s under TCG.
+//! slot init refuses to mount unverified. About 75 s under TCG.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -316,11 +318,15 @@ fn enrolled(dir: &Path, keys: &Path) -> Ovmf {
 /// Issue 24's signed boot image: `liken bundle -secureboot-key` makes
 /// slot A's unified kernel image (the stand-in system image's root hash
 /// on its command line); the disk holds it as systemd-boot's type #2
-/// entry `EFI/Linux/liken-a+3.efi`, the layer as systemd-boot's
-/// credential, and the db-signed systemd-boot. On OVMF's Secure Boot
+/// entry `EFI/Linux/liken-a+3.efi`, the layer (sealed by the release
+/// key the image names) as systemd-boot's credential, and the db-signed
+/// systemd-boot. The attack comes first: the credential rewritten with
+/// one line added to the Machine is refused by init, which chooses no
+/// Machine from it. Then, with the sealed layer, on OVMF's Secure Boot
 /// build with the fleet's keys enrolled, the firmware checks systemd-boot
 /// and the image, systemd-boot counts the image's try in its file name,
-/// the stub hands the layer to init, init says Secure Boot is on, mounts
+/// the stub hands the layer to init, init checks its seal, says Secure
+/// Boot is on, mounts
 /// the slot through dm-verity with the image's root hash, and blesses the
 /// image by renaming it; the disk is read back afterwards with mtools.
 #[test]
@@ -338,11 +344,18 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
         &qemu_tests::disk::systemd_boot(&images.dir),
         &sd_boot,
     );
+    // The release key that seals the fleet's layers; its public half
+    // goes into the signed images' command line.
+    let release_keys = dir.join("release-keys");
+    liken(&["keygen", &s(&release_keys)]);
+    let layer_pub = release_keys.join("release.pub");
     let channel = dir.join("channel");
     let said = liken(&[
         "bundle",
         "-secureboot-key",
         &s(&keys),
+        "-layer-key",
+        &s(&layer_pub),
         &s(&images.vmlinuz),
         &s(&images.system_standin),
         &s(&images.boot_cpio),
@@ -358,7 +371,43 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     let release = channel.join(VERSION);
     let verity = qemu_tests::disk::release_verity(&release);
 
-    let (_, layer) = cli_layer(&dir, "test", "node-1");
+    let (deployment, _) = cli_layer(&dir, "test", "node-1");
+    let layer = dir.join("sealed.cpio");
+    let packed = liken(&[
+        "layer",
+        "-unsigned",
+        "-seal-key",
+        &s(&release_keys.join("release.key")),
+        &s(&deployment),
+        &s(&deployment.join("identity")),
+        &s(&layer),
+    ]);
+    let key_id = std::fs::read_to_string(&layer_pub)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("id: ").map(str::to_owned))
+        .expect("release.pub names its id");
+    assert!(
+        packed.contains(&format!("sealed by key {key_id}")),
+        "{packed}"
+    );
+    // The attacker's layer: the sealed one with the Machine changed (a
+    // label added), as someone who can write the ESP would.
+    let tampered = dir.join("tampered.cpio");
+    let mut entries = liken_disk::cpio::read(&std::fs::read(&layer).unwrap()).unwrap();
+    let machine = entries
+        .iter_mut()
+        .find(|e| e.path == "etc/liken/machines/node-1.yaml")
+        .unwrap();
+    let liken_disk::cpio::Body::File(text) = &mut machine.body else {
+        panic!("the Machine is a file")
+    };
+    text.extend_from_slice(b"# changed on the ESP\n");
+    let mut archive = liken_disk::cpio::Archive::new();
+    for e in entries {
+        archive.add(e).unwrap();
+    }
+    std::fs::write(&tampered, archive.finish()).unwrap();
     let loader_conf = dir.join("loader.conf");
     std::fs::write(&loader_conf, liken_api::bootloader::render_loader_conf()).unwrap();
     let esp = dir.join("esp.img");
@@ -368,7 +417,7 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
             ("EFI/BOOT/BOOTX64.EFI", &sd_boot),
             ("loader/loader.conf", &loader_conf),
             ("EFI/Linux/liken-a+3.efi", &release.join("liken-a.efi")),
-            ("loader/credentials/liken-layer.cred", &layer),
+            ("loader/credentials/liken-layer.cred", &tampered),
         ],
     );
     let d = Disk::partitioned(&dir.join("disk.img"));
@@ -382,14 +431,36 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
 
     let mut args = ovmf.secure_args();
     args.extend(drives::virtio("disk", &d.path, None, false));
+    // The changed layer is refused before anything of it is trusted: no
+    // Machine is chosen from it.
+    let mut vm = Vm::launch("secureboot-uki-tampered", &args);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let refused = vm.expect("liken: layer: ", NEXT);
+    assert!(
+        refused.contains(
+            "the layer is refused: machines/node-1.yaml is not the file the layer's \
+             seal lists"
+        ),
+        "{refused}"
+    );
+    let machine = vm.expect("liken: machine: ", NEXT);
+    assert!(!machine.contains("node-1"), "{machine}");
+    println!("the changed layer refused at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    drop(vm);
+    d.esp_put("loader/credentials/liken-layer.cred", &layer);
+
     let mut vm = Vm::launch("secureboot-uki", &args);
     let sb = vm.expect("secureboot: ", BOOT);
     assert!(sb.ends_with("secureboot: Secure boot enabled"), "{sb}");
     vm.expect("liken: cmdline: ok (slot A)", NEXT);
     let layer_line = vm.expect("liken: layer: ", NEXT);
     assert!(
-        layer_line
-            .contains("from systemd-boot's credential /.extra/global_credentials/liken-layer.cred"),
+        layer_line.contains(&format!(
+            "from systemd-boot's credential /.extra/global_credentials/liken-layer.cred, sealed \
+             by key {key_id}"
+        )),
         "{layer_line}"
     );
     let root = vm.expect("liken: root: ", NEXT);
@@ -404,13 +475,13 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     assert_eq!(state, "liken: secureboot: ok (enabled)");
     let assess = vm.expect("liken: assess: ", NEXT);
     assert!(
-        assess.contains("slot A on trial (systemd-boot entry liken-a+3.efi)"),
+        assess.contains("slot A on trial (systemd-boot entry liken-a+2-1.efi)"),
         "{assess}"
     );
     let bless = vm.expect("liken: bless: ", NEXT);
     assert!(
         bless.starts_with(
-            "liken: bless: ok (EFI/Linux/liken-a+2-1.efi renamed to liken-a.efi: node node-1 is \
+            "liken: bless: ok (EFI/Linux/liken-a+1-2.efi renamed to liken-a.efi: node node-1 is \
              Ready"
         ),
         "{bless}"
@@ -419,8 +490,9 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     vm.monitor("quit");
     vm.wait_exit(NEXT);
     drop(vm);
-    // systemd-boot spent a try (+3 to +2-1) before the boot; init's
-    // blessing removed the counter.
+    // systemd-boot spent a try on each boot (+3 to +2-1 to +1-2); the
+    // refused layer's boot blessed nothing, the sealed one's removed the
+    // counter.
     assert_eq!(d.esp_list("EFI/Linux"), ["liken-a.efi"]);
 
     // Slot B, newer and on its last try, holds an image that another
@@ -434,6 +506,8 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
         "bundle",
         "-secureboot-key",
         &s(&other),
+        "-layer-key",
+        &s(&layer_pub),
         &s(&images.vmlinuz),
         &s(&images.system_standin),
         &s(&images.boot_cpio),
