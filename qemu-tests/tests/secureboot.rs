@@ -604,3 +604,192 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     vm.wait_exit(NEXT);
     println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
 }
+
+/// The release a signed machine upgrades to, in the upgrade test.
+const UPGRADE: &str = "2026.12.01-004";
+
+/// A release bundled for Secure Boot from `system` (the release's own
+/// command line runs the stand-in's `write-release` from the second
+/// disk, as the machine operator would write a downloaded release).
+fn signed_for_upgrade(
+    dir: &Path,
+    keys: &Path,
+    layer_pub: &Path,
+    system: &Path,
+    version: &str,
+) -> PathBuf {
+    let images = images();
+    let channel = dir.join(format!("channel-{version}"));
+    liken(&[
+        "bundle",
+        "-secureboot-key",
+        &s(keys),
+        "-layer-key",
+        &s(layer_pub),
+        "-uki-arg",
+        "panic=10",
+        "-uki-arg",
+        "console=ttyS0",
+        "-uki-arg",
+        "liken.standin=write-release:/dev/vdb",
+        &s(&images.vmlinuz),
+        &s(system),
+        &s(&images.boot_cpio),
+        &s(&images.liken),
+        &s(&dir.join("inputs/systemd-boot.efi")),
+        &s(&images.dir.join("grub-boot.img")),
+        &s(&images.dir.join("grub-core.img")),
+        &s(&images.dir.join("licenses.md")),
+        &s(&channel),
+        version,
+    ]);
+    channel.join(version)
+}
+
+/// A signed machine's upgrade, as the fleet does it: slot A boots its
+/// signed image under Secure Boot, init writes a newer signed release
+/// into slot B (its system image and its own signed image as
+/// `EFI/Linux/liken-b+3.efi`, release.yaml's digests checked), and the
+/// reboot goes through the firmware, which checks B's image, whose
+/// command line opens B through dm-verity with the new root hash; B's
+/// boot checks the sealed layer again and blesses B's image.
+#[test]
+fn a_signed_release_written_into_slot_b_boots_under_secure_boot_and_is_blessed() {
+    let t0 = Instant::now();
+    let dir = scratch("secureboot-upgrade");
+    let keys = dir.join("keys");
+    liken(&["keygen", "-secureboot", &s(&keys)]);
+    let release_keys = dir.join("release-keys");
+    liken(&["keygen", &s(&release_keys)]);
+    let layer_pub = release_keys.join("release.pub");
+    let images = images();
+    std::fs::create_dir_all(dir.join("inputs")).unwrap();
+    let sd_boot = dir.join("inputs/systemd-boot.efi");
+    sbsign(
+        &keys,
+        &qemu_tests::disk::systemd_boot(&images.dir),
+        &sd_boot,
+    );
+    let old = signed_for_upgrade(&dir, &keys, &layer_pub, &images.system_standin, VERSION);
+    let new = signed_for_upgrade(
+        &dir,
+        &keys,
+        &layer_pub,
+        &images.dir.join("system-standin-2.squashfs"),
+        UPGRADE,
+    );
+    let old_verity = qemu_tests::disk::release_verity(&old);
+    let new_verity = qemu_tests::disk::release_verity(&new);
+
+    let (deployment, _) = cli_layer(&dir, "test", "node-1");
+    let layer = dir.join("sealed.cpio");
+    liken(&[
+        "layer",
+        "-unsigned",
+        "-seal-key",
+        &s(&release_keys.join("release.key")),
+        &s(&deployment),
+        &s(&deployment.join("identity")),
+        &s(&layer),
+    ]);
+    let loader_conf = dir.join("loader.conf");
+    std::fs::write(&loader_conf, liken_api::bootloader::render_loader_conf()).unwrap();
+    let esp = dir.join("esp.img");
+    // Slot A installed and blessed, as install mode and a first boot
+    // leave a signed machine.
+    qemu_tests::disk::esp_image(
+        &esp,
+        &[
+            ("EFI/BOOT/BOOTX64.EFI", &sd_boot),
+            ("loader/loader.conf", &loader_conf),
+            ("EFI/Linux/liken-a.efi", &old.join("liken-a.efi")),
+            ("loader/credentials/liken-layer.cred", &layer),
+        ],
+    );
+    let d = Disk::partitioned(&dir.join("disk.img"));
+    d.write_into("LIKEN-ESP", &esp);
+    d.write_into("LIKEN-A", &old.join("liken.sqfs"));
+    // The newer release on a FAT disk the stand-in mounts, as the
+    // machine operator hands init a downloaded release.
+    let rel = dir.join("release.img");
+    let _ = std::fs::remove_file(&rel);
+    let f = std::fs::File::create(&rel).unwrap();
+    f.set_len(512 << 20).unwrap();
+    drop(f);
+    run("mkfs.vfat", &["-F", "32", "-n", "RELEASE", &s(&rel)]);
+    for e in std::fs::read_dir(&new).unwrap() {
+        let e = e.unwrap();
+        run(
+            "mcopy",
+            &[
+                "-i",
+                &s(&rel),
+                &s(&e.path()),
+                &format!("::{}", e.file_name().to_string_lossy()),
+            ],
+        );
+    }
+    let ovmf = enrolled(&dir, &keys);
+    println!(
+        "keys, two signed releases, disk and variable store made in {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut args = ovmf.secure_args();
+    args.extend(drives::virtio("disk", &d.path, Some(0), false));
+    args.extend(drives::virtio("release", &rel, None, true));
+
+    let through = |v: &liken_api::verity::VerityArg| {
+        format!(
+            "through dm-verity (root hash {}\u{2026})",
+            v.root_hash().short()
+        )
+    };
+    let mut vm = Vm::launch("secureboot-upgrade-a", &args);
+    vm.expect("liken: cmdline: ok (slot A)", BOOT);
+    let layer_line = vm.expect("liken: layer: ", NEXT);
+    assert!(layer_line.contains("sealed by key"), "{layer_line}");
+    let root = vm.expect("liken: root: ", NEXT);
+    assert!(root.contains(&through(&old_verity)), "{root}");
+    let ok = vm.expect_unordered("liken: write-release: ok", NEXT);
+    assert!(
+        ok.contains(&format!("release {UPGRADE} in slot B, entry liken-b+3.efi")),
+        "{ok}"
+    );
+    vm.expect_unordered("liken-standin-k3s: asking for reboot", NEXT);
+    let via = vm.expect("liken: reboot-via: ", NEXT);
+    assert!(via.contains("firmware"), "{via}");
+    println!(
+        "slot B written, rebooting through the firmware at {:.0} s",
+        vm.wall()
+    );
+    vm.wait_exit(NEXT);
+    drop(vm);
+    assert_eq!(d.esp_list("EFI/Linux"), ["liken-a.efi", "liken-b+3.efi"]);
+    // The image init wrote is the release's, byte for byte.
+    assert_eq!(
+        d.esp_file("EFI/Linux/liken-b+3.efi"),
+        std::fs::read(new.join("liken-b.efi")).unwrap()
+    );
+
+    let mut vm = Vm::launch("secureboot-upgrade-b", &args);
+    vm.expect("liken: cmdline: ok (slot B)", BOOT);
+    let layer_line = vm.expect("liken: layer: ", NEXT);
+    assert!(layer_line.contains("sealed by key"), "{layer_line}");
+    let root = vm.expect("liken: root: ", NEXT);
+    assert!(root.contains(&through(&new_verity)), "{root}");
+    assert_eq!(
+        vm.expect("liken: secureboot: ", NEXT),
+        "liken: secureboot: ok (enabled)"
+    );
+    let bless = vm.expect("liken: bless: ", NEXT);
+    assert!(
+        bless.starts_with("liken: bless: ok (EFI/Linux/liken-b+2-1.efi renamed to liken-b.efi"),
+        "{bless}"
+    );
+    println!("slot B blessed under Secure Boot at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    drop(vm);
+    assert_eq!(d.esp_list("EFI/Linux"), ["liken-a.efi", "liken-b.efi"]);
+    println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
+}
