@@ -8,9 +8,10 @@
 #
 # NODE_BIN is `testenv/build.sh node`'s directory (containerd, its runc
 # shim, ctr, runc, kubelet, kube-proxy, the CNI plugins);
-# CONTROL_PLANE_BIN is `testenv/build.sh`'s, of which only kubectl goes in
-# (init asks `k3s kubectl` whether the node is Ready; the control plane's
-# programs join when `k3s server` is built). The tar is deterministic
+# CONTROL_PLANE_BIN is `testenv/build.sh`'s: kubectl (init asks `k3s
+# kubectl` whether the node is Ready) and the control plane `k3s server`
+# runs (etcd, kube-apiserver, kube-controller-manager, kube-scheduler;
+# qemu-tests/src/upstream/server.rs). The tar is deterministic
 # (sorted, owner root, time 0), so the same programs give the same digest
 # and the same data directory.
 set -euo pipefail
@@ -27,8 +28,10 @@ for p in "${node_programs[@]}"; do
   [ -x "$node/$p" ] || { echo "upstream-bundle: $node/$p is missing; run make testenv-node" >&2; exit 1; }
   ln -s "$(realpath "$node/$p")" "$stage/bin/$p"
 done
-[ -x "$cp/kubectl" ] || { echo "upstream-bundle: $cp/kubectl is missing; run testenv/build.sh" >&2; exit 1; }
-ln -s "$(realpath "$cp/kubectl")" "$stage/bin/kubectl"
+for p in kubectl etcd kube-apiserver kube-controller-manager kube-scheduler; do
+  [ -x "$cp/$p" ] || { echo "upstream-bundle: $cp/$p is missing; run testenv/build.sh" >&2; exit 1; }
+  ln -s "$(realpath "$cp/$p")" "$stage/bin/$p"
+done
 
 tar --dereference --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --mode=0755 \
   --format=gnu -C "$stage" -cf "$stage/programs.tar" bin

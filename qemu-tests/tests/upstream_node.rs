@@ -320,6 +320,244 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     );
 }
 
+/// A TCP port on the host's loopback that nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("a free port: {e}"))
+}
+
+/// k3s's documented minimum memory for a server, in MB (docs.k3s.io,
+/// Installation, Requirements, "Hardware": CPU 2 cores, RAM 2 GB
+/// recommended, 512 MB minimum for a server; k3s-io/docs
+/// docs/installation/requirements.md).
+const K3S_SERVER_MINIMUM_MB: u32 = 512;
+
+/// The leader's whole control plane in the guest: `k3s server` on the
+/// identity init seeded, its own kubelet joining its own API, and the
+/// host reaching that API only through QEMU's forwarded port.
+#[test]
+#[ignore = "needs make upstream-images; run with make test-upstream-node"]
+fn a_leader_runs_the_control_plane_and_its_own_node() {
+    let began = Instant::now();
+    let images = images();
+    make_images(
+        "upstream-images",
+        &images.dir,
+        "; this test needs the upstream node's system image (make upstream-images, which needs \
+         make testenv-node)",
+    );
+    let system = images.dir.join("system-upstream.squashfs");
+    assert!(system.exists(), "no {}", system.display());
+
+    // A deployment of one leader, made with the real CLI; its endpoint
+    // is the address the guest has on QEMU's user network.
+    let dir = scratch("upstream-leader");
+    let deployment = dir.join("deployment");
+    let d = deployment.to_string_lossy().into_owned();
+    let liken = images.liken.to_string_lossy().into_owned();
+    run(&liken, &["mint", &format!("{d}/identity")]);
+    run(
+        &liken,
+        &[
+            "new",
+            "-name",
+            "upstream",
+            "-endpoint",
+            "https://10.0.2.15:6443",
+            "-machine",
+            "node-1=leader",
+            &d,
+        ],
+    );
+    let leader = MachineSpec::numbered(1, true, false);
+    let machine = deployment.join("machines/node-1.yaml");
+    std::fs::write(&machine, qemu_tests::fleet::host::machine_yaml(&leader))
+        .unwrap_or_else(|e| panic!("{}: {e}", machine.display()));
+    let layer = dir.join("layer.cpio");
+    run(
+        &liken,
+        &[
+            "layer",
+            "-unsigned",
+            &d,
+            &format!("{d}/identity"),
+            &layer.to_string_lossy(),
+        ],
+    );
+    let files = SlotFiles {
+        vmlinuz: images.vmlinuz.clone(),
+        boot_cpio: images.boot_cpio.clone(),
+        system,
+    };
+    let disk = installed_disk_layered(
+        &dir,
+        &[Installed {
+            slot: Slot::A,
+            entry: "liken-a+3.conf",
+            version: "2026.12.07-001",
+            extra: &["liken.machine=node-1", "liken.bless-deadline=1800"],
+            files: &files,
+            verity: None,
+        }],
+        None,
+        &layer,
+    );
+
+    // The only way in from the host: a port QEMU forwards to the
+    // guest's 6443.
+    let port = free_port();
+    let ovmf = Ovmf::fresh(&dir);
+    let mut args = ovmf.args();
+    args.extend(drives::virtio("disk", &disk.path, Some(0), false));
+    args.extend(
+        [
+            "-netdev",
+            &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:6443"),
+            "-device",
+            &format!("virtio-net-pci,netdev=n0,mac={}", leader.mac),
+            "-device",
+            "virtio-rng-pci",
+        ]
+        .map(std::ffi::OsString::from),
+    );
+    let memory_mib = 3072;
+    let started = Instant::now();
+    let mut vm = Vm::start(
+        "upstream-leader",
+        &args,
+        &Launch {
+            memory_mib,
+            ..Launch::default()
+        },
+    );
+    vm.expect(
+        "liken-upstream-k3s (not k3s): the upstream node launcher, started as k3s server",
+        BOOT,
+    );
+    let launcher_at = started.elapsed();
+    vm.expect(
+        "liken-upstream-k3s (not k3s): kube-apiserver answers ready",
+        READY,
+    );
+    let api_at = started.elapsed();
+    // The two lines come from two threads, in either order.
+    let times = vm.expect_unordered(
+        "liken-upstream-k3s (not k3s): control plane start times:",
+        READY,
+    );
+    let node_times = vm.expect_unordered("liken-upstream-k3s (not k3s): start times:", READY);
+    let in_guest = started.elapsed();
+
+    // The host's view, through the forwarded port, with an admin
+    // credential `liken kubeconfig` derives from the deployment's
+    // identity (the CAs the leader's API trusts because init seeded
+    // them) and testenv's kubectl.
+    run(
+        &liken,
+        &[
+            "kubeconfig",
+            "-server",
+            &format!("https://127.0.0.1:{port}"),
+            &d,
+        ],
+    );
+    let kubeconfig = deployment.join("identity/kubeconfig");
+    let kubectl = |args: &[&str]| -> Option<String> {
+        let out = Command::new(liken_testenv::kubectl_bin())
+            .env("KUBECONFIG", &kubeconfig)
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let version: serde_json::Value = kubectl(&["get", "--raw", "/version"])
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_else(|| panic!("the leader's API did not answer /version through port {port}"));
+    assert_eq!(version["gitVersion"], "v1.36.3", "{version}");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let n = loop {
+        if let Some(n) = kubectl(&["get", "node", "node-1", "-o", "json"])
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .filter(ready)
+        {
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node-1 is not Ready as the host sees it through port {port}\n{}",
+            vm.tail(60)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let host_ready = started.elapsed();
+    let info = &n["status"]["nodeInfo"];
+    assert_eq!(info["kubeletVersion"], "v1.36.3", "{info}");
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.contains("2.4.2")),
+        "{info}"
+    );
+    assert!(
+        n["spec"]["podCIDR"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("10.42.")),
+        "{}",
+        n["spec"]
+    );
+    assert_eq!(
+        n["metadata"]["labels"]["node-role.kubernetes.io/control-plane"], "true",
+        "{}",
+        n["metadata"]
+    );
+    // The kubelet's client certificate came through the TLS bootstrap
+    // the launcher registered: kube-controller-manager approved and
+    // signed its request.
+    let csrs = kubectl(&["get", "csr", "-o", "json"]).unwrap_or_default();
+    assert!(
+        csrs.contains("system:bootstrap:") && csrs.contains("\"Approved\""),
+        "no approved bootstrap CSR: {csrs}"
+    );
+    // The deploy controller applied init's seeded manifests: the CRDs.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while kubectl(&["get", "crd", "machines.liken.sh", "-o", "name"]).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the Machine CRD from server/manifests never reached the API\n{}",
+            vm.tail(60)
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let blessed = vm.expect_unordered("liken: bless: ok", Duration::from_secs(300));
+    let bless_at = started.elapsed();
+    let settled = vm.expect_unordered(
+        "liken-upstream-k3s (not k3s): control plane settled",
+        Duration::from_secs(300),
+    );
+    println!("{times}");
+    println!("{node_times}");
+    println!("{blessed}");
+    println!(
+        "{settled} (the guest has {memory_mib} MiB; k3s documents {K3S_SERVER_MINIMUM_MB} MB as \
+         a server's minimum)"
+    );
+    println!(
+        "wall: QEMU start to the launcher {:.0} s, to the API ready {:.0} s, to its Node Ready \
+         in the guest {:.0} s, Ready on the host through the forwarded port {:.0} s, blessed \
+         {:.0} s; the whole test {:.0} s",
+        launcher_at.as_secs_f64(),
+        api_at.as_secs_f64(),
+        in_guest.as_secs_f64(),
+        host_ready.as_secs_f64(),
+        bless_at.as_secs_f64(),
+        began.elapsed().as_secs_f64()
+    );
+}
+
 /// A FAT disk (no partition table) holding `dirs` as `<name>/` and a
 /// `script` of `<name> <name>` lines for the stand-in's `write-script`.
 fn releases_disk(path: &std::path::Path, dirs: &[(&str, &std::path::Path)]) {

@@ -5,7 +5,7 @@
 //! and says so on every line. See `qemu-tests/src/upstream/mod.rs`.
 //!
 //! - `k3s agent`: the node (`upstream::agent`);
-//! - `k3s server`: not built yet; it says so and exits 1;
+//! - `k3s server`: the control plane, then the node (`upstream::server`);
 //! - `k3s kubectl <args>` and `k3s ctr <args>`: the bundled kubectl and
 //!   ctr, as k3s's multicall binary runs them (k3s-io/k3s
 //!   cmd/k3s/main.go: `externalCLI` / `stageAndRun`; kubectl defaults
@@ -23,7 +23,7 @@ mod k3s_node;
 mod upstream;
 
 use upstream::console::say;
-use upstream::{agent, bundle, children, config};
+use upstream::{agent, bundle, children, config, server};
 
 /// The data directory, from config.yaml when it names one.
 fn data_dir() -> std::path::PathBuf {
@@ -76,13 +76,7 @@ fn main() {
         children::TRAMPOLINE => children::trampoline(rest),
         "agent" => agent::run(),
         "kubectl" | "ctr" => exec_cli(sub, rest),
-        "server" => {
-            say(
-                "k3s server is not built in the upstream node launcher yet (the control plane \
-                 runs on the test's host); exiting",
-            );
-            std::process::exit(1)
-        }
+        "server" => server::run(),
         other => {
             say(&format!(
                 "k3s {other:?} is not a command this launcher knows (agent, server, kubectl, ctr)"

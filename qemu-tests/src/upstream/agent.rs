@@ -80,6 +80,15 @@ pub fn run() -> ! {
          kube-proxy from their own projects, with k3s's paths and defaults; this is not k3s",
     );
     let agent = until_ok("reading the node's configuration", say, config::read_agent);
+    run_joined(agent, Path::new(config::FOLLOWER_SERVER_CA), Vec::new(), t0)
+}
+
+/// The agent's start from its join on: `agent` joins its server with
+/// the agent token, trusting the CA file `server_ca` (a follower's copy
+/// of the layer's; a server's own `server/tls/server-ca.crt`), beside
+/// the components already `running` (a server's control plane), which
+/// the launcher watches with its own. Never returns.
+pub fn run_joined(agent: Agent, server_ca: &Path, mut running: Vec<Component>, t0: Instant) -> ! {
     say(&format!(
         "node {} at {} joins {} with the agent token in {}",
         agent.node,
@@ -92,7 +101,7 @@ pub fn run() -> ! {
     let path = path_with(&bin);
 
     let id = until_ok("preparing the join", say, || {
-        join::prepare(&agent, Path::new(config::FOLLOWER_SERVER_CA))
+        join::prepare(&agent, server_ca)
     });
     say(&format!(
         "the server CA matches the agent token's hash; the kubelet will ask for its \
@@ -104,7 +113,6 @@ pub fn run() -> ! {
 
     let layout = containerd::layout(&agent.data_dir, &bin);
     containerd::prepare(&layout).unwrap_or_else(|e| fail(&e));
-    let mut running: Vec<Component> = Vec::new();
     running.push(
         children::start(
             "containerd",
@@ -295,7 +303,7 @@ pub fn decide_node(fields: &str, boot_id: &str) -> (Option<String>, bool) {
 }
 
 /// `MemTotal - MemAvailable` of /proc/meminfo, in MB, beside MemTotal.
-fn memory_in_use() -> String {
+pub fn memory_in_use() -> String {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let kb = |key: &str| -> Option<u64> {
         text.lines()

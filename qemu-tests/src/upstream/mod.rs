@@ -14,21 +14,28 @@
 //!   configures it, pure where it can be;
 //! - [`syssetup`]: the modules and sysctls k3s's agent sets up;
 //! - [`children`]: running them, each dying with the launcher;
-//! - [`agent`]: `k3s agent` in k3s's order.
+//! - [`agent`]: `k3s agent` in k3s's order;
+//! - [`certs`], [`control`], [`deploy`]: a server's leaf certificates
+//!   and kubeconfigs, its control plane's arguments and its deploy
+//!   controller, as k3s makes and runs them;
+//! - [`server`]: `k3s server` in k3s's order: etcd, kube-apiserver,
+//!   k3s.yaml, the agent token registered, kube-controller-manager,
+//!   kube-scheduler, the manifests, then the agent half joining it.
 //!
-//! `k3s server` is not built yet: a leader's control plane (etcd,
-//! kube-apiserver, kube-controller-manager, kube-scheduler), the deploy
-//! controller and k3s.yaml are still the test host's; the launcher says
-//! so and exits. Every line it prints says it is not k3s ([`console`]).
+//! Every line it prints says it is not k3s ([`console`]).
 
 pub mod agent;
 pub mod airgap;
 pub mod bundle;
+pub mod certs;
 pub mod children;
 pub mod cni;
 pub mod config;
 pub mod console;
 pub mod containerd;
+pub mod control;
+pub mod deploy;
 pub mod join;
 pub mod kubelet;
+pub mod server;
 pub mod syssetup;
