@@ -302,8 +302,8 @@ qemu-images: images
 	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-standin system-standin.squashfs system-standin-2.squashfs
 
 ## upstream-images: a system image whose k3s is the upstream node launcher (liken-upstream-k3s,
-## which says on every line it is not k3s) carrying the real node's programs from
-## `make testenv-node` (IMAGES_OUT/system-upstream.squashfs, bundled in IMAGES_OUT/channel-upstream),
+## which says on every line it is not k3s) carrying the real node's programs and the control plane from
+## `make testenv-node` and testenv/build.sh (IMAGES_OUT/system-upstream.squashfs, bundled in IMAGES_OUT/channel-upstream),
 ## for qemu-tests/tests/upstream_node.rs.
 .PHONY: upstream-images
 upstream-images: qemu-images testenv-node
@@ -315,8 +315,9 @@ upstream-images: qemu-images testenv-node
 	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-upstream system-upstream.squashfs
 
 ## test-upstream-node: one machine whose k3s is the upstream node launcher joins the host's control
-## plane; its real kubelet turns the Node Ready and init blesses the boot; and what the node's programs
-## add to a slot write under TCG (qemu-tests/tests/upstream_node.rs).
+## plane; its real kubelet turns the Node Ready and init blesses the boot; a leader runs k3s server (the
+## control plane in the guest, reached from the host through a forwarded port) and its own Node turns
+## Ready; and what the node's programs add to a slot write under TCG (qemu-tests/tests/upstream_node.rs).
 ## Not part of make test yet (docs/testing.md, The upstream node).
 .PHONY: test-upstream-node
 test-upstream-node: upstream-images
