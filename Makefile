@@ -271,6 +271,16 @@ K3S_AIRGAP_IMAGES ?=
 # Debian's tzdata that maintenance windows are judged by (--tzdata).
 OPERATORS := liken-machine-operator liken-cluster-operator
 OPERATOR_IMAGES := $(foreach o,$(OPERATORS),$(IMAGES_OUT)/$(o).tar)
+# The upstream node's release (upstream-images): its version, and the
+# names of the pod sandbox image and the test's workload image. The
+# launcher pins UPSTREAM_PAUSE as containerd's sandbox image
+# (qemu-tests/src/upstream/config.rs, DEFAULT_PAUSE_IMAGE, which a test
+# holds equal to this line), and the test's Deployment names
+# UPSTREAM_WORKLOAD (qemu-tests/tests/upstream_node.rs).
+UPSTREAM_VERSION := upstream-1
+UPSTREAM_PAUSE := liken.sh/liken-upstream-pause:1
+UPSTREAM_WORKLOAD := liken.sh/liken-upstream-workload:1
+UPSTREAM_IMAGES := $(foreach i,$(OPERATORS) liken-upstream-pause liken-upstream-workload,$(IMAGES_OUT)/upstream/$(i).tar)
 .PHONY: images qemu-images
 
 ## images: kernel, boot.cpio, the squashfs system image, bootloaders and licenses, bundled into IMAGES_OUT/channel.
@@ -304,13 +314,20 @@ qemu-images: images
 ## upstream-images: a system image whose k3s is the upstream node launcher (liken-upstream-k3s,
 ## which says on every line it is not k3s) carrying the real node's programs and the control plane from
 ## `make testenv-node` and testenv/build.sh (IMAGES_OUT/system-upstream.squashfs, bundled in IMAGES_OUT/channel-upstream),
-## for qemu-tests/tests/upstream_node.rs.
+## for qemu-tests/tests/upstream_node.rs. Its airgap images (IMAGES_OUT/upstream/) are the operators'
+## tagged with its own version (the tag its manifests name), the pod sandbox image containerd pins
+## (UPSTREAM_PAUSE, from liken-pause) and the test's workload (UPSTREAM_WORKLOAD, from liken-workload).
 .PHONY: upstream-images
 upstream-images: qemu-images testenv-node
-	$(STATIC) cargo build --profile test-tools --target $(TARGET) -p qemu-tests --bin liken-upstream-k3s
+	$(STATIC) cargo build --profile test-tools --target $(TARGET) -p qemu-tests \
+	  --bin liken-upstream-k3s --bin liken-pause --bin liken-workload
 	./qemu-tests/upstream-bundle.sh $(CARGO_TARGET_DIR)/$(TARGET)/test-tools/liken-upstream-k3s \
 	  "$$(./testenv/build.sh node | tail -1)" "$$(./testenv/build.sh | tail -1)" $(IMAGES_OUT)/liken-upstream-k3s
-	LIKEN_VERSION=upstream-1 ./images/build-system.sh $(addprefix --image ,$(OPERATOR_IMAGES)) \
+	@for o in $(OPERATORS); do \
+	  ./images/oci-image.sh --tzdata $(CARGO_TARGET_DIR)/$(TARGET)/release-abort/$$o liken.sh/$$o:$(UPSTREAM_VERSION) $(IMAGES_OUT)/upstream/$$o.tar; done
+	./images/oci-image.sh $(CARGO_TARGET_DIR)/$(TARGET)/test-tools/liken-pause $(UPSTREAM_PAUSE) $(IMAGES_OUT)/upstream/liken-upstream-pause.tar
+	./images/oci-image.sh $(CARGO_TARGET_DIR)/$(TARGET)/test-tools/liken-workload $(UPSTREAM_WORKLOAD) $(IMAGES_OUT)/upstream/liken-upstream-workload.tar
+	LIKEN_VERSION=$(UPSTREAM_VERSION) ./images/build-system.sh $(addprefix --image ,$(UPSTREAM_IMAGES)) \
 	  $(IMAGES_OUT)/system-upstream.squashfs $(IMAGES_OUT)/liken-upstream-k3s
 	LIKEN_VERSION= ./images/release.sh $(IMAGES_OUT) $(IMAGES_OUT)/channel-upstream system-upstream.squashfs
 

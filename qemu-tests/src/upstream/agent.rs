@@ -9,6 +9,13 @@
 //! Each milestone is printed with the seconds since the launcher started
 //! and the guest's uptime, and once the Node is Ready one `start times`
 //! line sums them up (issue 25: what each component costs under TCG).
+//!
+//! Once containerd answers, the launcher also prints containerd's own
+//! list of the CRI's containers whenever it changes (`k3s ctr -n k8s.io
+//! containers list -q`, with the bundled ctr; [`CONTAINERS_LINE`]): the
+//! machine has no shell, and a test judges a pod's containers from the
+//! kubelet's report and this list, which the real ctr reads from
+//! containerd, not from the kubelet.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +29,11 @@ use crate::k3s_node::{until_ok, write_private};
 
 /// How long containerd may take to answer on its socket.
 const CONTAINERD_WAIT: Duration = Duration::from_secs(300);
+/// What starts the line listing containerd's containers.
+pub const CONTAINERS_LINE: &str = "containerd's k8s.io containers (ctr containers list):";
+/// How often containerd's containers are listed (each ctr run costs a
+/// fraction of a second under TCG).
+const CONTAINERS_EVERY: Duration = Duration::from_secs(5);
 
 /// Exits with a message; init restarts the launcher with backoff.
 fn fail(what: &str) -> ! {
@@ -113,7 +125,7 @@ pub fn run_joined(agent: Agent, server_ca: &Path, mut running: Vec<Component>, t
 
     syssetup::configure(&path);
 
-    let layout = containerd::layout(&agent.data_dir, &bin);
+    let layout = containerd::layout(&agent.data_dir, &bin, &agent.pause_image);
     containerd::prepare(&layout).unwrap_or_else(|e| fail(&e));
     running.push(
         children::start(
@@ -141,6 +153,10 @@ pub fn run_joined(agent: Agent, server_ca: &Path, mut running: Vec<Component>, t
     let containerd_s = t.elapsed().as_secs_f64();
     mark(t0, &format!("containerd answers after {containerd_s:.1} s"));
 
+    {
+        let (bin, sock) = (bin.clone(), layout.address.clone());
+        std::thread::spawn(move || relay_containers(&bin, &sock));
+    }
     let t = Instant::now();
     import_images(&agent, &bin, &layout.address, &path);
     let images_s = t.elapsed().as_secs_f64();
@@ -188,6 +204,42 @@ pub fn run_joined(agent: Agent, server_ca: &Path, mut running: Vec<Component>, t
             }
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The container IDs of `ctr containers list -q`'s output, sorted.
+pub fn decide_containers(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Prints containerd's containers in the `k8s.io` namespace each time
+/// the list changes, for the launcher's life.
+fn relay_containers(bin: &Path, sock: &Path) {
+    let mut last: Option<Vec<String>> = None;
+    loop {
+        let out = Command::new(bin.join("ctr"))
+            .arg("--address")
+            .arg(sock)
+            .args(["-n", "k8s.io", "containers", "list", "-q"])
+            .output();
+        if let Ok(o) = out
+            && o.status.success()
+        {
+            let ids = decide_containers(&String::from_utf8_lossy(&o.stdout));
+            if last.as_ref() != Some(&ids) {
+                say(&format!("{CONTAINERS_LINE} {}", ids.join(" ")));
+                last = Some(ids);
+            }
+        }
+        std::thread::sleep(CONTAINERS_EVERY);
     }
 }
 
@@ -417,6 +469,15 @@ fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_from_ctrs_quiet_list() {
+        assert_eq!(
+            decide_containers("b2c3\na1f0\n\nb2c3\nnot an id\n"),
+            ["a1f0", "b2c3"]
+        );
+        assert!(decide_containers("").is_empty());
+    }
 
     #[test]
     fn only_this_boots_ready_counts() {

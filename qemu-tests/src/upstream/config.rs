@@ -8,8 +8,12 @@
 //! hostname, pkg/agent/config/config.go), `node-ip` (else the address of
 //! the interface the default route leaves by, as k3s's
 //! util.GetHostnameAndIPs finds it), `data-dir` (default
-//! /var/lib/rancher/k3s, pkg/daemons/config), `node-label` and
-//! `node-taint`. Keys a server reads (`cluster-init`, `tls-san`,
+//! /var/lib/rancher/k3s, pkg/daemons/config), `node-label`,
+//! `node-taint` and `pause-image` (k3s's `--pause-image`,
+//! pkg/cli/cmds/agent.go `PauseImageFlag`, whose default is
+//! `DefaultPauseImage` of pkg/cli/cmds/const_linux.go,
+//! `rancher/mirrored-pause:3.10`; the launcher's default is the pause
+//! image its own release ships, [`DEFAULT_PAUSE_IMAGE`]). Keys a server reads (`cluster-init`, `tls-san`,
 //! `agent-token-file`) are ignored here.
 
 use std::path::PathBuf;
@@ -23,6 +27,12 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// The server CA certificate a follower keeps of the layer (liken-init's
 /// root step copies only it, the documents and the agent token).
 pub const FOLLOWER_SERVER_CA: &str = "/run/liken/layer/identity/server/tls/server-ca.crt";
+/// The pod sandbox image when config.yaml names none: the one `make
+/// upstream-images` builds from `liken-pause` and puts in the release's
+/// airgap images. k3s's default names Rancher's image on Docker Hub,
+/// which no archive here carries and nothing here may pull; the
+/// Makefile's `UPSTREAM_PAUSE` must be this same name.
+pub const DEFAULT_PAUSE_IMAGE: &str = "liken.sh/liken-upstream-pause:1";
 
 /// config.yaml, the keys the agent uses.
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
@@ -49,6 +59,9 @@ pub struct K3sConfig {
     /// `key=value:Effect` taints.
     #[serde(default)]
     pub node_taint: Vec<String>,
+    /// The pod sandbox image.
+    #[serde(default)]
+    pub pause_image: Option<String>,
 }
 
 /// Reads config.yaml's text.
@@ -73,6 +86,8 @@ pub struct Agent {
     pub labels: Vec<String>,
     /// `key=value:Effect` taints.
     pub taints: Vec<String>,
+    /// The pod sandbox image containerd pins.
+    pub pause_image: String,
 }
 
 impl Agent {
@@ -137,6 +152,11 @@ pub fn decide_agent(
         token_file,
         labels: config.node_label.clone(),
         taints: config.node_taint.clone(),
+        pause_image: config
+            .pause_image
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PAUSE_IMAGE.to_owned()),
     })
 }
 
@@ -188,6 +208,25 @@ mod tests {
         assert_eq!(a.server, "https://10.0.2.2:6443");
         assert_eq!(a.labels, ["a=b"]);
         assert_eq!(a.data("agent"), PathBuf::from("/var/lib/rancher/k3s/agent"));
+        assert_eq!(a.pause_image, DEFAULT_PAUSE_IMAGE);
+        let cfg =
+            parse("server: https://s:6443\ntoken-file: /t\npause-image: r.example/p:3\n").unwrap();
+        let a = decide_agent(&cfg, "host", Some("10.0.2.15")).unwrap();
+        assert_eq!(a.pause_image, "r.example/p:3");
+    }
+
+    /// The Makefile images the sandbox under the name the launcher pins
+    /// (upstream-images, `UPSTREAM_PAUSE`); another name would leave
+    /// every pod without a sandbox and containerd trying to pull one.
+    #[test]
+    fn the_makefile_builds_the_pinned_pause_image() {
+        let makefile = concat!(env!("CARGO_MANIFEST_DIR"), "/../Makefile");
+        let text = std::fs::read_to_string(makefile).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == format!("UPSTREAM_PAUSE := {DEFAULT_PAUSE_IMAGE}")),
+            "{makefile} does not set UPSTREAM_PAUSE := {DEFAULT_PAUSE_IMAGE}"
+        );
     }
 
     #[test]

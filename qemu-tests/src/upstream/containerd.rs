@@ -8,7 +8,12 @@
 //! `Containerd.Opt` agent/containerd, the CNI conf dir
 //! agent/etc/cni/net.d and the bin dir the bundled host-local lies in),
 //! cgroupfs (`SystemdCgroup = false` unless k3s runs under systemd's
-//! cgroup driver) and the overlayfs snapshotter, then starts
+//! cgroup driver), the overlayfs snapshotter and the pod sandbox image
+//! pinned where the template pins k3s's `--pause-image`
+//! (`[plugins.'io.containerd.cri.v1.images'.pinned_images]`, `sandbox =
+//! "{{ . }}"` within `{{ with .NodeConfig.AgentConfig.PauseImage }}`),
+//! so the CRI starts every pod's sandbox from it and never pulls one,
+//! then starts
 //! `containerd -c <config> -a <address> --state <state> --root <root>`
 //! with its output in agent/containerd/containerd.log and a death signal,
 //! so it dies with k3s (pkg/agent/containerd/containerd.go, `Run`, and
@@ -16,9 +21,11 @@
 //!
 //! Left out of the template here: the registry mirrors and private
 //! registry configuration (no registries.yaml), SELinux, the extra
-//! runtimes k3s finds on the host (nvidia, crun, wasm), and the pause
-//! image pin, which names k3s's `rancher/mirrored-pause` that no airgap
-//! archive here carries (pods other than static ones need it).
+//! runtimes k3s finds on the host (nvidia, crun, wasm). The pinned
+//! sandbox image is the launcher's own (`config::DEFAULT_PAUSE_IMAGE`,
+//! from `liken-pause`) unless config.yaml names one, where k3s's
+//! default is `rancher/mirrored-pause`, which no airgap archive here
+//! carries.
 
 use std::path::{Path, PathBuf};
 
@@ -39,10 +46,13 @@ pub struct Layout {
     pub cni_conf: PathBuf,
     /// The bundled programs' directory (`data/<hash>/bin`).
     pub cni_bin: PathBuf,
+    /// The pod sandbox image, pinned (`--pause-image`).
+    pub sandbox_image: String,
 }
 
-/// k3s's layout below `data_dir`, with the programs in `bin`.
-pub fn layout(data_dir: &Path, bin: &Path) -> Layout {
+/// k3s's layout below `data_dir`, with the programs in `bin` and the
+/// sandbox image `pause`.
+pub fn layout(data_dir: &Path, bin: &Path, pause: &str) -> Layout {
     let agent = data_dir.join("agent");
     Layout {
         config: agent.join("etc/containerd/config.toml"),
@@ -52,6 +62,7 @@ pub fn layout(data_dir: &Path, bin: &Path) -> Layout {
         log: agent.join("containerd/containerd.log"),
         cni_conf: agent.join("etc/cni/net.d"),
         cni_bin: bin.to_owned(),
+        sandbox_image: pause.to_owned(),
     }
 }
 
@@ -79,6 +90,8 @@ pub fn render(l: &Layout) -> String {
          [plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"overlayfs\"\n  \
          disable_snapshot_annotations = true\n\
          \n\
+         [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = {sandbox}\n\
+         \n\
          [plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = [{bin}]\n  conf_dir = {conf}\n\
          \n\
          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  \
@@ -93,6 +106,7 @@ pub fn render(l: &Layout) -> String {
         address = q(&l.address),
         bin = q(&l.cni_bin),
         conf = q(&l.cni_conf),
+        sandbox = format!("{:?}", l.sandbox_image),
         certs = q(&l.config.parent().unwrap_or(Path::new("/")).join("certs.d")),
     )
 }
@@ -133,6 +147,7 @@ mod tests {
         let l = layout(
             Path::new("/var/lib/rancher/k3s"),
             Path::new("/var/lib/rancher/k3s/data/abc/bin"),
+            "liken.sh/liken-upstream-pause:1",
         );
         let t = render(&l);
         assert!(t.contains("version = 3\n"));
@@ -140,6 +155,12 @@ mod tests {
         assert!(t.contains("state = \"/run/k3s/containerd\"\n"));
         assert!(t.contains("address = \"/run/k3s/containerd/containerd.sock\"\n"));
         assert!(t.contains("snapshotter = \"overlayfs\"\n"));
+        // Where k3s's v3 template pins the sandbox image, under the
+        // images plugin's own table.
+        assert!(t.contains(
+            "\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = \
+             \"liken.sh/liken-upstream-pause:1\"\n"
+        ));
         assert!(t.contains("SystemdCgroup = false\n"));
         assert!(t.contains("bin_dirs = [\"/var/lib/rancher/k3s/data/abc/bin\"]\n"));
         assert!(t.contains("conf_dir = \"/var/lib/rancher/k3s/agent/etc/cni/net.d\"\n"));

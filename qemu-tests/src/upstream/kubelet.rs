@@ -156,6 +156,7 @@ mod tests {
             token_file: PathBuf::from("/var/lib/liken/k3s-token"),
             labels: vec!["a=b".into(), "c=d".into()],
             taints: vec!["dedicated=db:NoSchedule".into()],
+            pause_image: "liken.sh/liken-upstream-pause:1".into(),
         }
     }
 
