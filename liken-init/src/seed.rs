@@ -63,7 +63,11 @@
 //!
 //! Neither document declares anything for k3s's `disable` list or for
 //! kubelet arguments, so config.yaml has neither; they arrive with the
-//! fields that would ask for them.
+//! fields that would ask for them. One kubelet setting follows from
+//! liken itself: its FlexVolume directory, moved off the read-only /usr
+//! by a KubeletConfiguration drop-in beside k3s's own
+//! ([`KUBELET_DROP_IN`], [`VOLUME_PLUGIN_DIR`]), which the kubelet reads
+//! with no flag from k3s.
 //!
 //! One known limit of `cluster-init` on the first leader: a first
 //! leader reinstalled while the other leaders still run starts a new
@@ -256,6 +260,34 @@ pub fn render_pod_security() -> String {
         let _ = writeln!(out, "          - {ns}");
     }
     out
+}
+
+/// The kubelet's drop-in liken writes, below the data directory: k3s
+/// starts the kubelet with `--config-dir` on `agent/etc/kubelet.conf.d`
+/// and writes its own defaults there as `00-k3s-defaults.conf`
+/// (k3s-io/k3s pkg/daemons/agent/agent.go, `writeKubeletConfig`); the
+/// kubelet merges every `*.conf` of the directory in name order, so this
+/// one, sorting after k3s's, adds to it.
+pub const KUBELET_DROP_IN: &str = "agent/etc/kubelet.conf.d/50-liken.conf";
+/// Where the kubelet looks for FlexVolume drivers on liken. Its default,
+/// /usr/libexec/kubernetes/kubelet-plugins/volume/exec, is on the
+/// read-only system image, so the kubelet fails to make it and logs an
+/// error on every start; k3s passes no flag for it (k3s-io/k3s issue
+/// 1683, on read-only /usr). Drivers installed by a DaemonSet must land
+/// on the data partition, below the kubelet's root directory.
+pub const VOLUME_PLUGIN_DIR: &str = "/var/lib/kubelet/volumeplugins";
+
+/// The kubelet drop-in ([`KUBELET_DROP_IN`]): a KubeletConfiguration
+/// holding only what liken's read-only /usr changes.
+pub fn render_kubelet_drop_in() -> String {
+    format!(
+        "# Written by liken-init at every boot; the kubelet merges it after k3s's\n\
+         # 00-k3s-defaults.conf. /usr is read-only on liken, so FlexVolume drivers\n\
+         # live on the data partition.\n\
+         apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         volumePluginDir: {VOLUME_PLUGIN_DIR}\n"
+    )
 }
 
 /// The token file config.yaml names, for a role.
@@ -883,6 +915,17 @@ pub fn seed(p: &SeedPaths, machine: &Machine, cluster: &Cluster, role: Role) -> 
                 true,
             ),
         }
+    }
+    let drop_in = p.k3s_data.join(KUBELET_DROP_IN);
+    let written = drop_in
+        .parent()
+        .map_or(Ok(()), |d| create_dir(d, 0o755))
+        .and_then(|()| write_if_changed(&drop_in, render_kubelet_drop_in().as_bytes(), 0o600));
+    match written {
+        Ok(changed) => r.wrote(&drop_in, changed),
+        // The kubelet runs without it, logging that it cannot make its
+        // default FlexVolume directory on /usr.
+        Err(e) => r.fail(format!("cannot write {}: {e}", drop_in.display()), false),
     }
     let config = render_k3s_config(machine, cluster, role, agent_token);
     let written = p
@@ -1820,6 +1863,14 @@ mod tests {
             t.read("run/rancher/k3s/config.yaml")
                 .contains("server: \"https://10.0.0.10:6443\"")
         );
+        // The kubelet's drop-in, beside k3s's own defaults.
+        let drop_in = format!("{K3S}/{KUBELET_DROP_IN}");
+        assert_eq!(t.read(&drop_in), render_kubelet_drop_in());
+        assert!(
+            render_kubelet_drop_in()
+                .contains("\nvolumePluginDir: /var/lib/kubelet/volumeplugins\n")
+        );
+        assert_eq!(t.mode(&drop_in), 0o600);
         let again = seed(&t.paths(), &m, &c, Role::Follower);
         assert!(again.written.is_empty(), "{:?}", again.written);
     }
