@@ -105,6 +105,15 @@ pub struct Options {
     /// kubelet's node gets the `spec.podCIDR` its pod network is made
     /// from. Needs `controller_manager`.
     pub node_cidrs: bool,
+    /// The address the apiserver advertises (`--advertise-address`: the
+    /// endpoint of the `kubernetes` Service, which kube-proxy carries a
+    /// pod's `KUBERNETES_SERVICE_HOST` to), when it is not the address
+    /// it listens on: a guest on QEMU's user network reaches the host's
+    /// loopback as 10.0.2.2, so a pod there that talks to the API
+    /// through the Service (the machine operator) needs 10.0.2.2 in the
+    /// Service, not the host's 127.0.0.1. k3s advertises the server's
+    /// own node address, which its agents reach (pkg/daemons/control).
+    pub advertise: Option<std::net::Ipv4Addr>,
 }
 
 /// A running control plane. Dropping it kills the processes and removes
@@ -435,7 +444,12 @@ pub fn start_with_pki(options: Options, pki: Pki) -> Result<ControlPlane, Error>
         let mut cmd = Command::new(bin.join("kube-apiserver"));
         cmd.arg(format!("--etcd-servers={}", cp.etcd_url))
             .arg(format!("--bind-address={address}"))
-            .arg(format!("--advertise-address={address}"))
+            .arg(format!(
+                "--advertise-address={}",
+                options
+                    .advertise
+                    .map_or_else(|| address.clone(), |a| a.to_string())
+            ))
             .arg(format!("--secure-port={port}"))
             .arg(format!("--tls-cert-file={}", d("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", d("apiserver.key")))

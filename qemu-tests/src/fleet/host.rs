@@ -302,9 +302,12 @@ impl Host {
         )
     }
 
-    /// As [`Host::start`]; with `node_cidrs`, kube-controller-manager
-    /// gives each Node a pod subnet from k3s's cluster CIDR, as a real
-    /// kubelet's pod network needs (the upstream node's tests).
+    /// As [`Host::start`]; with `node_cidrs` (real kubelets: the
+    /// upstream node's tests), kube-controller-manager gives each Node a
+    /// pod subnet from k3s's cluster CIDR, as a real kubelet's pod
+    /// network needs, and the apiserver advertises the address the
+    /// machines reach it at, so the `kubernetes` Service that the real
+    /// kube-proxy carries pods to leads to it from a guest.
     #[allow(clippy::too_many_arguments)]
     pub fn start_with(
         dir: &Path,
@@ -339,6 +342,7 @@ impl Host {
                 bootstrap_tokens: true,
                 node_cidrs,
                 address: Some(reach.listen()),
+                advertise: node_cidrs.then(|| reach.from_guest()),
                 ..Options::default()
             },
             identity_pki(&identity, &addresses),
