@@ -1747,8 +1747,8 @@ mod tests {
         let first = r.written.len();
         // The tls directory, both tokens, four manifests, a link,
         // /var/run, the machine ID, /etc/rancher/node, the Pod Security
-        // configuration, config.yaml.
-        assert_eq!(first, 13, "{:?}", r.written);
+        // configuration, the kubelet's drop-in, config.yaml.
+        assert_eq!(first, 14, "{:?}", r.written);
         assert_eq!(
             t.read("run/rancher/k3s/pod-security.yaml"),
             render_pod_security()
