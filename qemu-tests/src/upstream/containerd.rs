@@ -90,7 +90,7 @@ pub fn render(l: &Layout) -> String {
          [plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"overlayfs\"\n  \
          disable_snapshot_annotations = true\n\
          \n\
-         [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = {sandbox}\n\
+         [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = {sandbox:?}\n\
          \n\
          [plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dirs = [{bin}]\n  conf_dir = {conf}\n\
          \n\
@@ -106,7 +106,7 @@ pub fn render(l: &Layout) -> String {
         address = q(&l.address),
         bin = q(&l.cni_bin),
         conf = q(&l.cni_conf),
-        sandbox = format!("{:?}", l.sandbox_image),
+        sandbox = l.sandbox_image,
         certs = q(&l.config.parent().unwrap_or(Path::new("/")).join("certs.d")),
     )
 }
