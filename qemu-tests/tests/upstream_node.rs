@@ -43,6 +43,17 @@
 //! Each component's start time and the leader's memory in use once the
 //! control plane settles are printed.
 //!
+//! Pods, on the same machine: the release's own manifests (read out of
+//! its system image) applied from the host, since no leader runs here to
+//! apply them, put the machine operator's DaemonSet pod on the node, and
+//! a Deployment of two replicas of the release's workload image beside
+//! it; every sandbox is the pause image the launcher pins, and every
+//! image comes from the release's airgap archives. They pass as the
+//! kubelet reports them to the host's apiserver: Running and Ready,
+//! containers started with `containerd://` IDs, and again in new
+//! containers after the reboot. The time from the apply to each is
+//! printed.
+//!
 //! What the node's programs cost a release is measured too
 //! ([`the_upstream_image_costs_its_slot_write`]): one machine on slot A
 //! has init write the stand-in channel's newest release and then the
@@ -138,6 +149,212 @@ fn ready(n: &serde_json::Value) -> bool {
         cs.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
     })
+}
+
+/// The workload image the release carries (the Makefile's
+/// `UPSTREAM_WORKLOAD`, from `liken-workload`).
+const WORKLOAD_IMAGE: &str = "liken.sh/liken-upstream-workload:1";
+/// The port liken-workload serves on.
+const WORKLOAD_PORT: u16 = 8080;
+/// From the manifests' apply to every pod Running and Ready.
+const PODS: Duration = Duration::from_secs(600);
+
+/// The shipped manifests, as the release carries them for init to hand
+/// a leader's k3s (`/usr/share/liken/manifests`, with the release's
+/// version in the operators' image names), read out of the system image
+/// with unsquashfs into `dir`.
+fn release_manifests(system: &std::path::Path, dir: &std::path::Path) -> std::path::PathBuf {
+    let out = dir.join("release-root");
+    let _ = std::fs::remove_dir_all(&out);
+    run(
+        "unsquashfs",
+        &[
+            "-q",
+            "-n",
+            "-d",
+            &out.to_string_lossy(),
+            &system.to_string_lossy(),
+            "usr/share/liken/manifests",
+        ],
+    );
+    out.join("usr/share/liken/manifests")
+}
+
+/// `kubectl apply -f <file or directory>` as the deployment's admin.
+fn apply(host: &Host, what: &std::path::Path) {
+    let out = kubectl(host)
+        .args(["apply", "-f"])
+        .arg(what)
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl: {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl apply -f {}: {}",
+        what.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The test's workload: two replicas of liken-workload, never pulled
+/// (the image comes only from the release's airgap archives), ready when
+/// the kubelet's HTTP probe reaches it on the pod network.
+fn workload_yaml() -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    \
+         metadata:\n      labels:\n        app: web\n    spec:\n      \
+         terminationGracePeriodSeconds: 10\n      containers:\n      - name: web\n        \
+         image: {WORKLOAD_IMAGE}\n        imagePullPolicy: Never\n        args: \
+         [\"{WORKLOAD_PORT}\"]\n        ports:\n        - containerPort: {WORKLOAD_PORT}\n        \
+         readinessProbe:\n          httpGet:\n            path: /\n            port: \
+         {WORKLOAD_PORT}\n          periodSeconds: 2\n"
+    )
+}
+
+/// Whether a pod runs as its kubelet reports it: Running, Ready, and
+/// every container started and ready with a containerd container ID.
+/// Returns the container IDs, or why not.
+fn decide_pod(pod: &serde_json::Value) -> Result<Vec<String>, String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("?");
+    let status = &pod["status"];
+    let phase = status["phase"].as_str().unwrap_or("none");
+    if phase != "Running" {
+        return Err(format!("{name} is {phase}"));
+    }
+    let ready = status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    });
+    if !ready {
+        return Err(format!("{name} is Running but not Ready"));
+    }
+    let containers = status["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if containers.is_empty() {
+        return Err(format!("{name} reports no containers"));
+    }
+    let mut ids = Vec::new();
+    for c in &containers {
+        let cname = c["name"].as_str().unwrap_or("?");
+        let id = c["containerID"].as_str().unwrap_or_default();
+        if !id.starts_with("containerd://") || id.len() <= "containerd://".len() {
+            return Err(format!(
+                "{name}/{cname} has no containerd container ID ({id:?})"
+            ));
+        }
+        if c["started"] != true || c["ready"] != true {
+            return Err(format!(
+                "{name}/{cname} is not started and ready (started {}, ready {})",
+                c["started"], c["ready"]
+            ));
+        }
+        if c["state"]["running"].is_null() {
+            return Err(format!(
+                "{name}/{cname} is not in state running: {}",
+                c["state"]
+            ));
+        }
+        ids.push(id.to_owned());
+    }
+    Ok(ids)
+}
+
+/// The pods on `node` whose name starts with one of `prefixes`, as the
+/// host's apiserver has them.
+fn pods_on(host: &Host, node: &str, prefixes: &[&str]) -> Vec<serde_json::Value> {
+    let out = kubectl(host)
+        .args([
+            "get",
+            "pods",
+            "--all-namespaces",
+            "--field-selector",
+            &format!("spec.nodeName={node}"),
+            "-o",
+            "json",
+        ])
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            let n = p["metadata"]["name"].as_str().unwrap_or_default();
+            prefixes.iter().any(|pre| n.starts_with(pre))
+        })
+        .collect()
+}
+
+/// Waits until `want` pods of `prefixes` run on `node` as [`decide_pod`]
+/// judges them (a pod being deleted, or whose containers include one of
+/// `stale`, the IDs of an earlier boot, does not count); returns them
+/// with their container IDs. The console's tail is printed on failure.
+fn wait_pods(
+    host: &Host,
+    node: &str,
+    prefixes: &[&str],
+    want: usize,
+    stale: &[String],
+    within: Duration,
+    vm: &Vm,
+) -> Vec<(String, Vec<String>)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let pods = pods_on(host, node, prefixes);
+        let judged: Vec<_> = pods
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                let name = p["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+                let judged = decide_pod(p).and_then(|ids| {
+                    if ids.iter().any(|i| stale.contains(i)) {
+                        Err(format!("{name} still shows a container of the boot before"))
+                    } else {
+                        Ok(ids)
+                    }
+                });
+                (name, judged)
+            })
+            .collect();
+        let running: Vec<_> = judged
+            .iter()
+            .filter_map(|(n, r)| r.as_ref().ok().map(|ids| (n.clone(), ids.clone())))
+            .collect();
+        if running.len() == want {
+            return running;
+        }
+        if Instant::now() >= deadline {
+            let why: Vec<String> = judged
+                .iter()
+                .map(|(n, r)| match r {
+                    Ok(_) => format!("{n}: running"),
+                    Err(e) => e.clone(),
+                })
+                .collect();
+            let events = kubectl(host)
+                .args([
+                    "get",
+                    "events",
+                    "--all-namespaces",
+                    "--sort-by=.lastTimestamp",
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            panic!(
+                "{want} pods of {prefixes:?} did not run on {node} within {} s: {why:?}\n\
+                 statuses: {}\nevents:\n{events}\n{}",
+                within.as_secs(),
+                serde_json::Value::Array(pods.iter().map(|p| p["status"].clone()).collect()),
+                vm.tail(60)
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 #[test]
@@ -289,6 +506,63 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let blessed = vm.expect("liken: bless: ok", Duration::from_secs(300));
     let bless_at = started.elapsed();
 
+    // Pods: the release's own manifests (the CRDs, liken-system, the
+    // machine operator's RBAC, admission policy and DaemonSet), applied
+    // from the host as the leader's k3s would apply them from init's
+    // seed, and the workload. Their sandboxes and containers come from
+    // the release's airgap images alone (the pinned pause image, the
+    // operator's, the workload's) and run under the real containerd and
+    // runc; whether they run is read from the pod status the kubelet
+    // reports to the host's apiserver.
+    let manifests = release_manifests(&images.dir.join("system-upstream.squashfs"), &dir);
+    let applied = Instant::now();
+    apply(&host, &manifests.join("crds"));
+    apply(&host, &manifests.join("liken-system.yaml"));
+    apply(&host, &manifests.join("machine-operator.yaml"));
+    let workload = dir.join("workload.yaml");
+    std::fs::write(&workload, workload_yaml())
+        .unwrap_or_else(|e| panic!("{}: {e}", workload.display()));
+    apply(&host, &workload);
+    let operator = wait_pods(
+        &host,
+        "node-2",
+        &["liken-machine-operator-"],
+        1,
+        &[],
+        PODS,
+        &vm,
+    );
+    let operator_at = applied.elapsed();
+    let web = wait_pods(&host, "node-2", &["web-"], 2, &[], PODS, &vm);
+    let pods_at = applied.elapsed();
+    // containerd holds the same containers, as the real ctr lists them
+    // in the guest (the launcher prints the list when it changes).
+    for (pod, ids) in operator.iter().chain(&web) {
+        for id in ids {
+            ctr_lists(&mut vm, id.trim_start_matches("containerd://"), pod);
+        }
+    }
+    // The kubelet read init's drop-in (liken-init seed.rs,
+    // KUBELET_DROP_IN): it no longer tries to make its default FlexVolume
+    // directory on the read-only /usr, which it logs as an error when
+    // it fails.
+    vm.drain();
+    let flex: Vec<&String> = vm
+        .seen
+        .iter()
+        .filter(|l| l.contains("/usr/libexec/kubernetes"))
+        .collect();
+    assert!(
+        flex.is_empty(),
+        "the kubelet still uses /usr/libexec/kubernetes: {flex:?}"
+    );
+    println!(
+        "pods on node-2 from the apply (TCG): the machine operator Running and Ready in \
+         {:.0} s, both workload replicas in {:.0} s: {operator:?} {web:?}",
+        operator_at.as_secs_f64(),
+        pods_at.as_secs_f64()
+    );
+
     // A reboot (Ctrl-Alt-Del: init's orderly shutdown, then the
     // firmware): the next boot finds the programs unpacked and the
     // kubelet's certificate kept on /var, and the real kubelet reports
@@ -320,6 +594,22 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
         std::thread::sleep(Duration::from_secs(2));
     }
     let reboot_ready = rebooted.elapsed();
+    // The pods come back on the new boot: the kubelet finds their
+    // sandboxes gone with the old boot and starts new ones, so every
+    // container ID is new.
+    let before: Vec<String> = operator
+        .iter()
+        .chain(&web)
+        .flat_map(|(_, ids)| ids.clone())
+        .collect();
+    let prefixes = ["liken-machine-operator-", "web-"];
+    let back = wait_pods(&host, "node-2", &prefixes, 3, &before, PODS, &vm);
+    let pods_back = rebooted.elapsed();
+    println!(
+        "after the reboot, the three pods run again in new containers {:.0} s after init's \
+         shutdown: {back:?}",
+        pods_back.as_secs_f64()
+    );
     println!("{times}");
     println!("{blessed}");
     println!("after the reboot: {again}");
@@ -677,4 +967,133 @@ fn the_upstream_image_costs_its_slot_write() {
         "the whole test {:.0} s (the stand-in stages each release on /var before it asks)",
         began.elapsed().as_secs_f64()
     );
+}
+
+/// Waits up to a minute for the launcher's line listing containerd's
+/// containers (`ctr containers list` in the guest) to name `id`.
+fn ctr_lists(vm: &mut Vm, id: &str, pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        vm.drain();
+        let listed = vm.seen.iter().any(|l| {
+            l.split_once("containerd's k8s.io containers (ctr containers list):")
+                .is_some_and(|(_, ids)| ids.split_whitespace().any(|i| i == id))
+        });
+        if listed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd in the guest does not list {pod}'s container {id}:\n{}",
+            vm.tail(30)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Sends `signal` to `child` with kill(1), as the runtime signals a
+/// container, and waits up to 10 s for it to end; returns its status.
+fn signal_and_wait(child: &mut std::process::Child, signal: &str) -> std::process::ExitStatus {
+    run("kill", &["-s", signal, &child.id().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("waiting: {e}")) {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still running 10 s after SIG{signal}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pause program waits until the runtime stops it, and then ends
+/// with status 0 on SIGTERM and on SIGINT, as the kernel reports it.
+#[test]
+fn the_pause_program_waits_and_stops_on_term_or_int() {
+    for signal in ["TERM", "INT"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_liken-pause"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("liken-pause: {e}"));
+        std::thread::sleep(Duration::from_millis(300));
+        // A child's end (SIGCHLD, here a stray one) is reaped, not an end.
+        run("kill", &["-s", "CHLD", &child.id().to_string()]);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "liken-pause ended before it was stopped"
+        );
+        let status = signal_and_wait(&mut child, signal);
+        assert_eq!(status.code(), Some(0), "SIG{signal}: {status}");
+    }
+}
+
+/// The workload answers HTTP with its host's name and ends with status
+/// 0 on SIGTERM, checked by a TCP client and the kernel's exit status.
+#[test]
+fn the_workload_answers_and_stops_on_term() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("a free port: {e}"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_liken-workload"))
+        .arg(port.to_string())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("liken-workload: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        use std::io::{Read, Write};
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "liken-workload did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer:?}");
+    assert!(
+        answer.ends_with(&format!("liken-workload on {}\n", host.trim())),
+        "{answer:?}"
+    );
+    let status = signal_and_wait(&mut child, "TERM");
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[test]
+fn a_pod_runs_only_as_its_kubelet_reports_every_container_running() {
+    let pod = |phase: &str, ready: &str, id: &str, started: bool| {
+        serde_json::json!({
+            "metadata": {"name": "web-1"},
+            "status": {
+                "phase": phase,
+                "conditions": [{"type": "Ready", "status": ready}],
+                "containerStatuses": [{
+                    "name": "web", "containerID": id, "started": started, "ready": started,
+                    "state": if started { serde_json::json!({"running": {}}) }
+                             else { serde_json::json!({"waiting": {}}) },
+                }],
+            },
+        })
+    };
+    assert_eq!(
+        decide_pod(&pod("Running", "True", "containerd://abc", true)),
+        Ok(vec!["containerd://abc".to_owned()])
+    );
+    assert!(decide_pod(&pod("Pending", "False", "", false)).is_err());
+    assert!(decide_pod(&pod("Running", "False", "containerd://abc", true)).is_err());
+    assert!(decide_pod(&pod("Running", "True", "containerd://", true)).is_err());
+    assert!(decide_pod(&pod("Running", "True", "docker://abc", true)).is_err());
+    assert!(decide_pod(&pod("Running", "True", "containerd://abc", false)).is_err());
+    let mut none = pod("Running", "True", "containerd://abc", true);
+    none["status"]["containerStatuses"] = serde_json::json!([]);
+    assert!(decide_pod(&none).is_err());
 }
