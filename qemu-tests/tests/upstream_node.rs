@@ -538,6 +538,34 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let operator_at = applied.elapsed();
     let web = wait_pods(&host, "node-2", &["web-"], 2, &[], PODS, &vm);
     let pods_at = applied.elapsed();
+    // The operator in its container reaches the API as a pod does (its
+    // bound ServiceAccount token, the kubernetes Service carried by the
+    // real kube-proxy): it seeds its Machine and renews its heartbeat
+    // Lease, which the admission policy lets it hold only under the
+    // token's node. Nothing else in this test writes either.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let holder = kubectl(&host)
+            .args(["get", "lease", "-n", "liken-system", "node-2", "-o"])
+            .arg("jsonpath={.spec.holderIdentity}")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        if holder.as_deref() == Some("node-2") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the machine operator's heartbeat Lease liken-system/node-2 is not held by node-2 \
+             within 180 s (holder {holder:?}): its container does not reach the API"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    println!(
+        "the machine operator's heartbeat Lease is held by node-2, {:.0} s after the apply",
+        applied.elapsed().as_secs_f64()
+    );
     // containerd holds the same containers, as the real ctr lists them
     // in the guest (the launcher prints the list when it changes).
     for (pod, ids) in operator.iter().chain(&web) {
