@@ -94,7 +94,7 @@ fn errors_go_to_stderr_as_liken_colon_and_exit_1() {
     // -h after a command is help, not an error.
     let out = ok(liken(["layer", "-h"]));
     assert!(
-        out.starts_with("  liken layer [-unsigned] <manifests-dir>"),
+        out.starts_with("  liken layer [-unsigned] [-seal-key release.key] <manifests-dir>"),
         "{out}"
     );
 }
