@@ -34,8 +34,10 @@
 //! init refuses; then slot A's image with the sealed layer under Secure
 //! Boot through dm-verity, blessed; a slot B image
 //! signed by another fleet refused by the firmware, and slot A after the
-//! reset; and a hand-written type #1 entry without the root hash, whose
-//! slot init refuses to mount unverified. About 75 s under TCG.
+//! reset; a hand-written type #1 entry without the root hash, whose
+//! slot init refuses to mount unverified; and a type #1 entry naming the
+//! signed image with an attacker's initrd, which systemd-stub refuses to
+//! start. About 75 s under TCG.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -600,6 +602,40 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
         "{root}"
     );
     println!("the unverified root refused at {:.0} s", vm.wall());
+    vm.monitor("quit");
+    vm.wait_exit(NEXT);
+    drop(vm);
+
+    // The attacker's other way in: a type #1 entry, newest of all, that
+    // names slot A's signed image with an initrd of its own (an unsealed
+    // layer; it could as well hold another /init). The firmware checks
+    // the image and systemd-boot hands it the initrd, but systemd-stub
+    // 252 registers its own initrds and refuses to start when the loader
+    // already registered one: no kernel runs, so nothing of the
+    // attacker's initrd reaches the boot.
+    let (_, unsealed) = cli_layer(&dir.join("attacker"), "evil", "node-1");
+    d.esp_put("liken/evil.cpio", &unsealed);
+    let evil = dir.join("evil.conf");
+    std::fs::write(
+        &evil,
+        "title not liken\nsort-key liken\nversion 2026.12.01-009\n\
+         linux /EFI/Linux/liken-a.efi\ninitrd /liken/evil.cpio\n",
+    )
+    .unwrap();
+    d.esp_put("loader/entries/liken-evil.conf", &evil);
+    let mut vm = Vm::launch("secureboot-uki-extra-initrd", &args);
+    vm.expect("Error registering initrd: Already started", BOOT);
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        !vm.seen
+            .iter()
+            .any(|l| l.contains("Command line:") || l.contains("liken: ")),
+        "a kernel ran with the attacker's initrd"
+    );
+    println!(
+        "the signed image with another initrd refused by the stub at {:.0} s",
+        vm.wall()
+    );
     vm.monitor("quit");
     vm.wait_exit(NEXT);
     println!("whole test: {:.0} s", t0.elapsed().as_secs_f64());
