@@ -412,6 +412,33 @@ pub fn entry(
     })
 }
 
+/// A FAT disk (no partition table, 256 MiB) holding everything in
+/// `release` (files and directories) at its root: the second drive a
+/// stand-in mounts to hand init a release, as the machine operator hands
+/// it a downloaded one.
+pub fn release_disk(path: &Path, release: &Path) {
+    let _ = std::fs::remove_file(path);
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(256 << 20).unwrap();
+    drop(f);
+    let p = path.to_string_lossy().into_owned();
+    run("mkfs.vfat", &["-F", "32", "-n", "RELEASE", &p]);
+    for e in std::fs::read_dir(release).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        run(
+            "mcopy",
+            &[
+                "-s",
+                "-i",
+                &p,
+                &e.path().to_string_lossy(),
+                &format!("::{name}"),
+            ],
+        );
+    }
+}
+
 /// The `liken.verity=` argument for a bundled release's system image
 /// (`<channel>/<version>/`), from its release.yaml's record.
 pub fn release_verity(dir: &Path) -> VerityArg {

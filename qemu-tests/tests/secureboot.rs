@@ -111,6 +111,128 @@ fn signed_release(dir: &Path, keys: &Path) -> PathBuf {
     channel.join(VERSION)
 }
 
+/// What a signed fleet's tests start from: the fleet's Secure Boot keys
+/// (`liken keygen -secureboot`), the release key that seals its layers
+/// (`liken keygen`), and the images' systemd-boot signed by its db key.
+struct SignedFleet {
+    dir: PathBuf,
+    keys: PathBuf,
+    release_keys: PathBuf,
+    sd_boot: PathBuf,
+}
+
+impl SignedFleet {
+    fn new(dir: &Path) -> SignedFleet {
+        let keys = dir.join("keys");
+        liken(&["keygen", "-secureboot", &s(&keys)]);
+        let release_keys = dir.join("release-keys");
+        liken(&["keygen", &s(&release_keys)]);
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs).unwrap();
+        let sd_boot = inputs.join("systemd-boot.efi");
+        sbsign(
+            &keys,
+            &qemu_tests::disk::systemd_boot(&images().dir),
+            &sd_boot,
+        );
+        SignedFleet {
+            dir: dir.to_owned(),
+            keys,
+            release_keys,
+            sd_boot,
+        }
+    }
+
+    /// The public half of the key that seals the fleet's layers, which
+    /// the signed images name.
+    fn layer_pub(&self) -> PathBuf {
+        self.release_keys.join("release.pub")
+    }
+
+    /// `liken bundle -secureboot-key <db_keys> -layer-key` of the images'
+    /// kernel and boot.cpio with `system`, into `channel`, each of
+    /// `uki_args` as `-uki-arg`; the release directory and what bundle
+    /// said.
+    fn bundle(
+        &self,
+        db_keys: &Path,
+        system: &Path,
+        channel: &Path,
+        version: &str,
+        uki_args: &[&str],
+    ) -> (PathBuf, String) {
+        let images = images();
+        let mut args = vec![
+            "bundle".to_owned(),
+            "-secureboot-key".to_owned(),
+            s(db_keys),
+            "-layer-key".to_owned(),
+            s(&self.layer_pub()),
+        ];
+        for a in uki_args {
+            args.extend(["-uki-arg".to_owned(), (*a).to_owned()]);
+        }
+        args.extend(
+            [
+                &images.vmlinuz,
+                system,
+                &images.boot_cpio,
+                &images.liken,
+                &self.sd_boot,
+                &images.dir.join("grub-boot.img"),
+                &images.dir.join("grub-core.img"),
+                &images.dir.join("licenses.md"),
+                channel,
+            ]
+            .map(s),
+        );
+        args.push(version.to_owned());
+        let said = liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        (channel.join(version), said)
+    }
+
+    /// A one-leader deployment's layer, sealed by the fleet's release key
+    /// (`liken layer -seal-key`); the layer and what `liken layer` said.
+    fn sealed_layer(&self) -> (PathBuf, String) {
+        let (deployment, _) = cli_layer(&self.dir, "test", "node-1");
+        let layer = self.dir.join("sealed.cpio");
+        let said = liken(&[
+            "layer",
+            "-unsigned",
+            "-seal-key",
+            &s(&self.release_keys.join("release.key")),
+            &s(&deployment),
+            &s(&deployment.join("identity")),
+            &s(&layer),
+        ]);
+        (layer, said)
+    }
+
+    /// A disk whose ESP holds the signed systemd-boot, loader.conf, `uki`
+    /// as the type #2 entry `EFI/Linux/<entry>` and `credential` as the
+    /// layer's credential, with `system` (a release's liken.sqfs, its
+    /// verity tree appended) in slot A.
+    fn disk(&self, entry: &str, uki: &Path, credential: &Path, system: &Path) -> Disk {
+        let loader_conf = self.dir.join("loader.conf");
+        std::fs::write(&loader_conf, liken_api::bootloader::render_loader_conf()).unwrap();
+        let esp = self.dir.join("esp.img");
+        let entry = format!("EFI/Linux/{entry}");
+        qemu_tests::disk::esp_image(
+            &esp,
+            &[
+                ("EFI/BOOT/BOOTX64.EFI", &self.sd_boot),
+                ("loader/loader.conf", &loader_conf),
+                (&entry, uki),
+                ("loader/credentials/liken-layer.cred", credential),
+            ],
+        );
+        let d = Disk::partitioned(&self.dir.join("disk.img"));
+        d.write_into("LIKEN-ESP", &esp);
+        d.write_into("LIKEN-A", system);
+        d
+    }
+}
+
 /// A variable of the store as virt-fw-vars prints it in JSON.
 #[derive(Debug)]
 struct Var {
@@ -335,56 +457,20 @@ fn enrolled(dir: &Path, keys: &Path) -> Ovmf {
 fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     let t0 = Instant::now();
     let dir = scratch("secureboot-uki");
-    let keys = dir.join("keys");
-    liken(&["keygen", "-secureboot", &s(&keys)]);
+    let fleet = SignedFleet::new(&dir);
     let images = images();
-    let inputs = dir.join("inputs");
-    std::fs::create_dir_all(&inputs).unwrap();
-    let sd_boot = inputs.join("systemd-boot.efi");
-    sbsign(
-        &keys,
-        &qemu_tests::disk::systemd_boot(&images.dir),
-        &sd_boot,
-    );
-    // The release key that seals the fleet's layers; its public half
-    // goes into the signed images' command line.
-    let release_keys = dir.join("release-keys");
-    liken(&["keygen", &s(&release_keys)]);
-    let layer_pub = release_keys.join("release.pub");
-    let channel = dir.join("channel");
-    let said = liken(&[
-        "bundle",
-        "-secureboot-key",
-        &s(&keys),
-        "-layer-key",
-        &s(&layer_pub),
-        &s(&images.vmlinuz),
-        &s(&images.system_standin),
-        &s(&images.boot_cpio),
-        &s(&images.liken),
-        &s(&sd_boot),
-        &s(&images.dir.join("grub-boot.img")),
-        &s(&images.dir.join("grub-core.img")),
-        &s(&images.dir.join("licenses.md")),
-        &s(&channel),
+    let (release, said) = fleet.bundle(
+        &fleet.keys,
+        &images.system_standin,
+        &dir.join("channel"),
         VERSION,
-    ]);
+        &[],
+    );
     assert!(said.contains("uki-a liken-a.efi"), "{said}");
-    let release = channel.join(VERSION);
     let verity = qemu_tests::disk::release_verity(&release);
 
-    let (deployment, _) = cli_layer(&dir, "test", "node-1");
-    let layer = dir.join("sealed.cpio");
-    let packed = liken(&[
-        "layer",
-        "-unsigned",
-        "-seal-key",
-        &s(&release_keys.join("release.key")),
-        &s(&deployment),
-        &s(&deployment.join("identity")),
-        &s(&layer),
-    ]);
-    let key_id = std::fs::read_to_string(&layer_pub)
+    let (layer, packed) = fleet.sealed_layer();
+    let key_id = std::fs::read_to_string(fleet.layer_pub())
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("id: ").map(str::to_owned))
@@ -410,22 +496,13 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
         archive.add(e).unwrap();
     }
     std::fs::write(&tampered, archive.finish()).unwrap();
-    let loader_conf = dir.join("loader.conf");
-    std::fs::write(&loader_conf, liken_api::bootloader::render_loader_conf()).unwrap();
-    let esp = dir.join("esp.img");
-    qemu_tests::disk::esp_image(
-        &esp,
-        &[
-            ("EFI/BOOT/BOOTX64.EFI", &sd_boot),
-            ("loader/loader.conf", &loader_conf),
-            ("EFI/Linux/liken-a+3.efi", &release.join("liken-a.efi")),
-            ("loader/credentials/liken-layer.cred", &tampered),
-        ],
+    let d = fleet.disk(
+        "liken-a+3.efi",
+        &release.join("liken-a.efi"),
+        &tampered,
+        &release.join("liken.sqfs"),
     );
-    let d = Disk::partitioned(&dir.join("disk.img"));
-    d.write_into("LIKEN-ESP", &esp);
-    d.write_into("LIKEN-A", &release.join("liken.sqfs"));
-    let ovmf = enrolled(&dir, &keys);
+    let ovmf = enrolled(&dir, &fleet.keys);
     println!(
         "keys, release, disk and variable store made in {:.0} s",
         t0.elapsed().as_secs_f64()
@@ -503,25 +580,13 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     // firmware refuses to load it, and the next boot is slot A's.
     let other = dir.join("other-keys");
     liken(&["keygen", "-secureboot", &s(&other)]);
-    let other_channel = dir.join("other-channel");
-    liken(&[
-        "bundle",
-        "-secureboot-key",
-        &s(&other),
-        "-layer-key",
-        &s(&layer_pub),
-        &s(&images.vmlinuz),
-        &s(&images.system_standin),
-        &s(&images.boot_cpio),
-        &s(&images.liken),
-        &s(&sd_boot),
-        &s(&images.dir.join("grub-boot.img")),
-        &s(&images.dir.join("grub-core.img")),
-        &s(&images.dir.join("licenses.md")),
-        &s(&other_channel),
+    let (foreign, _) = fleet.bundle(
+        &other,
+        &images.system_standin,
+        &dir.join("other-channel"),
         NEWER,
-    ]);
-    let foreign = other_channel.join(NEWER);
+        &[],
+    );
     d.write_into("LIKEN-B", &foreign.join("liken.sqfs"));
     d.esp_put("EFI/Linux/liken-b+1-2.efi", &foreign.join("liken-b.efi"));
     let mut vm = Vm::start(
@@ -566,8 +631,8 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
     // slot A with a kernel the fleet's db key signed on its own and a
     // command line without the root hash: the firmware starts it, and
     // init refuses to mount the slot unverified under Secure Boot.
-    let signed_kernel = inputs.join("vmlinuz");
-    sbsign(&keys, &images.vmlinuz, &signed_kernel);
+    let signed_kernel = dir.join("inputs/vmlinuz");
+    sbsign(&fleet.keys, &images.vmlinuz, &signed_kernel);
     let entry = dir.join("liken-a.conf");
     std::fs::write(
         &entry,
@@ -644,44 +709,6 @@ fn the_signed_image_of_slot_a_boots_under_secure_boot_through_dm_verity() {
 /// The release a signed machine upgrades to, in the upgrade test.
 const UPGRADE: &str = "2026.12.01-004";
 
-/// A release bundled for Secure Boot from `system` (the release's own
-/// command line runs the stand-in's `write-release` from the second
-/// disk, as the machine operator would write a downloaded release).
-fn signed_for_upgrade(
-    dir: &Path,
-    keys: &Path,
-    layer_pub: &Path,
-    system: &Path,
-    version: &str,
-) -> PathBuf {
-    let images = images();
-    let channel = dir.join(format!("channel-{version}"));
-    liken(&[
-        "bundle",
-        "-secureboot-key",
-        &s(keys),
-        "-layer-key",
-        &s(layer_pub),
-        "-uki-arg",
-        "panic=10",
-        "-uki-arg",
-        "console=ttyS0",
-        "-uki-arg",
-        "liken.standin=write-release:/dev/vdb",
-        &s(&images.vmlinuz),
-        &s(system),
-        &s(&images.boot_cpio),
-        &s(&images.liken),
-        &s(&dir.join("inputs/systemd-boot.efi")),
-        &s(&images.dir.join("grub-boot.img")),
-        &s(&images.dir.join("grub-core.img")),
-        &s(&images.dir.join("licenses.md")),
-        &s(&channel),
-        version,
-    ]);
-    channel.join(version)
-}
-
 /// A signed machine's upgrade, as the fleet does it: slot A boots its
 /// signed image under Secure Boot, init writes a newer signed release
 /// into slot B (its system image and its own signed image as
@@ -693,79 +720,43 @@ fn signed_for_upgrade(
 fn a_signed_release_written_into_slot_b_boots_under_secure_boot_and_is_blessed() {
     let t0 = Instant::now();
     let dir = scratch("secureboot-upgrade");
-    let keys = dir.join("keys");
-    liken(&["keygen", "-secureboot", &s(&keys)]);
-    let release_keys = dir.join("release-keys");
-    liken(&["keygen", &s(&release_keys)]);
-    let layer_pub = release_keys.join("release.pub");
+    let fleet = SignedFleet::new(&dir);
     let images = images();
-    std::fs::create_dir_all(dir.join("inputs")).unwrap();
-    let sd_boot = dir.join("inputs/systemd-boot.efi");
-    sbsign(
-        &keys,
-        &qemu_tests::disk::systemd_boot(&images.dir),
-        &sd_boot,
-    );
-    let old = signed_for_upgrade(&dir, &keys, &layer_pub, &images.system_standin, VERSION);
-    let new = signed_for_upgrade(
-        &dir,
-        &keys,
-        &layer_pub,
-        &images.dir.join("system-standin-2.squashfs"),
-        UPGRADE,
-    );
+    // The release's own command line runs the stand-in's `write-release`
+    // from the second disk, as the machine operator writes a downloaded
+    // release.
+    let bundle = |system: &Path, version: &str| {
+        fleet
+            .bundle(
+                &fleet.keys,
+                system,
+                &dir.join(format!("channel-{version}")),
+                version,
+                &[
+                    "panic=10",
+                    "console=ttyS0",
+                    "liken.standin=write-release:/dev/vdb",
+                ],
+            )
+            .0
+    };
+    let old = bundle(&images.system_standin, VERSION);
+    let new = bundle(&images.dir.join("system-standin-2.squashfs"), UPGRADE);
     let old_verity = qemu_tests::disk::release_verity(&old);
     let new_verity = qemu_tests::disk::release_verity(&new);
 
-    let (deployment, _) = cli_layer(&dir, "test", "node-1");
-    let layer = dir.join("sealed.cpio");
-    liken(&[
-        "layer",
-        "-unsigned",
-        "-seal-key",
-        &s(&release_keys.join("release.key")),
-        &s(&deployment),
-        &s(&deployment.join("identity")),
-        &s(&layer),
-    ]);
-    let loader_conf = dir.join("loader.conf");
-    std::fs::write(&loader_conf, liken_api::bootloader::render_loader_conf()).unwrap();
-    let esp = dir.join("esp.img");
+    let (layer, _) = fleet.sealed_layer();
     // Slot A installed and blessed, as install mode and a first boot
     // leave a signed machine.
-    qemu_tests::disk::esp_image(
-        &esp,
-        &[
-            ("EFI/BOOT/BOOTX64.EFI", &sd_boot),
-            ("loader/loader.conf", &loader_conf),
-            ("EFI/Linux/liken-a.efi", &old.join("liken-a.efi")),
-            ("loader/credentials/liken-layer.cred", &layer),
-        ],
+    let d = fleet.disk(
+        "liken-a.efi",
+        &old.join("liken-a.efi"),
+        &layer,
+        &old.join("liken.sqfs"),
     );
-    let d = Disk::partitioned(&dir.join("disk.img"));
-    d.write_into("LIKEN-ESP", &esp);
-    d.write_into("LIKEN-A", &old.join("liken.sqfs"));
-    // The newer release on a FAT disk the stand-in mounts, as the
-    // machine operator hands init a downloaded release.
     let rel = dir.join("release.img");
-    let _ = std::fs::remove_file(&rel);
-    let f = std::fs::File::create(&rel).unwrap();
-    f.set_len(512 << 20).unwrap();
-    drop(f);
-    run("mkfs.vfat", &["-F", "32", "-n", "RELEASE", &s(&rel)]);
-    for e in std::fs::read_dir(&new).unwrap() {
-        let e = e.unwrap();
-        run(
-            "mcopy",
-            &[
-                "-i",
-                &s(&rel),
-                &s(&e.path()),
-                &format!("::{}", e.file_name().to_string_lossy()),
-            ],
-        );
-    }
-    let ovmf = enrolled(&dir, &keys);
+    qemu_tests::disk::release_disk(&rel, &new);
+    let ovmf = enrolled(&dir, &fleet.keys);
     println!(
         "keys, two signed releases, disk and variable store made in {:.0} s",
         t0.elapsed().as_secs_f64()

@@ -52,7 +52,7 @@ use liken_api::release::ARTIFACT_SYSTEM;
 use liken_api::{Release, Slot, decode};
 use qemu_tests::disk::{
     Disk, Grub, Installed, SlotFiles, entry, esp_image, installed_disk, installed_disk_with,
-    release_verity,
+    release_disk, release_verity,
 };
 use qemu_tests::firmware::{Firmware, Ovmf};
 use qemu_tests::{
@@ -117,31 +117,6 @@ fn bundle(dir: &Path, version: &str, seed: u64, key: &Path) -> PathBuf {
         version,
     ]);
     channel.join(version)
-}
-
-/// A FAT disk (no partition table) holding everything in `release` (files
-/// and directories) at its root.
-fn release_disk(path: &Path, release: &Path) {
-    let _ = std::fs::remove_file(path);
-    let f = std::fs::File::create(path).unwrap();
-    f.set_len(256 << 20).unwrap();
-    drop(f);
-    let p = path.to_string_lossy().into_owned();
-    run("mkfs.vfat", &["-F", "32", "-n", "RELEASE", &p]);
-    for e in std::fs::read_dir(release).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().into_string().unwrap();
-        run(
-            "mcopy",
-            &[
-                "-s",
-                "-i",
-                &p,
-                &e.path().to_string_lossy(),
-                &format!("::{name}"),
-            ],
-        );
-    }
 }
 
 fn slot_a_entry() -> String {
