@@ -35,14 +35,19 @@ pub const CONTAINERS_LINE: &str = "containerd's k8s.io containers (ctr container
 /// fraction of a second under TCG).
 const CONTAINERS_EVERY: Duration = Duration::from_secs(5);
 
-/// Exits with a message; init restarts the launcher with backoff.
-fn fail(what: &str) -> ! {
-    say(&format!("{what}; exiting so init starts the agent again"));
+/// Exits with a message naming the `role` (`agent`, `server`) init
+/// starts again; init restarts the launcher with backoff.
+pub fn exit_for_restart(role: &str, what: &str) -> ! {
+    say(&format!("{what}; exiting so init starts the {role} again"));
     std::process::exit(1)
 }
 
+fn fail(what: &str) -> ! {
+    exit_for_restart("agent", what)
+}
+
 /// A milestone's line: seconds since `t0` and the guest's uptime.
-fn mark(t0: Instant, text: &str) -> f64 {
+pub fn mark(t0: Instant, text: &str) -> f64 {
     let s = t0.elapsed().as_secs_f64();
     say(&format!(
         "{text} [{s:.1} s after start, uptime {:.1} s]",

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::agent::mark;
 use super::children::{self, Component, Output};
 use super::config::{self, Agent};
 use super::console::say;
@@ -213,17 +214,7 @@ fn etcd_name(server: &Path, node: &str) -> Result<String, String> {
 }
 
 fn fail(what: &str) -> ! {
-    say(&format!("{what}; exiting so init starts the server again"));
-    std::process::exit(1)
-}
-
-fn mark(t0: Instant, text: &str) -> f64 {
-    let s = t0.elapsed().as_secs_f64();
-    say(&format!(
-        "{text} [{s:.1} s after start, uptime {:.1} s]",
-        children::uptime()
-    ));
-    s
+    agent::exit_for_restart("server", what)
 }
 
 /// Waits until `ready` holds, failing if a component ends meanwhile.
