@@ -84,7 +84,11 @@ pub fn decide_target(etc_liken: &Path, path: &str) -> Result<Option<PathBuf>, St
 /// Unpacks a layer archive's bytes into `etc_liken`; returns the number
 /// of files written.
 pub fn unpack(bytes: &[u8], etc_liken: &Path) -> Result<usize, String> {
-    let entries = cpio::read(bytes).map_err(|e| e.to_string())?;
+    unpack_entries(cpio::read(bytes).map_err(|e| e.to_string())?, etc_liken)
+}
+
+/// [`unpack`] of an archive already read.
+fn unpack_entries(entries: Vec<cpio::Entry>, etc_liken: &Path) -> Result<usize, String> {
     // Every target is decided before anything is written.
     let mut plan = Vec::with_capacity(entries.len());
     for e in entries {
@@ -170,15 +174,28 @@ pub fn step(boot: &mut Boot) -> Outcome {
                     ));
                 }
             };
+            let unpackable = |e: &str| {
+                Outcome::Failed(format!(
+                    "the layer in {LAYER_CREDENTIAL_IN_INITRD} cannot be unpacked: {e}; make it \
+                     again with `liken layer` and reinstall, or rewrite the ESP's \
+                     loader/credentials/liken-layer.cred"
+                ))
+            };
+            // Read once: checked, then written.
+            let entries = match (cpio::read(&bytes), key) {
+                (Ok(entries), _) => entries,
+                (Err(e), Some(_)) => return Outcome::Failed(refused(&unreadable(&e))),
+                (Err(e), None) => return unpackable(&e.to_string()),
+            };
             // Checked before a byte of it is written.
             let sealed = match key {
                 None => None,
-                Some(key) => match check_archive(&bytes, &key) {
+                Some(key) => match check_entries(&entries, &key) {
                     Ok(id) => Some(id),
                     Err(e) => return Outcome::Failed(refused(&e)),
                 },
             };
-            match unpack(&bytes, &etc) {
+            match unpack_entries(entries, &etc) {
                 Ok(n) => Outcome::ok_with(match sealed {
                     Some(id) => format!(
                         "{n} files from systemd-boot's credential {LAYER_CREDENTIAL_IN_INITRD}, \
@@ -191,11 +208,7 @@ pub fn step(boot: &mut Boot) -> Outcome {
                         liken_api::layer_seal::ARG
                     ),
                 }),
-                Err(e) => Outcome::Failed(format!(
-                    "the layer in {LAYER_CREDENTIAL_IN_INITRD} cannot be unpacked: {e}; make it \
-                     again with `liken layer` and reinstall, or rewrite the ESP's \
-                     loader/credentials/liken-layer.cred"
-                )),
+                Err(e) => unpackable(&e),
             }
         }
     }
@@ -212,7 +225,16 @@ fn refused(why: &str) -> String {
 /// Checks an archive's files against the seal `key` signed; the reason
 /// as text on refusal.
 pub fn check_archive(bytes: &[u8], key: &PublicKey) -> Result<KeyId, String> {
-    let entries = cpio::read(bytes).map_err(|e| format!("it cannot be read: {e}"))?;
+    check_entries(&cpio::read(bytes).map_err(|e| unreadable(&e))?, key)
+}
+
+/// Why an archive that cannot be read is refused.
+fn unreadable(e: &cpio::ReadError) -> String {
+    format!("it cannot be read: {e}")
+}
+
+/// [`check_archive`] of an archive already read.
+fn check_entries(entries: &[cpio::Entry], key: &PublicKey) -> Result<KeyId, String> {
     let prefix = format!("{ROOT}/");
     let files: Vec<LayerFile<'_>> = entries
         .iter()
