@@ -1,8 +1,9 @@
 //! What both programs that stand at k3s's path, the node stand-in
 //! (`liken-standin-k3s`) and the upstream node launcher
 //! (`liken-upstream-k3s`), do the same way: write a private file whole,
-//! and retry a step of the node's start until it works. Each binary
-//! includes this file with `#[path]`, as it does its console.
+//! retry a step of the node's start until it works, and turn a join
+//! token's secret into the bootstrap token both register and present.
+//! Each binary includes this file with `#[path]`, as it does its console.
 
 use std::path::Path;
 use std::time::Duration;
@@ -45,4 +46,19 @@ pub fn until_ok<T>(what: &str, say: fn(&str), mut f: impl FnMut() -> Result<T, S
             }
         }
     }
+}
+
+/// The bootstrap token (id, secret) that stands for a join token's
+/// secret: the first 6 and the next 16 hex digits of its SHA-256, which
+/// fit Kubernetes' `[a-z0-9]{6}.[a-z0-9]{16}` whatever the secret holds.
+/// The side that registers it (the stand-in's supervisor, the launcher's
+/// server) and the side that presents it (an agent's kubelet) derive it
+/// here, so only a machine holding the join token can present it.
+pub fn bootstrap_token(secret: &str) -> (String, String) {
+    let hex = liken_api::hash::sha256(secret.as_bytes()).to_string();
+    let hex = hex.trim_start_matches("sha256:");
+    (
+        hex.get(..6).unwrap_or_default().to_owned(),
+        hex.get(6..22).unwrap_or_default().to_owned(),
+    )
 }

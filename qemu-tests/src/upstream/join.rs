@@ -49,15 +49,11 @@ pub fn decide_token(token: &str) -> Result<(&str, &str), String> {
 }
 
 /// The bootstrap token `<id>.<secret>` that stands for a join token's
-/// secret (see the module docs).
+/// secret (see the module docs), derived as the stand-in derives it
+/// ([`crate::k3s_node::bootstrap_token`]).
 pub fn bootstrap_token(secret: &str) -> String {
-    let hex = liken_api::hash::sha256(secret.as_bytes()).to_string();
-    let hex = hex.trim_start_matches("sha256:");
-    format!(
-        "{}.{}",
-        hex.get(..6).unwrap_or_default(),
-        hex.get(6..22).unwrap_or_default()
-    )
+    let (id, secret) = crate::k3s_node::bootstrap_token(secret);
+    format!("{id}.{secret}")
 }
 
 /// A kubeconfig for `server` trusting the CA file `ca`, with a bearer

@@ -90,16 +90,9 @@ pub fn parse_token(token: &str) -> Result<(Option<&str>, &str), String> {
     Ok((Some(hash), secret))
 }
 
-/// The bootstrap token (id, secret) that stands for a join token's
-/// secret: the first 6 and the next 16 hex digits of its SHA-256, which
-/// fit Kubernetes' `[a-z0-9]{6}.[a-z0-9]{16}` whatever the secret holds.
-/// The server registers the same pair ([`super::supervisor`]), so only a
-/// machine holding the join token can present it.
-pub fn bootstrap_token(secret: &str) -> (String, String) {
-    let hex = liken_api::hash::sha256(secret.as_bytes()).to_string();
-    let hex = hex.trim_start_matches("sha256:");
-    (hex[..6].to_owned(), hex[6..22].to_owned())
-}
+/// The bootstrap token (id, secret) for a join token's secret
+/// ([`crate::k3s_node::bootstrap_token`], which the launcher shares).
+pub use crate::k3s_node::bootstrap_token;
 
 /// Gets the credentials for `setup`'s role (see the module docs).
 pub fn obtain(setup: &Setup) -> Result<Credentials, String> {
