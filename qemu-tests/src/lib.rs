@@ -33,6 +33,7 @@ pub mod firmware;
 pub mod fleet;
 pub mod install;
 pub mod netns;
+pub mod real_node;
 
 /// `make -s <target>` in the workspace with `IMAGES_OUT=<images>` and
 /// this target directory, without the package variables `cargo test`

@@ -72,6 +72,10 @@ use liken_api::Slot;
 use qemu_tests::disk::{Installed, SlotFiles, installed_disk, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::real_node::{
+    K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, ready, release_manifests,
+    upstream_system_image, workload_yaml,
+};
 use qemu_tests::{Launch, Vm, channel_releases, drives, images, make_images, run, scratch};
 
 /// Up to the launcher's first line: OVMF, systemd-boot, the kernel,
@@ -80,10 +84,9 @@ const BOOT: Duration = Duration::from_secs(600);
 /// From the launcher's start to the Node Ready.
 const READY: Duration = Duration::from_secs(1500);
 
-fn kubectl(host: &Host) -> Command {
-    let mut c = Command::new(liken_testenv::kubectl_bin());
-    c.env("KUBECONFIG", &host.kubeconfig);
-    c
+/// testenv's kubectl as the host's control plane's admin.
+fn admin(host: &Host) -> Kubectl {
+    Kubectl::new(&host.kubeconfig)
 }
 
 /// In place of the leader's k3s supervisor (see the module docs): the
@@ -120,7 +123,8 @@ fn let_agents_join(host: &Host) {
     );
     let file = host.logs().join("let-agents-join.yaml");
     std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let out = kubectl(host)
+    let out = admin(host)
+        .command()
         .args(["apply", "-f"])
         .arg(&file)
         .output()
@@ -132,244 +136,15 @@ fn let_agents_join(host: &Host) {
     );
 }
 
-/// The Node's fields as the host's apiserver stores them, or None.
-fn node(host: &Host, name: &str) -> Option<serde_json::Value> {
-    let out = kubectl(host)
-        .args(["get", "node", name, "-o", "json"])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn ready(n: &serde_json::Value) -> bool {
-    n["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
-}
-
-/// The workload image the release carries (the Makefile's
-/// `UPSTREAM_WORKLOAD`, from `liken-workload`).
-const WORKLOAD_IMAGE: &str = "liken.sh/liken-upstream-workload:1";
-/// The port liken-workload serves on.
-const WORKLOAD_PORT: u16 = 8080;
 /// From the manifests' apply to every pod Running and Ready.
 const PODS: Duration = Duration::from_secs(600);
-
-/// The shipped manifests, as the release carries them for init to hand
-/// a leader's k3s (`/usr/share/liken/manifests`, with the release's
-/// version in the operators' image names), read out of the system image
-/// with unsquashfs into `dir`.
-fn release_manifests(system: &std::path::Path, dir: &std::path::Path) -> std::path::PathBuf {
-    let out = dir.join("release-root");
-    let _ = std::fs::remove_dir_all(&out);
-    run(
-        "unsquashfs",
-        &[
-            "-q",
-            "-n",
-            "-d",
-            &out.to_string_lossy(),
-            &system.to_string_lossy(),
-            "usr/share/liken/manifests",
-        ],
-    );
-    out.join("usr/share/liken/manifests")
-}
-
-/// `kubectl apply -f <file or directory>` as the deployment's admin.
-fn apply(host: &Host, what: &std::path::Path) {
-    let out = kubectl(host)
-        .args(["apply", "-f"])
-        .arg(what)
-        .output()
-        .unwrap_or_else(|e| panic!("kubectl: {e}"));
-    assert!(
-        out.status.success(),
-        "kubectl apply -f {}: {}",
-        what.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The test's workload: two replicas of liken-workload, never pulled
-/// (the image comes only from the release's airgap archives), ready when
-/// the kubelet's HTTP probe reaches it on the pod network.
-fn workload_yaml() -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
-         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    \
-         metadata:\n      labels:\n        app: web\n    spec:\n      \
-         terminationGracePeriodSeconds: 10\n      containers:\n      - name: web\n        \
-         image: {WORKLOAD_IMAGE}\n        imagePullPolicy: Never\n        args: \
-         [\"{WORKLOAD_PORT}\"]\n        ports:\n        - containerPort: {WORKLOAD_PORT}\n        \
-         readinessProbe:\n          httpGet:\n            path: /\n            port: \
-         {WORKLOAD_PORT}\n          periodSeconds: 2\n"
-    )
-}
-
-/// Whether a pod runs as its kubelet reports it: Running, Ready, and
-/// every container started and ready with a containerd container ID.
-/// Returns the container IDs, or why not.
-fn decide_pod(pod: &serde_json::Value) -> Result<Vec<String>, String> {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("?");
-    let status = &pod["status"];
-    let phase = status["phase"].as_str().unwrap_or("none");
-    if phase != "Running" {
-        return Err(format!("{name} is {phase}"));
-    }
-    let ready = status["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    });
-    if !ready {
-        return Err(format!("{name} is Running but not Ready"));
-    }
-    let containers = status["containerStatuses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if containers.is_empty() {
-        return Err(format!("{name} reports no containers"));
-    }
-    let mut ids = Vec::new();
-    for c in &containers {
-        let cname = c["name"].as_str().unwrap_or("?");
-        let id = c["containerID"].as_str().unwrap_or_default();
-        if !id.starts_with("containerd://") || id.len() <= "containerd://".len() {
-            return Err(format!(
-                "{name}/{cname} has no containerd container ID ({id:?})"
-            ));
-        }
-        if c["started"] != true || c["ready"] != true {
-            return Err(format!(
-                "{name}/{cname} is not started and ready (started {}, ready {})",
-                c["started"], c["ready"]
-            ));
-        }
-        if c["state"]["running"].is_null() {
-            return Err(format!(
-                "{name}/{cname} is not in state running: {}",
-                c["state"]
-            ));
-        }
-        ids.push(id.to_owned());
-    }
-    Ok(ids)
-}
-
-/// The pods on `node` whose name starts with one of `prefixes`, as the
-/// host's apiserver has them.
-fn pods_on(host: &Host, node: &str, prefixes: &[&str]) -> Vec<serde_json::Value> {
-    let out = kubectl(host)
-        .args([
-            "get",
-            "pods",
-            "--all-namespaces",
-            "--field-selector",
-            &format!("spec.nodeName={node}"),
-            "-o",
-            "json",
-        ])
-        .output();
-    let Ok(out) = out else { return Vec::new() };
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| {
-            let n = p["metadata"]["name"].as_str().unwrap_or_default();
-            prefixes.iter().any(|pre| n.starts_with(pre))
-        })
-        .collect()
-}
-
-/// Waits until `want` pods of `prefixes` run on `node` as [`decide_pod`]
-/// judges them (a pod being deleted, or whose containers include one of
-/// `stale`, the IDs of an earlier boot, does not count); returns them
-/// with their container IDs. The console's tail is printed on failure.
-fn wait_pods(
-    host: &Host,
-    node: &str,
-    prefixes: &[&str],
-    want: usize,
-    stale: &[String],
-    within: Duration,
-    vm: &Vm,
-) -> Vec<(String, Vec<String>)> {
-    let deadline = Instant::now() + within;
-    loop {
-        let pods = pods_on(host, node, prefixes);
-        let judged: Vec<_> = pods
-            .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-            .map(|p| {
-                let name = p["metadata"]["name"].as_str().unwrap_or("?").to_owned();
-                let judged = decide_pod(p).and_then(|ids| {
-                    if ids.iter().any(|i| stale.contains(i)) {
-                        Err(format!("{name} still shows a container of the boot before"))
-                    } else {
-                        Ok(ids)
-                    }
-                });
-                (name, judged)
-            })
-            .collect();
-        let running: Vec<_> = judged
-            .iter()
-            .filter_map(|(n, r)| r.as_ref().ok().map(|ids| (n.clone(), ids.clone())))
-            .collect();
-        if running.len() == want {
-            return running;
-        }
-        if Instant::now() >= deadline {
-            let why: Vec<String> = judged
-                .iter()
-                .map(|(n, r)| match r {
-                    Ok(_) => format!("{n}: running"),
-                    Err(e) => e.clone(),
-                })
-                .collect();
-            let events = kubectl(host)
-                .args([
-                    "get",
-                    "events",
-                    "--all-namespaces",
-                    "--sort-by=.lastTimestamp",
-                ])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            panic!(
-                "{want} pods of {prefixes:?} did not run on {node} within {} s: {why:?}\n\
-                 statuses: {}\nevents:\n{events}\n{}",
-                within.as_secs(),
-                serde_json::Value::Array(pods.iter().map(|p| p["status"].clone()).collect()),
-                vm.tail(60)
-            );
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
-}
 
 #[test]
 #[ignore = "needs make upstream-images; run with make test-upstream-node"]
 fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let began = Instant::now();
     let images = images();
-    make_images(
-        "upstream-images",
-        &images.dir,
-        "; this test needs the upstream node's system image (make upstream-images, which needs \
-         make testenv-node)",
-    );
-    let system = images.dir.join("system-upstream.squashfs");
-    assert!(system.exists(), "no {}", system.display());
+    let system = upstream_system_image(images);
     println!(
         "upstream system image: {} bytes (the stand-in's: {} bytes)",
         std::fs::metadata(&system).map(|m| m.len()).unwrap_or(0),
@@ -393,6 +168,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
         true,
     );
     let_agents_join(&host);
+    let admin = admin(&host);
 
     let d = host.deployment.to_string_lossy().into_owned();
     let layer = dir.join("layer.cpio");
@@ -465,13 +241,15 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     // The Node as the host's apiserver has it, written by the kubelet.
     let deadline = Instant::now() + Duration::from_secs(120);
     let n = loop {
-        if let Some(n) = node(&host, "node-2").filter(ready) {
+        if let Some(n) = admin.node("node-2").filter(ready) {
             break n;
         }
         assert!(
             Instant::now() < deadline,
             "node-2 is not Ready on the host's apiserver: {:?}\n{}",
-            node(&host, "node-2").map(|n| n["status"]["conditions"].clone()),
+            admin
+                .node("node-2")
+                .map(|n| n["status"]["conditions"].clone()),
             vm.tail(40)
         );
         std::thread::sleep(Duration::from_secs(2));
@@ -519,24 +297,16 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     // reports to the host's apiserver.
     let manifests = release_manifests(&images.dir.join("system-upstream.squashfs"), &dir);
     let applied = Instant::now();
-    apply(&host, &manifests.join("crds"));
-    apply(&host, &manifests.join("liken-system.yaml"));
-    apply(&host, &manifests.join("machine-operator.yaml"));
+    admin.apply(&manifests.join("crds"));
+    admin.apply(&manifests.join("liken-system.yaml"));
+    admin.apply(&manifests.join("machine-operator.yaml"));
     let workload = dir.join("workload.yaml");
-    std::fs::write(&workload, workload_yaml())
+    std::fs::write(&workload, workload_yaml(2))
         .unwrap_or_else(|e| panic!("{}: {e}", workload.display()));
-    apply(&host, &workload);
-    let operator = wait_pods(
-        &host,
-        "node-2",
-        &["liken-machine-operator-"],
-        1,
-        &[],
-        PODS,
-        &vm,
-    );
+    admin.apply(&workload);
+    let operator = admin.wait_pods("node-2", &["liken-machine-operator-"], 1, &[], PODS, &vm);
     let operator_at = applied.elapsed();
-    let web = wait_pods(&host, "node-2", &["web-"], 2, &[], PODS, &vm);
+    let web = admin.wait_pods("node-2", &["web-"], 2, &[], PODS, &vm);
     let pods_at = applied.elapsed();
     // The operator in its container reaches the API as a pod does (its
     // bound ServiceAccount token, the kubernetes Service carried by the
@@ -545,7 +315,8 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     // token's node. Nothing else in this test writes either.
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let holder = kubectl(&host)
+        let holder = admin
+            .command()
             .args(["get", "lease", "-n", "liken-system", "node-2", "-o"])
             .arg("jsonpath={.spec.holderIdentity}")
             .output()
@@ -611,7 +382,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let again = vm.expect("liken-upstream-k3s (not k3s): start times:", READY);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Some(n) = node(&host, "node-2").filter(ready)
+        if let Some(n) = admin.node("node-2").filter(ready)
             && n["status"]["nodeInfo"]["bootID"] != old_boot
         {
             break;
@@ -619,7 +390,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
         assert!(
             Instant::now() < deadline,
             "node-2 is not Ready from its new boot on the host's apiserver: {:?}\n{}",
-            node(&host, "node-2").map(|n| n["status"].clone()),
+            admin.node("node-2").map(|n| n["status"].clone()),
             vm.tail(40)
         );
         std::thread::sleep(Duration::from_secs(2));
@@ -634,7 +405,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
         .flat_map(|(_, ids)| ids.clone())
         .collect();
     let prefixes = ["liken-machine-operator-", "web-"];
-    let back = wait_pods(&host, "node-2", &prefixes, 3, &before, PODS, &vm);
+    let back = admin.wait_pods("node-2", &prefixes, 3, &before, PODS, &vm);
     let pods_back = rebooted.elapsed();
     println!(
         "after the reboot, the three pods run again in new containers {:.0} s after init's \
@@ -657,20 +428,6 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     );
 }
 
-/// A TCP port on the host's loopback that nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("a free port: {e}"))
-}
-
-/// k3s's documented minimum memory for a server, in MB, as issue 25
-/// states it (k3s's Requirements page, docs.k3s.io/installation/requirements,
-/// section Hardware; the figure is printed beside the measurement, not
-/// asserted against it).
-const K3S_SERVER_MINIMUM_MB: u32 = 512;
-
 /// The leader's whole control plane in the guest: `k3s server` on the
 /// identity init seeded, its own kubelet joining its own API, and the
 /// host reaching that API only through QEMU's forwarded port.
@@ -679,14 +436,7 @@ const K3S_SERVER_MINIMUM_MB: u32 = 512;
 fn a_leader_runs_the_control_plane_and_its_own_node() {
     let began = Instant::now();
     let images = images();
-    make_images(
-        "upstream-images",
-        &images.dir,
-        "; this test needs the upstream node's system image (make upstream-images, which needs \
-         make testenv-node)",
-    );
-    let system = images.dir.join("system-upstream.squashfs");
-    assert!(system.exists(), "no {}", system.display());
+    let system = upstream_system_image(images);
 
     // A deployment of one leader, made with the real CLI; its endpoint
     // is the address the guest has on QEMU's user network.
@@ -801,16 +551,8 @@ fn a_leader_runs_the_control_plane_and_its_own_node() {
         ],
     );
     let kubeconfig = deployment.join("identity/kubeconfig");
-    let kubectl = |args: &[&str]| -> Option<String> {
-        let out = Command::new(liken_testenv::kubectl_bin())
-            .env("KUBECONFIG", &kubeconfig)
-            .args(args)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    };
+    let leader_api = Kubectl::new(&kubeconfig);
+    let kubectl = |args: &[&str]| leader_api.text(args);
     let version: serde_json::Value = kubectl(&["get", "--raw", "/version"])
         .and_then(|v| serde_json::from_str(&v).ok())
         .unwrap_or_else(|| panic!("the leader's API did not answer /version through port {port}"));
@@ -1000,28 +742,6 @@ fn the_upstream_image_costs_its_slot_write() {
     );
 }
 
-/// Waits up to a minute for the launcher's line listing containerd's
-/// containers (`ctr containers list` in the guest) to name `id`.
-fn ctr_lists(vm: &mut Vm, id: &str, pod: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        vm.drain();
-        let listed = vm.seen.iter().any(|l| {
-            l.split_once("containerd's k8s.io containers (ctr containers list):")
-                .is_some_and(|(_, ids)| ids.split_whitespace().any(|i| i == id))
-        });
-        if listed {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "containerd in the guest does not list {pod}'s container {id}:\n{}",
-            vm.tail(30)
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
-}
-
 /// Sends `signal` to `child` with kill(1), as the runtime signals a
 /// container, and waits up to 10 s for it to end; returns its status.
 fn signal_and_wait(child: &mut std::process::Child, signal: &str) -> std::process::ExitStatus {
@@ -1097,34 +817,4 @@ fn the_workload_answers_and_stops_on_term() {
     );
     let status = signal_and_wait(&mut child, "TERM");
     assert_eq!(status.code(), Some(0), "{status}");
-}
-
-#[test]
-fn a_pod_runs_only_as_its_kubelet_reports_every_container_running() {
-    let pod = |phase: &str, ready: &str, id: &str, started: bool| {
-        serde_json::json!({
-            "metadata": {"name": "web-1"},
-            "status": {
-                "phase": phase,
-                "conditions": [{"type": "Ready", "status": ready}],
-                "containerStatuses": [{
-                    "name": "web", "containerID": id, "started": started, "ready": started,
-                    "state": if started { serde_json::json!({"running": {}}) }
-                             else { serde_json::json!({"waiting": {}}) },
-                }],
-            },
-        })
-    };
-    assert_eq!(
-        decide_pod(&pod("Running", "True", "containerd://abc", true)),
-        Ok(vec!["containerd://abc".to_owned()])
-    );
-    assert!(decide_pod(&pod("Pending", "False", "", false)).is_err());
-    assert!(decide_pod(&pod("Running", "False", "containerd://abc", true)).is_err());
-    assert!(decide_pod(&pod("Running", "True", "containerd://", true)).is_err());
-    assert!(decide_pod(&pod("Running", "True", "docker://abc", true)).is_err());
-    assert!(decide_pod(&pod("Running", "True", "containerd://abc", false)).is_err());
-    let mut none = pod("Running", "True", "containerd://abc", true);
-    none["status"]["containerStatuses"] = serde_json::json!([]);
-    assert!(decide_pod(&none).is_err());
 }
