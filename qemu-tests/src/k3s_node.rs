@@ -8,6 +8,16 @@
 use std::path::Path;
 use std::time::Duration;
 
+/// Where k3s reads the flags it was not given (k3s-io/k3s
+/// pkg/configfilearg/defaultparser.go, `MustParse`'s `DefaultConfig`),
+/// which liken-init renders.
+pub const CONFIG_PATH: &str = "/etc/rancher/k3s/config.yaml";
+/// k3s's data directory for root when config.yaml names none (k3s-io/k3s
+/// pkg/datadir/datadir.go, `DefaultDataDir`).
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
+/// The server CA certificate a follower keeps of the layer init unpacked.
+pub const FOLLOWER_SERVER_CA: &str = "/run/liken/layer/identity/server/tls/server-ca.crt";
+
 /// Writes `bytes` to `path`, 0600, through a temporary name.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;

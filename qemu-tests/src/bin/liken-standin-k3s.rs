@@ -818,7 +818,7 @@ fn print_k3s_files() {
             format!("{:04o}", m.permissions().mode() & 0o7777)
         })
     };
-    let config = Path::new("/etc/rancher/k3s/config.yaml");
+    let config = Path::new(k3s_node::CONFIG_PATH);
     let text = std::fs::read_to_string(config).unwrap_or_default();
     say(&format!("config.yaml mode {}", mode(config)));
     for line in text.lines() {

@@ -18,15 +18,9 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-/// Where k3s reads its configuration.
-pub const CONFIG_PATH: &str = "/etc/rancher/k3s/config.yaml";
-/// k3s's default data directory.
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
-/// The server CA certificate a follower keeps of the layer (liken-init's
-/// root step copies only it, the documents and the agent token).
-pub const FOLLOWER_SERVER_CA: &str = "/run/liken/layer/identity/server/tls/server-ca.crt";
+pub use crate::k3s_node::{CONFIG_PATH, DEFAULT_DATA_DIR, FOLLOWER_SERVER_CA};
 /// The pod sandbox image when config.yaml names none: the one `make
 /// upstream-images` builds from `liken-pause` and puts in the release's
 /// airgap images. k3s's default names Rancher's image on Docker Hub,
@@ -41,9 +35,9 @@ pub struct K3sConfig {
     /// The node's name.
     #[serde(default)]
     pub node_name: Option<String>,
-    /// The node's address(es).
-    #[serde(default)]
-    pub node_ip: Option<String>,
+    /// The node's address(es), the primary first.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub node_ip: Vec<String>,
     /// k3s's data directory.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
@@ -54,14 +48,45 @@ pub struct K3sConfig {
     #[serde(default)]
     pub server: Option<String>,
     /// `key=value` labels.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub node_label: Vec<String>,
     /// `key=value:Effect` taints.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub node_taint: Vec<String>,
     /// The pod sandbox image.
     #[serde(default)]
     pub pause_image: Option<String>,
+}
+
+/// A slice flag's value in config.yaml, as k3s reads it: its
+/// configfilearg turns a YAML sequence into one `--key=item` per item and
+/// a scalar into one `--key=value` (k3s-io/k3s pkg/configfilearg/parser.go,
+/// readConfigFile), so `node-ip: 10.0.0.1` and `node-ip: [10.0.0.1]` are
+/// the same list. liken-init writes the sequence form.
+pub fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// The items of a slice flag that k3s also splits at commas
+/// (`util.SplitStringSlice`, which k3s applies to `node-ip` and
+/// `tls-san`), trimmed, empty ones dropped.
+pub fn split_commas(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Reads config.yaml's text.
@@ -123,13 +148,11 @@ pub fn decide_agent(
                 .into(),
         );
     }
-    // k3s takes the first of a comma-separated node-ip as the primary.
-    let node_ip = config
-        .node_ip
-        .as_deref()
-        .and_then(|ips| ips.split(',').next())
-        .map(str::trim)
-        .filter(|ip| !ip.is_empty())
+    // k3s takes the first of node-ip's addresses as the primary.
+    let node_ips = split_commas(&config.node_ip);
+    let node_ip = node_ips
+        .first()
+        .map(String::as_str)
         .or(route_ip)
         .ok_or_else(|| {
             "no node-ip in config.yaml and no default route to take the address of; the \
@@ -213,6 +236,97 @@ mod tests {
             parse("server: https://s:6443\ntoken-file: /t\npause-image: r.example/p:3\n").unwrap();
         let a = decide_agent(&cfg, "host", Some("10.0.2.15")).unwrap();
         assert_eq!(a.pause_image, "r.example/p:3");
+    }
+
+    /// What liken-init writes is what the launcher reads: init's own
+    /// rendering for a leader and a follower with static addresses
+    /// (node-ip, tls-san and the labels as YAML sequences) gives the
+    /// first static address as the node's, the endpoint's host as a SAN.
+    #[test]
+    fn inits_rendering_is_read_with_its_sequences() {
+        use liken_api::machine::{InterfaceSpec, NetworkSpec};
+        use liken_api::{Cluster, ClusterSpec, Machine, MachineSpec};
+        use liken_init::seed::render_k3s_config;
+        let cluster = Cluster::new(
+            "fleet",
+            ClusterSpec {
+                endpoint: "https://192.168.77.1:6443".into(),
+                leaders: vec!["node-1".into()],
+                ..ClusterSpec::default()
+            },
+        );
+        let machine = |name: &str, address: &str| {
+            Machine::new(
+                name,
+                MachineSpec {
+                    network: Some(NetworkSpec {
+                        interfaces: vec![
+                            InterfaceSpec {
+                                mac: Some("52:54:00:00:00:01".into()),
+                                dhcp: true,
+                                ..InterfaceSpec::default()
+                            },
+                            InterfaceSpec {
+                                mac: Some("52:54:00:00:77:01".into()),
+                                addresses: vec![address.into(), "fd00::1/64".into()],
+                                ..InterfaceSpec::default()
+                            },
+                        ],
+                        ..NetworkSpec::default()
+                    }),
+                    ..MachineSpec::default()
+                },
+            )
+        };
+        let leader = render_k3s_config(
+            &machine("node-1", "192.168.77.1/24"),
+            &cluster,
+            liken_api::Role::Leader,
+            true,
+        );
+        let cfg = parse(&leader).unwrap_or_else(|e| panic!("{e}\n{leader}"));
+        assert_eq!(cfg.node_ip, ["192.168.77.1", "fd00::1"], "{leader}");
+        let a = decide_agent(
+            &K3sConfig {
+                server: Some("https://127.0.0.1:6443".into()),
+                ..cfg
+            },
+            "host",
+            Some("10.0.2.15"),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.node.as_str(), a.node_ip.as_str()),
+            ("node-1", "192.168.77.1")
+        );
+        let server: crate::upstream::server::ServerConfig = serde_yaml::from_str(&leader).unwrap();
+        assert_eq!(server.tls_san, ["192.168.77.1"]);
+        assert!(
+            server.cluster_init && !server.kube_apiserver_arg.is_empty(),
+            "{leader}"
+        );
+
+        let follower = render_k3s_config(
+            &machine("node-2", "192.168.77.2/24"),
+            &cluster,
+            liken_api::Role::Follower,
+            false,
+        );
+        let cfg = parse(&follower).unwrap_or_else(|e| panic!("{e}\n{follower}"));
+        let a = decide_agent(&cfg, "host", Some("10.0.2.15")).unwrap();
+        assert_eq!(a.node_ip, "192.168.77.2");
+        assert_eq!(a.server, "https://192.168.77.1:6443");
+    }
+
+    /// k3s reads a slice flag's scalar and its sequence alike, and splits
+    /// node-ip at commas.
+    #[test]
+    fn a_slice_flag_is_a_scalar_or_a_sequence() {
+        let one = parse("node-ip: 10.1.1.1,fd00::1\nnode-label: a=b\n").unwrap();
+        let many = parse("node-ip:\n  - 10.1.1.1\n  - fd00::1\nnode-label: [a=b]\n").unwrap();
+        assert_eq!(split_commas(&one.node_ip), split_commas(&many.node_ip));
+        assert_eq!(one.node_label, many.node_label);
+        assert!(parse("node-ip: {a: b}\n").is_err());
     }
 
     /// The Makefile images the sandbox under the name the launcher pins

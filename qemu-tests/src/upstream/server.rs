@@ -83,16 +83,16 @@ pub struct ServerConfig {
     #[serde(default)]
     pub server: Option<String>,
     /// Extra names and addresses for the API's certificate.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::config::one_or_many")]
     pub tls_san: Vec<String>,
     /// Extra kube-apiserver flags (`key=value`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::config::one_or_many")]
     pub kube_apiserver_arg: Vec<String>,
     /// Extra kube-controller-manager flags.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::config::one_or_many")]
     pub kube_controller_manager_arg: Vec<String>,
     /// Extra kube-scheduler flags.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::config::one_or_many")]
     pub kube_scheduler_arg: Vec<String>,
 }
 
@@ -132,7 +132,7 @@ pub fn decide_server(text: &str, hostname: &str, route_ip: Option<&str>) -> Resu
     let agent = config::decide_agent(&k, hostname, route_ip)?;
     Ok(Server {
         agent,
-        tls_san: sc.tls_san,
+        tls_san: super::config::split_commas(&sc.tls_san),
         apiserver_args: sc.kube_apiserver_arg,
         controller_args: sc.kube_controller_manager_arg,
         scheduler_args: sc.kube_scheduler_arg,

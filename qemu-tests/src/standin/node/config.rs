@@ -14,14 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// Where k3s reads its configuration.
-pub const CONFIG_PATH: &str = "/etc/rancher/k3s/config.yaml";
-/// k3s's default data directory.
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
+pub use crate::k3s_node::{CONFIG_PATH, DEFAULT_DATA_DIR, FOLLOWER_SERVER_CA};
 /// The Cluster document init runs this boot.
 pub const CLUSTER_DOCUMENT: &str = "/run/liken/documents/cluster.yaml";
-/// The server CA certificate a follower keeps of the layer.
-pub const FOLLOWER_SERVER_CA: &str = "/run/liken/layer/identity/server/tls/server-ca.crt";
 
 /// config.yaml, the keys the stand-in uses.
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
