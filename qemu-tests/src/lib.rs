@@ -450,6 +450,10 @@ pub struct Launch {
     pub shown: Option<&'static str>,
     /// The guest's memory.
     pub memory_mib: u32,
+    /// The guest's virtual CPUs. Under TCG each is a host thread
+    /// (multi-threaded TCG), so a machine with two competes for both of
+    /// the build machine's cores.
+    pub cpus: u32,
     /// A guest reboot resets the machine and it boots again (a fleet's
     /// machines); otherwise QEMU exits (`-no-reboot`), so a test sees a
     /// reboot as QEMU's end.
@@ -486,6 +490,7 @@ impl Default for Launch {
         Launch {
             shown: None,
             memory_mib: 512,
+            cpus: 1,
             reboot_in_place: false,
             append_log: false,
             netns: None,
@@ -593,6 +598,7 @@ impl Vm {
             _ => "tcg",
         };
         let memory = launch.memory_mib.to_string();
+        let cpus = launch.cpus.max(1).to_string();
         // `ip netns exec` enters the namespace and execs QEMU, so the
         // child is QEMU itself either way.
         let mut cmd = match &launch.netns {
@@ -604,7 +610,7 @@ impl Vm {
             None => Command::new("qemu-system-x86_64"),
         };
         cmd.args([
-            "-machine", "q35", "-accel", accel, "-m", &memory, "-smp", "1",
+            "-machine", "q35", "-accel", accel, "-m", &memory, "-smp", &cpus,
         ])
         .args(["-nodefaults", "-no-user-config", "-display", "none"]);
         if !launch.reboot_in_place {
