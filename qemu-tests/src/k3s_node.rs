@@ -72,3 +72,25 @@ pub fn bootstrap_token(secret: &str) -> (String, String) {
         hex.get(6..22).unwrap_or_default().to_owned(),
     )
 }
+
+/// A join token: `K10<CA hash>::<user>:<secret>` (k3s's secure form) or
+/// a bare secret. Returns the CA hash, if the token has one, and the
+/// secret; as k3s's parser does (k3s-io/k3s pkg/clientaccess/token.go,
+/// `parseToken`), an empty hash (`K10::<user>:<secret>`) is no hash, and
+/// a secure token without its user and secret is refused.
+pub fn parse_token(token: &str) -> Result<(Option<&str>, &str), String> {
+    let token = token.trim();
+    let Some(rest) = token.strip_prefix("K10") else {
+        return Ok((None, token));
+    };
+    let (hash, creds) = rest
+        .split_once("::")
+        .ok_or_else(|| "the join token starts with K10 but has no `::`".to_owned())?;
+    let (_, secret) = creds
+        .split_once(':')
+        .ok_or_else(|| "the join token has no `<user>:<secret>` after `::`".to_owned())?;
+    if secret.is_empty() {
+        return Err("the join token's secret is empty".into());
+    }
+    Ok(((!hash.is_empty()).then_some(hash), secret))
+}

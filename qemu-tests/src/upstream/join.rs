@@ -28,24 +28,18 @@ use std::path::Path;
 use super::config::Agent;
 use crate::k3s_node::write_private;
 
-/// A join token: `K10<CA hash>::<user>:<secret>`; returns the hash and
-/// the secret. The launcher refuses a bare token: without the hash it
-/// could not check the CA it trusts.
+/// A join token's CA hash and secret
+/// ([`crate::k3s_node::parse_token`]). The launcher refuses a bare
+/// token: without the hash it could not check the CA it trusts.
 pub fn decide_token(token: &str) -> Result<(&str, &str), String> {
-    let token = token.trim();
-    let rest = token.strip_prefix("K10").ok_or_else(|| {
-        "the join token is not in k3s's secure form (K10<CA hash>::<user>:<secret>)".to_owned()
-    })?;
-    let (hash, creds) = rest
-        .split_once("::")
-        .ok_or_else(|| "the join token starts with K10 but has no `::`".to_owned())?;
-    let (_, secret) = creds
-        .split_once(':')
-        .ok_or_else(|| "the join token has no `<user>:<secret>` after `::`".to_owned())?;
-    if secret.is_empty() || hash.is_empty() {
-        return Err("the join token's CA hash or secret is empty".into());
+    match crate::k3s_node::parse_token(token)? {
+        (Some(hash), secret) => Ok((hash, secret)),
+        (None, _) => Err(
+            "the join token has no CA hash: it is not in k3s's secure form \
+             (K10<CA hash>::<user>:<secret>)"
+                .into(),
+        ),
     }
-    Ok((hash, secret))
 }
 
 /// The bootstrap token `<id>.<secret>` that stands for a join token's
@@ -127,6 +121,8 @@ mod tests {
         assert!(decide_token("s3cret").is_err());
         assert!(decide_token("K10abc:node:s").is_err());
         assert!(decide_token("K10abc::node:").is_err());
+        // k3s reads an empty hash as none; the launcher needs one.
+        assert!(decide_token("K10::node:s3cret").is_err());
     }
 
     #[test]

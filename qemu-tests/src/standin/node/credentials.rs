@@ -71,24 +71,9 @@ pub fn node_user(node: &str) -> String {
     format!("system:node:{node}")
 }
 
-/// A join token: `K10<CA hash>::<user>:<secret>` (k3s's secure format),
-/// or a bare secret. Returns the CA hash (if any) and the secret.
-pub fn parse_token(token: &str) -> Result<(Option<&str>, &str), String> {
-    let token = token.trim();
-    let Some(rest) = token.strip_prefix("K10") else {
-        return Ok((None, token));
-    };
-    let (hash, creds) = rest
-        .split_once("::")
-        .ok_or_else(|| "the join token starts with K10 but has no `::`".to_owned())?;
-    let (_, secret) = creds
-        .split_once(':')
-        .ok_or_else(|| "the join token has no `<user>:<secret>` after `::`".to_owned())?;
-    if secret.is_empty() {
-        return Err("the join token's secret is empty".into());
-    }
-    Ok((Some(hash), secret))
-}
+/// A join token's CA hash (if it has one) and secret
+/// ([`crate::k3s_node::parse_token`], which the launcher shares).
+pub use crate::k3s_node::parse_token;
 
 /// The bootstrap token (id, secret) for a join token's secret
 /// ([`crate::k3s_node::bootstrap_token`], which the launcher shares).
@@ -157,7 +142,8 @@ fn bootstrapped(setup: &Setup, server_ca: &[u8]) -> Result<PathBuf, String> {
     let (hash, secret) = parse_token(&token)?;
     let Some(hash) = hash else {
         return Err(format!(
-            "{} holds a bare token; an agent needs the secure K10 form to check the server CA",
+            "{} holds a token without a CA hash; an agent needs the secure K10 form \
+             (K10<CA hash>::<user>:<secret>) to check the server CA",
             setup.token_file.display()
         ));
     };
@@ -322,6 +308,7 @@ mod tests {
         assert_eq!(parse_token("plain").unwrap(), (None, "plain"));
         assert!(parse_token("K10abc").is_err());
         assert!(parse_token("K10abc::node:").is_err());
+        assert_eq!(parse_token("K10::node:s").unwrap(), (None, "s"));
         let (id, s) = bootstrap_token("0123456789abcdef");
         assert_eq!((id.len(), s.len()), (6, 16));
         assert!(
