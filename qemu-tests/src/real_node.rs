@@ -198,6 +198,35 @@ impl Kubectl {
             std::thread::sleep(Duration::from_secs(2));
         }
     }
+
+    /// Waits until the heartbeat Lease `liken-system/<node>` is held by
+    /// `node`: its machine operator, in its container, reached the API.
+    pub fn wait_heartbeat(&self, node: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let holder = self
+                .text(&[
+                    "get",
+                    "lease",
+                    "-n",
+                    "liken-system",
+                    node,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                ])
+                .map(|t| t.trim().to_owned());
+            if holder.as_deref() == Some(node) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the machine operator's heartbeat Lease liken-system/{node} is not held by {node} \
+                 within {} s (holder {holder:?}): its container does not reach the API",
+                within.as_secs()
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
 }
 
 /// Whether a Node's Ready condition is True.

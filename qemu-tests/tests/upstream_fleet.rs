@@ -203,35 +203,6 @@ fn wait_ready(
     }
 }
 
-/// Waits until the heartbeat Lease `liken-system/<node>` is held by
-/// `node`: its machine operator, in its container, reached the API.
-fn wait_heartbeat(api: &Kubectl, node: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let holder = api
-            .text(&[
-                "get",
-                "lease",
-                "-n",
-                "liken-system",
-                node,
-                "-o",
-                "jsonpath={.spec.holderIdentity}",
-            ])
-            .map(|t| t.trim().to_owned());
-        if holder.as_deref() == Some(node) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the machine operator's heartbeat Lease liken-system/{node} is not held by {node} \
-             within {} s (holder {holder:?}): its container does not reach the API",
-            within.as_secs()
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
-}
-
 /// The PodDisruptionBudget over the workload: one replica always
 /// available, so a drain may evict only one of the two.
 fn budget_yaml() -> String {
@@ -427,7 +398,7 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
     );
     let operators_at = started.elapsed();
     for m in [&LEADER, &FOLLOWER] {
-        wait_heartbeat(&api, m.name, Duration::from_secs(300));
+        api.wait_heartbeat(m.name, Duration::from_secs(300));
     }
     let heartbeats_at = started.elapsed();
     // Each machine operator seeded its Machine's status from its node.

@@ -313,26 +313,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     // real kube-proxy): it seeds its Machine and renews its heartbeat
     // Lease, which the admission policy lets it hold only under the
     // token's node. Nothing else in this test writes either.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let holder = admin
-            .command()
-            .args(["get", "lease", "-n", "liken-system", "node-2", "-o"])
-            .arg("jsonpath={.spec.holderIdentity}")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-        if holder.as_deref() == Some("node-2") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the machine operator's heartbeat Lease liken-system/node-2 is not held by node-2 \
-             within 180 s (holder {holder:?}): its container does not reach the API"
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    admin.wait_heartbeat("node-2", Duration::from_secs(180));
     println!(
         "the machine operator's heartbeat Lease is held by node-2, {:.0} s after the apply",
         applied.elapsed().as_secs_f64()
