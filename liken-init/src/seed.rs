@@ -104,6 +104,22 @@ pub const CONFIG: &str = "/run/rancher/k3s/config.yaml";
 /// (`kube-apiserver-arg: admission-control-config-file=...`, as k3s's
 /// hardening guide does).
 pub const POD_SECURITY: &str = "/run/rancher/k3s/pod-security.yaml";
+/// The leader election a leader's kube-controller-manager and
+/// kube-scheduler run with (config.yaml's `kube-controller-manager-arg`
+/// and `kube-scheduler-arg`): a 60 s lease renewed within 40 s, four
+/// times Kubernetes' 15 s and 10 s. k3s ends its whole process when
+/// either loses its lease, and the controller manager loses it whenever
+/// the API server cannot answer a renewal within the renew deadline: on a
+/// small or busy machine (an SD card, a slow disk, a starved CPU) that
+/// turns k3s into a restart loop (k3s-io/k3s issue 8956, whose answer is
+/// these two flags). Measured here: a leader under TCG with the default
+/// timings restarted k3s every two to five minutes after each boot, each
+/// restart taking the API away for a minute or more. The price is a
+/// slower takeover when a second server must take over from a dead one.
+pub const LEADER_ELECTION_ARGS: [&str; 2] = [
+    "leader-elect-lease-duration=60s",
+    "leader-elect-renew-deadline=40s",
+];
 /// The namespaces Pod Security exempts: k3s's own and liken's (the
 /// machine operator mounts host paths and uses the host's network).
 pub const POD_SECURITY_EXEMPT: [&str; 2] = ["kube-system", "liken-system"];
@@ -371,6 +387,9 @@ pub fn render_k3s_config(
             "kube-apiserver-arg",
             &[format!("admission-control-config-file={POD_SECURITY}")],
         );
+        let election = LEADER_ELECTION_ARGS.map(str::to_owned);
+        list(&mut out, "kube-controller-manager-arg", &election);
+        list(&mut out, "kube-scheduler-arg", &election);
     }
     let k3s = machine.spec.k3s.clone().unwrap_or_default();
     let labels: Vec<String> = k3s
@@ -1266,6 +1285,10 @@ mod tests {
              cluster-init: true\n\
              tls-san:\n  - \"10.0.0.10\"\n\
              kube-apiserver-arg:\n  - \"admission-control-config-file=/run/rancher/k3s/pod-security.yaml\"\n\
+             kube-controller-manager-arg:\n  - \"leader-elect-lease-duration=60s\"\n  - \
+             \"leader-elect-renew-deadline=40s\"\n\
+             kube-scheduler-arg:\n  - \"leader-elect-lease-duration=60s\"\n  - \
+             \"leader-elect-renew-deadline=40s\"\n\
              node-label:\n  - \"disk=ssd\"\n  - \"topology.kubernetes.io/zone=hall-a\"\n\
              node-taint:\n  - \"dedicated=db:NoSchedule\"\n"
         );

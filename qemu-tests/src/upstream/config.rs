@@ -305,6 +305,23 @@ mod tests {
             server.cluster_init && !server.kube_apiserver_arg.is_empty(),
             "{leader}"
         );
+        // init's leader-election timings reach both controllers' flags,
+        // after k3s's own, where the last of a repeated flag wins.
+        let parsed = crate::upstream::server::decide_server(&leader, "node-1", None).unwrap();
+        for args in [&parsed.controller_args, &parsed.scheduler_args] {
+            assert_eq!(args, &liken_init::seed::LEADER_ELECTION_ARGS, "{leader}");
+        }
+        let flags = crate::upstream::control::controller_manager(
+            std::path::Path::new("/var/lib/rancher/k3s/server"),
+            &parsed.controller_args,
+        );
+        assert!(
+            flags.ends_with(&[
+                "--leader-elect-lease-duration=60s".to_owned(),
+                "--leader-elect-renew-deadline=40s".to_owned()
+            ]),
+            "{flags:?}"
+        );
 
         let follower = render_k3s_config(
             &machine("node-2", "192.168.77.2/24"),
