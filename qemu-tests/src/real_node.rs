@@ -14,21 +14,52 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::fleet::{Release, releases_in};
 use crate::{Images, Vm, make_images, run};
 
-/// The upstream node's system image (`make upstream-images`, which
-/// needs `make testenv-node`), built first unless the caller's make has
-/// just built it.
-pub fn upstream_system_image(images: &Images) -> PathBuf {
+/// The upstream channel's versions (qemu-tests/upstream-images.sh): N,
+/// which the upstream tests install, and N+1, the upgrade.
+pub const UPSTREAM_VERSIONS: [&str; 2] = ["2026.02.01-001", "2026.02.01-002"];
+
+/// The upstream node's channel (`make upstream-images`, which needs
+/// `make testenv-node`), built first unless the caller's make has just
+/// built it: its directory and its releases N and N+1.
+pub fn upstream_channel(images: &Images) -> (PathBuf, Vec<Release>) {
     make_images(
         "upstream-images",
         &images.dir,
-        "; this test needs the upstream node's system image (make upstream-images, which needs \
+        "; this test needs the upstream node's releases (make upstream-images, which needs \
          make testenv-node)",
     );
-    let system = images.dir.join("system-upstream.squashfs");
-    assert!(system.exists(), "no {}", system.display());
-    system
+    let dir = images.dir.join("channel-upstream");
+    let releases = releases_in(&dir);
+    let versions: Vec<&str> = releases.iter().map(|r| r.version.as_str()).collect();
+    assert_eq!(
+        versions,
+        UPSTREAM_VERSIONS,
+        "{} holds other releases",
+        dir.display()
+    );
+    (dir, releases)
+}
+
+/// What one upstream release was assembled from (`IMAGES_OUT/upstream/<version>/`):
+/// its boot.cpio, whose liken-init knows the version, and its system
+/// image as a slot holds it (without the verity tree the release appends).
+pub fn upstream_release_files(images: &Images, version: &str) -> (PathBuf, PathBuf) {
+    let dir = images.dir.join("upstream").join(version);
+    let files = (dir.join("boot.cpio"), dir.join("system.squashfs"));
+    for f in [&files.0, &files.1] {
+        assert!(f.exists(), "no {} (make upstream-images)", f.display());
+    }
+    files
+}
+
+/// The upstream node's system image N, built first as
+/// [`upstream_channel`] builds it.
+pub fn upstream_system_image(images: &Images) -> PathBuf {
+    upstream_channel(images);
+    upstream_release_files(images, UPSTREAM_VERSIONS[0]).1
 }
 
 /// The workload image the upstream release carries (the Makefile's
@@ -299,15 +330,21 @@ pub fn decide_pod(pod: &Value) -> Result<Vec<String>, String> {
 
 /// The test's workload: `replicas` of liken-workload, never pulled (the
 /// image comes only from the release's airgap archives), ready when the
-/// kubelet's HTTP probe reaches it on the pod network.
-pub fn workload_yaml(replicas: u32) -> String {
+/// kubelet's HTTP probe reaches it on the pod network. With `host_port`
+/// each replica is also reachable on its node's port `host_port` (the
+/// CNI portmap plugin's DNAT), which also keeps two replicas off one
+/// node: the scheduler places no two pods claiming one hostPort together.
+pub fn workload_yaml(replicas: u32, host_port: Option<u16>) -> String {
+    let host_port = host_port
+        .map(|p| format!("\n          hostPort: {p}"))
+        .unwrap_or_default();
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
          spec:\n  replicas: {replicas}\n  selector:\n    matchLabels:\n      app: web\n  \
          template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      \
          terminationGracePeriodSeconds: 10\n      containers:\n      - name: web\n        \
          image: {WORKLOAD_IMAGE}\n        imagePullPolicy: Never\n        args: \
-         [\"{WORKLOAD_PORT}\"]\n        ports:\n        - containerPort: {WORKLOAD_PORT}\n        \
+         [\"{WORKLOAD_PORT}\"]\n        ports:\n        - containerPort: {WORKLOAD_PORT}{host_port}\n        \
          readinessProbe:\n          httpGet:\n            path: /\n            port: \
          {WORKLOAD_PORT}\n          periodSeconds: 2\n"
     )
@@ -424,5 +461,19 @@ mod tests {
         assert!(!ready(&serde_json::json!({})));
         assert_eq!(internal_ip(&n("True")).as_deref(), Some("192.168.77.1"));
         assert_eq!(internal_ip(&serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn the_workload_claims_its_host_port_only_when_asked() {
+        let port = |yaml: &str| -> Value {
+            let v: Value = serde_yaml::from_str(yaml).unwrap();
+            v["spec"]["template"]["spec"]["containers"][0]["ports"][0].clone()
+        };
+        let with = port(&workload_yaml(2, Some(30080)));
+        assert_eq!(with["hostPort"], 30080);
+        assert_eq!(with["containerPort"], u64::from(WORKLOAD_PORT));
+        let without = port(&workload_yaml(1, None));
+        assert!(without["hostPort"].is_null());
+        assert_eq!(without["containerPort"], u64::from(WORKLOAD_PORT));
     }
 }

@@ -74,9 +74,9 @@ use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
 use qemu_tests::real_node::{
     K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, ready, release_manifests,
-    upstream_system_image, workload_yaml,
+    upstream_channel, upstream_system_image, workload_yaml,
 };
-use qemu_tests::{Launch, Vm, channel_releases, drives, images, make_images, run, scratch};
+use qemu_tests::{Launch, Vm, drives, images, run, scratch};
 
 /// Up to the launcher's first line: OVMF, systemd-boot, the kernel,
 /// init's steps.
@@ -185,7 +185,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let files = SlotFiles {
         vmlinuz: images.vmlinuz.clone(),
         boot_cpio: images.boot_cpio.clone(),
-        system,
+        system: system.clone(),
     };
     let t = Instant::now();
     let disk = installed_disk_layered(
@@ -295,13 +295,13 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     // operator's, the workload's) and run under the real containerd and
     // runc; whether they run is read from the pod status the kubelet
     // reports to the host's apiserver.
-    let manifests = release_manifests(&images.dir.join("system-upstream.squashfs"), &dir);
+    let manifests = release_manifests(&system, &dir);
     let applied = Instant::now();
     admin.apply(&manifests.join("crds"));
     admin.apply(&manifests.join("liken-system.yaml"));
     admin.apply(&manifests.join("machine-operator.yaml"));
     let workload = dir.join("workload.yaml");
-    std::fs::write(&workload, workload_yaml(2))
+    std::fs::write(&workload, workload_yaml(2, None))
         .unwrap_or_else(|e| panic!("{}: {e}", workload.display()));
     admin.apply(&workload);
     let operator = admin.wait_pods("node-2", &["liken-machine-operator-"], 1, &[], PODS, &vm);
@@ -654,19 +654,15 @@ fn releases_disk(path: &std::path::Path, dirs: &[(&str, &std::path::Path)]) {
 #[ignore = "needs make upstream-images; run with make test-upstream-node"]
 fn the_upstream_image_costs_its_slot_write() {
     let images = images();
-    make_images(
-        "upstream-images",
-        &images.dir,
-        "; this test needs the upstream node's release (make upstream-images)",
-    );
+    let (_, releases) = upstream_channel(images);
     let standin = images
         .standin_releases()
         .last()
         .cloned()
         .unwrap_or_else(|| panic!("no stand-in release (make qemu-images)"));
-    let upstream = channel_releases(&images.dir.join("channel-upstream"))
+    let upstream = releases
         .last()
-        .cloned()
+        .map(|r| r.dir.clone())
         .unwrap_or_else(|| panic!("no upstream release (make upstream-images)"));
     let size = |dir: &std::path::Path| {
         std::fs::metadata(dir.join("liken.sqfs"))

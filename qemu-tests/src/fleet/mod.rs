@@ -255,6 +255,26 @@ pub fn release_key() -> PathBuf {
         .join("release.pub")
 }
 
+/// The releases in the channel `dir`, oldest first, each with the digest
+/// a Cluster's catalog pins it by.
+pub fn releases_in(dir: &Path) -> Vec<Release> {
+    crate::channel_releases(dir)
+        .into_iter()
+        .map(|d| {
+            let yaml = std::fs::read(d.join("release.yaml"))
+                .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            Release {
+                version: d
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                digest: format!("sha256:{}", liken_api::hash::sha256(&yaml)),
+                dir: d,
+            }
+        })
+        .collect()
+}
+
 /// The end-to-end channel `make e2e-images` builds
 /// (`$IMAGES_OUT/channel-e2e`): N, N+1 and N+2, built once per test
 /// process after [`crate::images`] (unless [`crate::images_just_built`]),
@@ -268,21 +288,7 @@ pub fn channel() -> &'static (PathBuf, Vec<Release>) {
         }
         crate::make_images("e2e-images", &images.dir, "");
         let dir = images.dir.join("channel-e2e");
-        let releases = crate::channel_releases(&dir)
-            .into_iter()
-            .map(|d| {
-                let yaml = std::fs::read(d.join("release.yaml"))
-                    .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-                Release {
-                    version: d
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    digest: format!("sha256:{}", liken_api::hash::sha256(&yaml)),
-                    dir: d,
-                }
-            })
-            .collect::<Vec<_>>();
+        let releases = releases_in(&dir);
         assert_eq!(
             releases.len(),
             3,
