@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use liken_api::{Channel, Version, decode};
 
+pub mod availability;
 pub mod disk;
 pub mod drives;
 pub mod firmware;

@@ -35,26 +35,40 @@
 //! - a workload of two replicas with a PodDisruptionBudget (minAvailable
 //!   1), Ready as the kubelets' HTTP probes find them.
 //!
-//! The times under TCG (each machine's QEMU start to its Node Ready, to
-//! its blessing; the apply to the pods) and the leader's memory in use
-//! once its control plane settles are printed.
+//! The second test brings up the same fleet and then rolls it out from
+//! N to N+1 of the upstream channel (`make upstream-images`, signed by
+//! the key the deployment trusts), which [`roll_out`] describes and
+//! judges: the leader's turn first, taking the API away, then the
+//! follower's, with a probe on the host asking each node's workload
+//! replica every second.
 //!
-//! `#[ignore]`d: it needs `make upstream-images` (which needs `make
-//! testenv-node`) and two machines under TCG; run it with `make
-//! test-upstream-fleet`.
+//! The times under TCG (each machine's QEMU start to its Node Ready, to
+//! its blessing; the apply to the pods; each turn's shutdown, blessing
+//! and Ready) and the leader's memory in use once its control plane
+//! settles are printed.
+//!
+//! Both are `#[ignore]`d: they need `make upstream-images` (which needs
+//! `make testenv-node`) and two machines under TCG; `make
+//! test-upstream-fleet` runs the first (part of `make test`), `make
+//! test-upstream-rollout` the second (about 40 minutes, not part of it).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
+use qemu_tests::availability::{Prober, Sample, decide_gaps};
 use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
+use qemu_tests::fleet::host::serve_channel;
+use qemu_tests::fleet::{Release, release_key};
 use qemu_tests::real_node::{
     K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, free_udp_port, internal_ip, ready,
-    upstream_system_image, workload_yaml,
+    upstream_channel, upstream_release_files, workload_yaml,
 };
-use qemu_tests::{Launch, Vm, drives, images, run, scratch};
+use qemu_tests::{Launch, Stamped, Timeline, Vm, drives, images, run, scratch};
 
 /// Up to the launcher's first line: OVMF, systemd-boot, the kernel,
 /// init's steps (two machines share the host's CPUs).
@@ -64,6 +78,17 @@ const READY: Duration = Duration::from_secs(1500);
 /// From the apply (or the start of the control plane's own) to pods
 /// Running and Ready.
 const PODS: Duration = Duration::from_secs(900);
+/// One machine's turn to N+1 under TCG, the other machine running:
+/// download (270 MB through QEMU's user network), init's slot write
+/// and its signature check, the drain, the reboot.
+const TURN: Duration = Duration::from_secs(1500);
+/// The workload's port on each node (its pods' hostPort), which QEMU
+/// forwards from a port on the host's loopback for the availability
+/// probe.
+const WEB_HOST_PORT: u16 = 30080;
+
+/// The Cluster's name.
+const CLUSTER: &str = "upstream";
 
 /// One machine of the fleet: its name, its cards' MAC addresses (the
 /// user network's, the segment's) and its address on the segment.
@@ -110,14 +135,15 @@ fn machine_yaml(m: &Member) -> String {
 }
 
 /// QEMU's arguments for `m`'s two cards: the user network (with the
-/// leader's 6443 forwarded to `api_port` on the host's loopback), and
-/// its end of the segment, a UDP datagram link from `local` to `remote`
-/// on the loopback.
-fn cards(m: &Member, api_port: u16, local: u16, remote: u16) -> Vec<OsString> {
+/// leader's 6443 forwarded to `api_port` on the host's loopback, and
+/// the workload's hostPort to `web_port`), and its end of the segment,
+/// a UDP datagram link from `local` to `remote` on the loopback.
+fn cards(m: &Member, api_port: u16, web_port: u16, local: u16, remote: u16) -> Vec<OsString> {
+    let web = format!("hostfwd=tcp:127.0.0.1:{web_port}-:{WEB_HOST_PORT}");
     let user = if m.leader {
-        format!("user,id=user,hostfwd=tcp:127.0.0.1:{api_port}-:6443")
+        format!("user,id=user,hostfwd=tcp:127.0.0.1:{api_port}-:6443,{web}")
     } else {
-        "user,id=user".to_owned()
+        format!("user,id=user,{web}")
     };
     [
         "-netdev".to_owned(),
@@ -138,9 +164,9 @@ fn cards(m: &Member, api_port: u16, local: u16, remote: u16) -> Vec<OsString> {
     .to_vec()
 }
 
-/// `m`'s disk as install leaves it: slot A holding the upstream system
-/// image on trial, the ESP the deployment's layer.
-fn disk(dir: &Path, m: &Member, files: &SlotFiles, layer: &Path) -> Disk {
+/// `m`'s disk as install leaves it: slot A holding release `version`
+/// (N) on trial, the ESP the deployment's layer.
+fn disk(dir: &Path, m: &Member, version: &str, files: &SlotFiles, layer: &Path) -> Disk {
     let dir = dir.join(m.name);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let machine = format!("liken.machine={}", m.name);
@@ -149,7 +175,7 @@ fn disk(dir: &Path, m: &Member, files: &SlotFiles, layer: &Path) -> Disk {
         &[Installed {
             slot: Slot::A,
             entry: "liken-a+3.conf",
-            version: "2026.12.07-001",
+            version,
             extra: &[&machine, "liken.bless-deadline=1800"],
             files,
             verity: None,
@@ -211,16 +237,64 @@ fn budget_yaml() -> String {
         .to_owned()
 }
 
+/// A running fleet, as [`bring_up`] leaves it: the workload Ready on
+/// both nodes, the operators in their containers, both boots blessed.
+struct Up {
+    /// The leader's API through the forwarded port.
+    api: Kubectl,
+    leader: Vm,
+    follower: Vm,
+    /// Each machine's console lines as the host stamped them (the
+    /// leader's first).
+    timelines: [Timeline; 2],
+    /// The host's ports forwarded to each node's workload hostPort.
+    web_ports: [u16; 2],
+    /// The upstream channel and its releases N and N+1.
+    channel: PathBuf,
+    releases: Vec<Release>,
+    /// The test's scratch directory.
+    dir: PathBuf,
+    began: Instant,
+}
+
 #[test]
 #[ignore = "needs make upstream-images; run with make test-upstream-fleet"]
 fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_containers() {
+    let up = bring_up("upstream-fleet");
+    println!("the whole test {:.0} s", up.began.elapsed().as_secs_f64());
+}
+
+#[test]
+#[ignore = "needs make upstream-images; run with make test-upstream-rollout"]
+fn a_fleet_of_real_nodes_rolls_out_n_plus_1_with_the_api_in_the_leader() {
+    let mut up = bring_up("upstream-rollout");
+    roll_out(
+        &up.api,
+        [&mut up.leader, &mut up.follower],
+        &up.timelines,
+        up.web_ports,
+        &up.channel,
+        &up.dir,
+        [&up.releases[0], &up.releases[1]],
+    );
+    println!("the whole test {:.0} s", up.began.elapsed().as_secs_f64());
+}
+
+/// Both machines installed with N and switched on together, checked as
+/// the module's first part says; `name` names the scratch directory and
+/// the consoles' logs.
+fn bring_up(name: &str) -> Up {
     let began = Instant::now();
     let images = images();
-    let system = upstream_system_image(images);
+    let (channel, releases) = upstream_channel(images);
+    let n = &releases[0];
+    let (boot_cpio, system) = upstream_release_files(images, &n.version);
 
     // The deployment, made with the real CLI: the endpoint is the
-    // leader's address on the segment.
-    let dir = scratch("upstream-fleet");
+    // leader's address on the segment; the trust root is the key the
+    // upstream channel is signed with, so init writes N+1 only once its
+    // signature checks out.
+    let dir = scratch(name);
     let deployment = dir.join("deployment");
     let d = deployment.to_string_lossy().into_owned();
     let liken = images.liken.to_string_lossy().into_owned();
@@ -230,7 +304,7 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
         &[
             "new",
             "-name",
-            "upstream",
+            CLUSTER,
             "-endpoint",
             &format!("https://{}:6443", LEADER.address),
             "-machine",
@@ -245,12 +319,19 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
         std::fs::write(&path, machine_yaml(m))
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
+    run(
+        &liken,
+        &[
+            "trust",
+            &format!("{d}/trust.yaml"),
+            &release_key().to_string_lossy(),
+        ],
+    );
     let layer = dir.join("layer.cpio");
     run(
         &liken,
         &[
             "layer",
-            "-unsigned",
             &d,
             &format!("{d}/identity"),
             &layer.to_string_lossy(),
@@ -258,26 +339,30 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
     );
     let files = SlotFiles {
         vmlinuz: images.vmlinuz.clone(),
-        boot_cpio: images.boot_cpio.clone(),
+        boot_cpio,
         system,
     };
 
     // Both machines at once, as a fleet's machines are switched on.
     let api_port = free_port();
+    let web_ports = [free_port(), free_port()];
     let (leader_end, follower_end) = (free_udp_port(), free_udp_port());
+    let timelines: [Timeline; 2] = Default::default();
     let start = |m: &Member, local: u16, remote: u16, memory_mib: u32, cpus: u32| {
-        let disk = disk(&dir, m, &files, &layer);
+        let i = usize::from(!m.leader);
+        let disk = disk(&dir, m, &n.version, &files, &layer);
         let ovmf = Ovmf::fresh(&dir.join(m.name));
         let mut args = ovmf.args();
         args.extend(drives::virtio("disk", &disk.path, Some(0), false));
-        args.extend(cards(m, api_port, local, remote));
+        args.extend(cards(m, api_port, web_ports[i], local, remote));
         Vm::start(
-            &format!("upstream-fleet-{}", m.name),
+            &format!("{name}-{}", m.name),
             &args,
             &Launch {
                 memory_mib,
                 cpus,
                 reboot_in_place: true,
+                timeline: Some(Arc::clone(&timelines[i])),
                 ..Launch::default()
             },
         )
@@ -416,12 +501,26 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
         );
     }
 
-    // The workload and its budget, from the host.
+    // The workload and its budget, from the host. Its pods claim a
+    // hostPort, which the Pod Security level liken enforces by default
+    // (baseline) refuses, so its namespace opts out as a person's would.
+    let labelled = api.text(&[
+        "label",
+        "namespace",
+        "default",
+        "pod-security.kubernetes.io/enforce=privileged",
+        "--overwrite",
+    ]);
+    assert!(labelled.is_some(), "kubectl label namespace default failed");
     let applied = Instant::now();
     let workload = dir.join("workload.yaml");
     std::fs::write(
         &workload,
-        format!("{}---\n{}", workload_yaml(2), budget_yaml()),
+        format!(
+            "{}---\n{}",
+            workload_yaml(2, Some(WEB_HOST_PORT)),
+            budget_yaml()
+        ),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", workload.display()));
     api.apply(&workload);
@@ -498,7 +597,7 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
         "wall (TCG, two machines sharing the host's CPUs): QEMU start to the leader's API \
          ready {:.0} s; to node-1 Ready {:.0} s, node-2 Ready {:.0} s; blessed {:.0} s and \
          {:.0} s; the operators' pods Running and Ready {:.0} s, both heartbeats held {:.0} s; \
-         the workload's two replicas Ready {:.0} s after its apply ({web:?}); the whole test \
+         the workload's two replicas Ready {:.0} s after its apply ({web:?}); the test so far \
          {:.0} s",
         api_at.as_secs_f64(),
         at[0].as_secs_f64(),
@@ -510,4 +609,357 @@ fn a_leader_and_a_follower_on_one_segment_run_real_nodes_and_the_operators_as_co
         web_at.as_secs_f64(),
         began.elapsed().as_secs_f64()
     );
+    Up {
+        api,
+        leader,
+        follower,
+        timelines,
+        web_ports,
+        channel,
+        releases,
+        dir,
+        began,
+    }
+}
+
+/// What a Node said about its machine before the rollout: the
+/// kubelet's machine-id and boot id, and the workload pod on it.
+struct Before {
+    machine_id: String,
+    boot_id: String,
+    web_pod: String,
+}
+
+/// The rollout N -> N+1 on the running fleet, judged from the host.
+///
+/// The Cluster's target moves to N+1 in a catalog served by `liken
+/// serve` on the host (the machines reach it at 10.0.2.2 through QEMU's
+/// user network), with a budget of one machine. The leader goes first:
+/// the machine operator DaemonSet's template still names N, and the
+/// cluster operator grants leaders first while it lags (the seed's
+/// rule), so the leader's turn takes the API away while the follower's
+/// operator waits, and the leader's own k3s, back on N+1, brings back
+/// the API, the cluster operator and the new template, whose pods the
+/// steward refreshes on each machine once it runs N+1. Then the
+/// follower's turn.
+///
+/// Checked from signals liken does not produce:
+/// - each machine's console, as the host stamped its lines: init's
+///   orderly shutdown, the trial boot of slot B, the blessing; the two
+///   machines' downtimes (shutdown to blessing) never overlap;
+/// - the workload, asked over HTTP every second from the host on each
+///   node's hostPort: at every moment at least one replica answered, and
+///   each node's replica stopped answering (its container stopped by the
+///   drain's eviction) before that node's shutdown began;
+/// - each Node as its kubelet reports it after the reboot: Ready, a new
+///   boot id, the same machine-id.
+fn roll_out(
+    api: &Kubectl,
+    vms: [&mut Vm; 2],
+    timelines: &[Timeline; 2],
+    web_ports: [u16; 2],
+    channel: &Path,
+    dir: &Path,
+    [n, n1]: [&Release; 2],
+) {
+    let members = [&LEADER, &FOLLOWER];
+    let before: Vec<Before> = members
+        .iter()
+        .map(|m| {
+            let node = api
+                .node(m.name)
+                .unwrap_or_else(|| panic!("no Node {}", m.name));
+            let info = &node["status"]["nodeInfo"];
+            let web = api.pods_on(m.name, &["web-"]);
+            Before {
+                machine_id: info["machineID"].as_str().unwrap_or_default().to_owned(),
+                boot_id: info["bootID"].as_str().unwrap_or_default().to_owned(),
+                web_pod: web
+                    .first()
+                    .and_then(|p| p["metadata"]["name"].as_str())
+                    .unwrap_or_else(|| panic!("no workload pod on {}", m.name))
+                    .to_owned(),
+            }
+        })
+        .collect();
+
+    // The witness starts first and must hear both replicas before the
+    // rollout starts, so a gap it reports is the rollout's.
+    let prober = Prober::start(&web_ports);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while (0..2).any(|t| {
+        !prober
+            .samples()
+            .iter()
+            .any(|s| s.target == t && s.answer.is_some())
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the workload does not answer on both nodes' hostPort {WEB_HOST_PORT} from the host \
+             within 120 s: {:?}",
+            prober.samples().last()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+
+    let logs = dir.join("host-logs");
+    std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("{}: {e}", logs.display()));
+    let liken = &qemu_tests::images().liken;
+    let (_serve, serve_port) = serve_channel(liken, channel, Ipv4Addr::LOCALHOST, &logs);
+    let began = Instant::now();
+    let catalog: Vec<serde_json::Value> = [n, n1]
+        .iter()
+        .map(|r| serde_json::json!({"version": r.version, "digest": r.digest}))
+        .collect();
+    let patch = serde_json::json!({"spec": {
+        "version": n1.version,
+        "disruptionBudget": {"maxUnavailable": 1},
+        "releases": {
+            "source": format!("http://10.0.2.2:{serve_port}"),
+            "catalog": catalog,
+        },
+    }});
+    let patched = api.text(&[
+        "patch",
+        "cluster",
+        CLUSTER,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(patched.is_some(), "kubectl patch cluster {CLUSTER} failed");
+    println!(
+        "the Cluster's target is now {} (from {})",
+        n1.version, n.version
+    );
+
+    // Each machine's turn, the leader's first: its orderly shutdown, the
+    // trial boot of slot B, its blessing, its Node Ready again on a new
+    // boot as its kubelet reports it.
+    let [leader, follower] = vms;
+    let mut turns = Vec::new();
+    for (m, vm) in members.iter().zip([leader, follower]) {
+        let shutdown = vm.expect("liken: shutdown: ok (reboot requested)", TURN);
+        let assessed = vm.expect("liken: assess: ok (slot B on trial", BOOT);
+        let blessed = vm.expect("liken: bless: ok", READY);
+        let deadline = Instant::now() + READY;
+        let i = usize::from(!m.leader);
+        let node = loop {
+            if let Some(node) = api.node(m.name).filter(|n| {
+                ready(n) && n["status"]["nodeInfo"]["bootID"].as_str() != Some(&before[i].boot_id)
+            }) {
+                break node;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not Ready on a new boot within {} s after its blessing ({blessed}): {:?}\n{}",
+                m.name,
+                READY.as_secs(),
+                api.node(m.name).map(|n| n["status"]["conditions"].clone()),
+                vm.tail(40)
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        };
+        let ready_at = began.elapsed();
+        assert_eq!(
+            node["status"]["nodeInfo"]["machineID"].as_str(),
+            Some(before[i].machine_id.as_str()),
+            "{}'s machine-id changed across the upgrade",
+            m.name
+        );
+        println!(
+            "{}: {shutdown}\n{}: {assessed}\n{}: {blessed}",
+            m.name, m.name, m.name
+        );
+        turns.push(ready_at);
+    }
+
+    // The rollout as liken reports it, for the record: both Machines on
+    // N+1 in slot B, the Cluster's rollout complete.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let machines = api
+            .json(&["get", "machines", "-o", "json"])
+            .unwrap_or_default();
+        let on_target = members
+            .iter()
+            .filter(|m| {
+                machines["items"].as_array().is_some_and(|items| {
+                    items.iter().any(|i| {
+                        i["metadata"]["name"] == m.name
+                            && i["status"]["boot"]["version"] == n1.version.as_str()
+                            && i["status"]["boot"]["slot"] == "B"
+                    })
+                })
+            })
+            .count();
+        let cluster = api
+            .json(&["get", "cluster", CLUSTER, "-o", "json"])
+            .unwrap_or_default();
+        let complete = cluster["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Progressing" && c["reason"] == "RolloutComplete")
+            });
+        if on_target == 2 && complete {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rollout is not complete within 600 s of the follower's return: {on_target}/2 \
+             Machines on {} in slot B; the Cluster's conditions: {}",
+            n1.version,
+            cluster["status"]["conditions"]
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let complete_at = began.elapsed();
+
+    // The operators from N+1's images: the cluster operator's Deployment
+    // as the leader's k3s applied N+1's manifests, and each machine's
+    // operator pod refreshed by the steward once its machine ran N+1.
+    let wanted = |op: &str| format!("liken.sh/{op}:{}", n1.version);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let images_of = |prefix: &str| -> Vec<String> {
+            members
+                .iter()
+                .flat_map(|m| api.pods_on(m.name, &[prefix]))
+                .filter(|p| qemu_tests::real_node::decide_pod(p).is_ok())
+                .filter_map(|p| {
+                    p["spec"]["containers"][0]["image"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect()
+        };
+        let machine_ops = images_of("liken-machine-operator-");
+        let cluster_ops = images_of("liken-cluster-operator-");
+        let refreshed = machine_ops.len() == 2
+            && machine_ops
+                .iter()
+                .all(|i| *i == wanted("liken-machine-operator"))
+            && !cluster_ops.is_empty()
+            && cluster_ops
+                .iter()
+                .all(|i| *i == wanted("liken-cluster-operator"));
+        if refreshed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the operators do not all run N+1's images within 600 s: machine operators \
+             {machine_ops:?}, cluster operators {cluster_ops:?}"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+
+    // The workload, as its clients saw it.
+    let samples = prober.finish();
+    let gaps = decide_gaps(&samples, 2);
+    assert!(
+        gaps.is_empty(),
+        "no replica of the workload answered on either node for {} span(s): {:?}",
+        gaps.len(),
+        gaps.iter()
+            .map(|g| format!(
+                "from {:.0} s to {:.0} s after the target moved",
+                g.from.saturating_duration_since(began).as_secs_f64(),
+                g.to.saturating_duration_since(began).as_secs_f64()
+            ))
+            .collect::<Vec<_>>()
+    );
+    let mut downtimes = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let shutdown = stamped(&timelines[i], "liken: shutdown: ok (reboot requested)");
+        let blessed = stamped_after(&timelines[i], "liken: bless: ok", shutdown);
+        let stopped = decide_stopped(&samples, i, &before[i].web_pod, began, shutdown);
+        assert!(
+            stopped.is_ok(),
+            "{}: {}",
+            m.name,
+            stopped.err().unwrap_or_default()
+        );
+        downtimes.push((shutdown, blessed));
+    }
+    let (l, f) = (downtimes[0], downtimes[1]);
+    assert!(
+        l.1 <= f.0 || f.1 <= l.0,
+        "both machines were down at once: the leader from {:.0} s to {:.0} s, the follower from \
+         {:.0} s to {:.0} s after the target moved",
+        l.0.saturating_duration_since(began).as_secs_f64(),
+        l.1.saturating_duration_since(began).as_secs_f64(),
+        f.0.saturating_duration_since(began).as_secs_f64(),
+        f.1.saturating_duration_since(began).as_secs_f64()
+    );
+    let since = |t: Instant| t.saturating_duration_since(began).as_secs_f64();
+    println!(
+        "rollout to {} (TCG, seconds after the target moved): node-1 down {:.0}-{:.0} (shutdown \
+         to blessing), Ready {:.0}; node-2 down {:.0}-{:.0}, Ready {:.0}; rollout complete {:.0}; \
+         the workload answered throughout ({} probes, no gap)",
+        n1.version,
+        since(l.0),
+        since(l.1),
+        turns[0].as_secs_f64(),
+        since(f.0),
+        since(f.1),
+        turns[1].as_secs_f64(),
+        complete_at.as_secs_f64(),
+        samples.len()
+    );
+}
+
+/// When the first console line containing `needle` arrived at the host.
+fn stamped(timeline: &Timeline, needle: &str) -> Instant {
+    stamped_where(timeline, |s| s.text.contains(needle))
+        .unwrap_or_else(|| panic!("no console line {needle:?}"))
+}
+
+/// When the first line containing `needle` after `after` arrived.
+fn stamped_after(timeline: &Timeline, needle: &str, after: Instant) -> Instant {
+    stamped_where(timeline, |s| s.at > after && s.text.contains(needle))
+        .unwrap_or_else(|| panic!("no console line {needle:?} after the shutdown"))
+}
+
+fn stamped_where(timeline: &Timeline, want: impl Fn(&Stamped) -> bool) -> Option<Instant> {
+    let lines: &Mutex<Vec<Stamped>> = timeline;
+    let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+    lines.iter().find(|s| want(s)).map(|s| s.at)
+}
+
+/// Whether target `target`'s replica `pod` stopped answering while its
+/// machine was still up: the pod answered after `began` and, between
+/// its last answer and the machine's `shutdown`, a question to that
+/// node went unanswered (the eviction stopped its container before the
+/// reboot did).
+fn decide_stopped(
+    samples: &[Sample],
+    target: usize,
+    pod: &str,
+    began: Instant,
+    shutdown: Instant,
+) -> Result<(), String> {
+    let mine: Vec<&Sample> = samples.iter().filter(|s| s.target == target).collect();
+    let said = format!("liken-workload on {pod}");
+    let last = mine
+        .iter()
+        .filter(|s| s.at >= began && s.at < shutdown && s.answer.as_deref() == Some(&said))
+        .map(|s| s.at)
+        .max()
+        .ok_or_else(|| {
+            format!("{pod} never answered between the target's move and the shutdown")
+        })?;
+    let silent = mine
+        .iter()
+        .any(|s| s.at > last && s.at < shutdown && s.answer.is_none());
+    if silent {
+        Ok(())
+    } else {
+        Err(format!(
+            "{pod} answered until {:.0} s before the shutdown and no question went unanswered in \
+             between: its container was not stopped before the reboot",
+            shutdown.saturating_duration_since(last).as_secs_f64()
+        ))
+    }
 }

@@ -143,6 +143,24 @@ pub struct Host {
 /// socket is bound (`serving <dir> on http://<address>:<port>/`). It is
 /// started on port 0, so the kernel picks a port no other process holds:
 /// picking a free port first and handing it over would race.
+/// `liken serve` sharing `channel` on a free port of `address`, its
+/// output in `logs/liken-serve.log`: the process (stopped when dropped)
+/// and the port, once it accepts connections.
+pub fn serve_channel(liken: &Path, channel: &Path, address: Ipv4Addr, logs: &Path) -> (Proc, u16) {
+    let mut cmd = Command::new(liken);
+    cmd.arg("serve").arg(channel).arg(format!("{address}:0"));
+    let serve_log = logs.join("liken-serve.log");
+    let log = std::fs::File::create(&serve_log).unwrap_or_else(|e| panic!("liken-serve.log: {e}"));
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap_or_else(|e| panic!("{e}")))
+        .stderr(log);
+    let serve = liken_testenv::spawn::spawn("liken serve", cmd)
+        .unwrap_or_else(|e| panic!("starting liken serve: {e}"));
+    let port = served_port(&serve_log);
+    wait_for_port(address, port, "liken serve");
+    (serve, port)
+}
+
 fn served_port(log: &Path) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -361,20 +379,7 @@ impl Host {
             cp.startup_time().as_secs_f64()
         ));
 
-        let mut cmd = Command::new(liken);
-        cmd.arg("serve")
-            .arg(channel)
-            .arg(format!("{}:0", reach.listen()));
-        let serve_log = logs.join("liken-serve.log");
-        let log =
-            std::fs::File::create(&serve_log).unwrap_or_else(|e| panic!("liken-serve.log: {e}"));
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap_or_else(|e| panic!("{e}")))
-            .stderr(log);
-        let serve = liken_testenv::spawn::spawn("liken serve", cmd)
-            .unwrap_or_else(|e| panic!("starting liken serve: {e}"));
-        let serve_port = served_port(&serve_log);
-        wait_for_port(reach.listen(), serve_port, "liken serve");
+        let (serve, serve_port) = serve_channel(liken, channel, reach.listen(), &logs);
         let channel_url = format!("http://{}:{serve_port}", reach.from_guest());
 
         let mut args: Vec<String> = vec![
