@@ -349,7 +349,7 @@ test-upstream-fleet: upstream-images
 
 ## test-upstream-rollout: the same fleet, then the rollout N -> N+1 of the upstream channel: the leader's
 ## turn takes the API away, then the follower's; a probe on the host finds the workload answering
-## throughout (same file and section). About 40 minutes under TCG, so not part of make test yet: the suite's
+## throughout (same file and section). About 60 minutes under TCG, so not part of make test yet: the suite's
 ## 90 minutes cannot hold it beside the rest.
 test-upstream-rollout: upstream-images
 	LIKEN_IMAGES_JUST_BUILT=1 ./scripts/cargo-test-selects.sh -p qemu-tests --test upstream_fleet -- --ignored --test-threads=1 --nocapture \

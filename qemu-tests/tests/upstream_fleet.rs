@@ -50,7 +50,7 @@
 //! Both are `#[ignore]`d: they need `make upstream-images` (which needs
 //! `make testenv-node`) and two machines under TCG; `make
 //! test-upstream-fleet` runs the first (part of `make test`), `make
-//! test-upstream-rollout` the second (about 40 minutes, not part of it).
+//! test-upstream-rollout` the second (about 60 minutes, not part of it).
 
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
