@@ -55,7 +55,7 @@
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
@@ -923,8 +923,7 @@ fn stamped_after(timeline: &Timeline, needle: &str, after: Instant) -> Instant {
 }
 
 fn stamped_where(timeline: &Timeline, want: impl Fn(&Stamped) -> bool) -> Option<Instant> {
-    let lines: &Mutex<Vec<Stamped>> = timeline;
-    let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = timeline.lock().unwrap_or_else(|e| e.into_inner());
     lines.iter().find(|s| want(s)).map(|s| s.at)
 }
 
