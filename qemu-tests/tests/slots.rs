@@ -205,6 +205,14 @@ fn expect_leader_files(vm: &mut Vm) {
             // configuration init writes (docs/security.md).
             "config.yaml| kube-apiserver-arg:",
             "config.yaml|   - \"admission-control-config-file=/run/rancher/k3s/pod-security.yaml\"",
+            // Longer leader-election leases than k3s's defaults, so a
+            // slow disk does not restart the controllers (seed.rs).
+            "config.yaml| kube-controller-manager-arg:",
+            "config.yaml|   - \"leader-elect-lease-duration=60s\"",
+            "config.yaml|   - \"leader-elect-renew-deadline=40s\"",
+            "config.yaml| kube-scheduler-arg:",
+            "config.yaml|   - \"leader-elect-lease-duration=60s\"",
+            "config.yaml|   - \"leader-elect-renew-deadline=40s\"",
         ]
     );
     assert_eq!(
