@@ -11,7 +11,9 @@
 //!
 //! [`Prober`] does the asking on its own threads, one per replica's
 //! port, so a slow answer from one machine never delays the other's;
-//! [`decide_gaps`] is the pure judgement over what they recorded.
+//! [`decide_gaps`] is the pure judgement over what they recorded, and
+//! [`decide_stopped`] whether one replica fell silent before its
+//! machine went down (stopped by a drain, not by the reboot).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -159,6 +161,42 @@ impl Drop for Prober {
     }
 }
 
+/// Whether target `target`'s replica `pod` stopped answering while its
+/// machine was still up: the pod answered after `began` and, between
+/// its last answer and the machine's `shutdown`, a question to that
+/// node went unanswered (the eviction stopped its container before the
+/// reboot did). liken-workload answers `liken-workload on <pod>`.
+pub fn decide_stopped(
+    samples: &[Sample],
+    target: usize,
+    pod: &str,
+    began: Instant,
+    shutdown: Instant,
+) -> Result<(), String> {
+    let mine: Vec<&Sample> = samples.iter().filter(|s| s.target == target).collect();
+    let said = format!("liken-workload on {pod}");
+    let last = mine
+        .iter()
+        .filter(|s| s.at >= began && s.at < shutdown && s.answer.as_deref() == Some(&said))
+        .map(|s| s.at)
+        .max()
+        .ok_or_else(|| {
+            format!("{pod} never answered between the target's move and the shutdown")
+        })?;
+    let silent = mine
+        .iter()
+        .any(|s| s.at > last && s.at < shutdown && s.answer.is_none());
+    if silent {
+        Ok(())
+    } else {
+        Err(format!(
+            "{pod} answered until {:.0} s before the shutdown and no question went unanswered in \
+             between: its container was not stopped before the reboot",
+            shutdown.saturating_duration_since(last).as_secs_f64()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +206,76 @@ mod tests {
             at: base + Duration::from_secs(secs),
             target,
             answer: ok.then(|| "liken-workload on web-1".to_owned()),
+        }
+    }
+
+    /// A node's answers by second after the start: the pod that answered,
+    /// or `None` for silence.
+    type Answers = Vec<(u64, Option<&'static str>)>;
+
+    /// Target 0's samples from its answers.
+    fn node(base: Instant, answers: &[(u64, Option<&str>)]) -> Vec<Sample> {
+        answers
+            .iter()
+            .map(|(secs, pod)| Sample {
+                at: base + Duration::from_secs(*secs),
+                target: 0,
+                answer: pod.map(|p| format!("liken-workload on {p}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_replica_stopped_by_the_drain_fell_silent_before_the_shutdown() {
+        let t = Instant::now();
+        let (began, shutdown) = (t + Duration::from_secs(10), t + Duration::from_secs(20));
+        let cases: [(&str, Answers, Result<(), &str>); 6] = [
+            (
+                "evicted, then silent until the shutdown",
+                vec![
+                    (5, Some("web-a")),
+                    (12, Some("web-a")),
+                    (15, None),
+                    (18, None),
+                ],
+                Ok(()),
+            ),
+            (
+                "answered until the reboot took it",
+                vec![(12, Some("web-a")), (19, Some("web-a")), (21, None)],
+                Err("its container was not stopped before the reboot"),
+            ),
+            (
+                "silent only before its last answer",
+                vec![(11, None), (12, Some("web-a")), (19, Some("web-a"))],
+                Err("its container was not stopped"),
+            ),
+            (
+                "only another pod answered (a replacement on the node)",
+                vec![(12, Some("web-b")), (15, None)],
+                Err("web-a never answered between the target's move and the shutdown"),
+            ),
+            (
+                "answered only before the target moved",
+                vec![(5, Some("web-a")), (15, None)],
+                Err("web-a never answered"),
+            ),
+            ("never asked", vec![], Err("web-a never answered")),
+        ];
+        for (what, answers, want) in cases {
+            let mut samples = node(t, &answers);
+            // Another node's silence does not count for this one.
+            samples.push(Sample {
+                at: t + Duration::from_secs(19),
+                target: 1,
+                answer: None,
+            });
+            let got = decide_stopped(&samples, 0, "web-a", began, shutdown);
+            match (got, want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(w)) => assert!(e.contains(w), "{what}: {e}"),
+                (got, want) => panic!("{what}: {got:?}, not {want:?}"),
+            }
         }
     }
 

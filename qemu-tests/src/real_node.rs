@@ -415,6 +415,32 @@ pub fn free_udp_port() -> u16 {
 mod tests {
     use super::*;
 
+    /// The script that builds the channel names the versions the tests
+    /// expect, in order; a change to one alone would fail every upstream
+    /// QEMU test only after its images were built.
+    #[test]
+    fn the_channel_script_builds_the_versions_the_tests_expect() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/upstream-images.sh");
+        let text = std::fs::read_to_string(script).unwrap();
+        let listed = format!("versions=({})", UPSTREAM_VERSIONS.join(" "));
+        assert!(
+            text.lines().any(|l| l == listed),
+            "{script} does not set {listed}"
+        );
+    }
+
+    /// The Makefile images the workload under the name the pods ask for.
+    #[test]
+    fn the_makefile_builds_the_workload_image() {
+        let makefile = concat!(env!("CARGO_MANIFEST_DIR"), "/../Makefile");
+        let text = std::fs::read_to_string(makefile).unwrap();
+        let line = format!("UPSTREAM_WORKLOAD := {WORKLOAD_IMAGE}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "{makefile} does not set {line}"
+        );
+    }
+
     fn pod(phase: &str, ready: &str, id: &str, started: bool) -> Value {
         serde_json::json!({
             "metadata": {"name": "web-1"},

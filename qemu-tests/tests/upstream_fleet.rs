@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
-use qemu_tests::availability::{Prober, Sample, decide_gaps};
+use qemu_tests::availability::{Prober, decide_gaps, decide_stopped};
 use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::serve_channel;
@@ -925,40 +925,4 @@ fn stamped_after(timeline: &Timeline, needle: &str, after: Instant) -> Instant {
 fn stamped_where(timeline: &Timeline, want: impl Fn(&Stamped) -> bool) -> Option<Instant> {
     let lines = timeline.lock().unwrap_or_else(|e| e.into_inner());
     lines.iter().find(|s| want(s)).map(|s| s.at)
-}
-
-/// Whether target `target`'s replica `pod` stopped answering while its
-/// machine was still up: the pod answered after `began` and, between
-/// its last answer and the machine's `shutdown`, a question to that
-/// node went unanswered (the eviction stopped its container before the
-/// reboot did).
-fn decide_stopped(
-    samples: &[Sample],
-    target: usize,
-    pod: &str,
-    began: Instant,
-    shutdown: Instant,
-) -> Result<(), String> {
-    let mine: Vec<&Sample> = samples.iter().filter(|s| s.target == target).collect();
-    let said = format!("liken-workload on {pod}");
-    let last = mine
-        .iter()
-        .filter(|s| s.at >= began && s.at < shutdown && s.answer.as_deref() == Some(&said))
-        .map(|s| s.at)
-        .max()
-        .ok_or_else(|| {
-            format!("{pod} never answered between the target's move and the shutdown")
-        })?;
-    let silent = mine
-        .iter()
-        .any(|s| s.at > last && s.at < shutdown && s.answer.is_none());
-    if silent {
-        Ok(())
-    } else {
-        Err(format!(
-            "{pod} answered until {:.0} s before the shutdown and no question went unanswered in \
-             between: its container was not stopped before the reboot",
-            shutdown.saturating_duration_since(last).as_secs_f64()
-        ))
-    }
 }
