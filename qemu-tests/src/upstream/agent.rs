@@ -128,6 +128,18 @@ pub fn run_joined(agent: Agent, server_ca: &Path, mut running: Vec<Component>, t
          supervisor)"
     ));
 
+    match join::ensure_node_password(Path::new(join::NODE_PASSWORD)) {
+        Ok(true) => say(&format!(
+            "made the node password in {}",
+            join::NODE_PASSWORD
+        )),
+        Ok(false) => say(&format!(
+            "kept the node password in {}",
+            join::NODE_PASSWORD
+        )),
+        Err(e) => fail(&format!("the node password: {e}")),
+    }
+
     syssetup::configure(&path);
 
     let layout = containerd::layout(&agent.data_dir, &bin, &agent.pause_image);

@@ -22,11 +22,44 @@
 //! then uses the kubelet's certificate (the host binds
 //! `system:node-proxier` to `system:nodes` in place of the supervisor's
 //! `system:kube-proxy` certificate).
+//!
+//! The node password: k3s's agent keeps one in /etc/rancher/node/password
+//! (16 random bytes in hex, 0600, made on its first start and read on
+//! every later one; pkg/agent/config/config.go, ensureNodePassword) and
+//! presents it with each supervisor request, so a server refuses another
+//! machine claiming the node's name. Nothing here checks it, since no
+//! supervisor asks, but the launcher keeps the file as k3s does, so what
+//! liken promises of it (kept on the data partition, the same across
+//! upgrades) is judged on the file a real agent leaves.
 
 use std::path::Path;
 
 use super::config::Agent;
 use crate::k3s_node::write_private;
+
+/// Where k3s's agent keeps the node password (pkg/agent/config/config.go:
+/// `/etc/rancher/node/password`).
+pub const NODE_PASSWORD: &str = "/etc/rancher/node/password";
+
+/// Reads the node password at `path`, or makes one as k3s does (16
+/// bytes from the kernel's random source, in hex with a newline, 0600);
+/// whether it was `created`.
+pub fn ensure_node_password(path: &Path) -> Result<bool, String> {
+    use std::io::Read;
+    // As k3s: a file that is there is the password, whatever it holds.
+    match std::fs::metadata(path) {
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let mut random = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut random))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    let text = format!("{}\n", liken_api::digest::to_hex(&random));
+    write_private(path, text.as_bytes())?;
+    Ok(true)
+}
 
 /// A join token's CA hash and secret
 /// ([`crate::k3s_node::parse_token`]). The launcher refuses a bare
@@ -132,6 +165,27 @@ mod tests {
         assert_eq!((id.len(), secret.len()), (6, 16));
         assert!(t.chars().all(|c| c == '.' || c.is_ascii_hexdigit()));
         assert_eq!(t, bootstrap_token("s3cret"));
+    }
+
+    #[test]
+    fn the_node_password_is_made_once_and_kept() {
+        let dir = std::env::temp_dir().join(format!("liken-node-password-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("node/password");
+        assert_eq!(ensure_node_password(&path), Ok(true));
+        let made = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(made.len(), 33, "{made:?}");
+        assert!(
+            made.trim_end().bytes().all(|b| b.is_ascii_hexdigit()),
+            "{made:?}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A later start keeps it.
+        assert_eq!(ensure_node_password(&path), Ok(false));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), made);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
