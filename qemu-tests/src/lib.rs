@@ -34,6 +34,7 @@ pub mod firmware;
 pub mod fleet;
 pub mod install;
 pub mod netns;
+pub mod node_facts;
 pub mod real_node;
 
 /// `make -s <target>` in the workspace with `IMAGES_OUT=<images>` and

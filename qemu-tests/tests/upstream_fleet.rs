@@ -33,7 +33,13 @@
 //!   its container, the follower's across the segment through the
 //!   kubernetes Service that the real kube-proxy carries to the leader;
 //! - a workload of two replicas with a PodDisruptionBudget (minAvailable
-//!   1), Ready as the kubelets' HTTP probes find them.
+//!   1), Ready as the kubelets' HTTP probes find them;
+//! - what each host gives its kubelet and containerd, as a privileged pod
+//!   on the node reads it (`qemu_tests::node_facts`): `/` shared,
+//!   containerd's snapshots on /var, the pod's cgroup with the cpu,
+//!   memory and pids controllers and the limits the kubelet wrote through
+//!   them, bridge-nf-call-iptables and forwarding on, the machine-id the
+//!   kubelet reports, the node password k3s's agent keeps.
 //!
 //! The second test brings up the same fleet and then rolls it out from
 //! N to N+1 of the upstream channel (`make upstream-images`, signed by
@@ -64,6 +70,7 @@ use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::serve_channel;
 use qemu_tests::fleet::{Release, release_key};
+use qemu_tests::node_facts::{NodeFacts, node_facts};
 use qemu_tests::real_node::{
     K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, free_udp_port, internal_ip, ready,
     upstream_channel, upstream_release_files, workload_yaml,
@@ -252,6 +259,9 @@ struct Up {
     /// The upstream channel and its releases N and N+1.
     channel: PathBuf,
     releases: Vec<Release>,
+    /// Each host as its facts pod read it before the rollout (the
+    /// leader's first).
+    facts: [NodeFacts; 2],
     /// The test's scratch directory.
     dir: PathBuf,
     began: Instant,
@@ -277,6 +287,23 @@ fn a_fleet_of_real_nodes_rolls_out_n_plus_1_with_the_api_in_the_leader() {
         &up.dir,
         [&up.releases[0], &up.releases[1]],
     );
+    // Each host on N+1, as its facts pod reads it: every promise holds
+    // again, and the machine-id and node password are the ones N had.
+    for (m, before) in [&LEADER, &FOLLOWER].into_iter().zip(&up.facts) {
+        let after = node_facts(
+            &up.api,
+            &up.dir,
+            &format!("facts-after-{}", m.name),
+            m.name,
+            PODS,
+        );
+        assert_eq!(
+            (&after.machine_id, &after.password_sha256),
+            (&before.machine_id, &before.password_sha256),
+            "{}'s machine-id or node password changed across the upgrade",
+            m.name
+        );
+    }
     println!("the whole test {:.0} s", up.began.elapsed().as_secs_f64());
 }
 
@@ -512,6 +539,39 @@ fn bring_up(name: &str) -> Up {
         "--overwrite",
     ]);
     assert!(labelled.is_some(), "kubectl label namespace default failed");
+
+    // Each host as a pod on it reads it (privileged, so after the label),
+    // both at once.
+    let facts_began = Instant::now();
+    let facts: [NodeFacts; 2] = std::thread::scope(|s| {
+        let read = |m: &'static Member| {
+            let (api, dir) = (api.clone(), dir.clone());
+            s.spawn(move || node_facts(&api, &dir, &format!("facts-{}", m.name), m.name, PODS))
+        };
+        let (l, f) = (read(&LEADER), read(&FOLLOWER));
+        [l, f].map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+    });
+    for ((m, f), (node, _)) in [&LEADER, &FOLLOWER].iter().zip(&facts).zip(&readies) {
+        assert_eq!(
+            node["status"]["nodeInfo"]["machineID"].as_str(),
+            Some(f.machine_id.as_str()),
+            "{}'s kubelet reports another machine-id than its host's /etc/machine-id",
+            m.name
+        );
+        println!(
+            "{}'s host, from its facts pod: / {}, containerd's snapshots on {}, the pod's \
+             cgroup with {} and its limits, bridge-nf-call-iptables and ip_forward 1 \
+             (br_netfilter {}), machine-id {}, node password sha256 {}…",
+            m.name,
+            f.root_propagation,
+            f.snapshots_on,
+            qemu_tests::node_facts::POD_CONTROLLERS.join(", "),
+            f.br_netfilter,
+            f.machine_id,
+            &f.password_sha256[..12.min(f.password_sha256.len())]
+        );
+    }
+    let facts_at = facts_began.elapsed();
     let applied = Instant::now();
     let workload = dir.join("workload.yaml");
     std::fs::write(
@@ -597,8 +657,8 @@ fn bring_up(name: &str) -> Up {
         "wall (TCG, two machines sharing the host's CPUs): QEMU start to the leader's API \
          ready {:.0} s; to node-1 Ready {:.0} s, node-2 Ready {:.0} s; blessed {:.0} s and \
          {:.0} s; the operators' pods Running and Ready {:.0} s, both heartbeats held {:.0} s; \
-         the workload's two replicas Ready {:.0} s after its apply ({web:?}); the test so far \
-         {:.0} s",
+         both facts pods done in {:.0} s; the workload's two replicas Ready {:.0} s after its \
+         apply ({web:?}); the test so far {:.0} s",
         api_at.as_secs_f64(),
         at[0].as_secs_f64(),
         at[1].as_secs_f64(),
@@ -606,6 +666,7 @@ fn bring_up(name: &str) -> Up {
         follower_bless_at.as_secs_f64(),
         operators_at.as_secs_f64(),
         heartbeats_at.as_secs_f64(),
+        facts_at.as_secs_f64(),
         web_at.as_secs_f64(),
         began.elapsed().as_secs_f64()
     );
@@ -617,6 +678,7 @@ fn bring_up(name: &str) -> Up {
         web_ports,
         channel,
         releases,
+        facts,
         dir,
         began,
     }

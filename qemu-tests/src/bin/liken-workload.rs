@@ -12,6 +12,18 @@
 //! as the kubelet asks a container to stop, instead of waiting out the
 //! grace period: a process that is PID 1 of its namespace gets no
 //! default action for a signal it does not handle.
+//!
+//! `liken-workload facts` instead reports, once, what the node's host
+//! gives its kubelet and containerd, as a pod on that node sees it (with
+//! the host's PID and network namespaces and the host paths the pod
+//! mounts; `qemu_tests::node_facts` writes the pod and judges the
+//! report): the host's mounts that hold `/` and this container's
+//! snapshot, this container's root, the pod's cgroup as the kubelet made
+//! it, the bridge and forwarding sysctls, br_netfilter, the machine-id
+//! and a digest of the node password. It writes the report to
+//! /dev/termination-log, which the kubelet returns in the pod's status
+//! (up to 4096 bytes), so the host reads it from the API without the
+//! kubelet's own port; and exits 0.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -51,7 +63,114 @@ fn serve(mut s: TcpStream, answer: &str) {
     let _ = s.write_all(answer.as_bytes());
 }
 
+/// The mount point of a /proc/<pid>/mountinfo line (its fifth field).
+fn mount_point(line: &str) -> Option<&str> {
+    line.split(' ').nth(4)
+}
+
+/// The upper directory of an overlay mount's line, from its super
+/// options (after the ` - ` separator: type, source, options).
+fn upperdir(line: &str) -> Option<&str> {
+    let (_, after) = line.split_once(" - ")?;
+    after
+        .split(' ')
+        .nth(2)?
+        .split(',')
+        .find_map(|o| o.strip_prefix("upperdir="))
+}
+
+/// Whether mount point `point` holds `path` (is it or an ancestor).
+fn holds(point: &str, path: &str) -> bool {
+    point == "/"
+        || path == point
+        || path
+            .strip_prefix(point)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The report: one `key value` line per fact, an `error` line for each
+/// fact that could not be read.
+fn facts(pod_uid: &str) -> String {
+    let mut out = String::new();
+    let mut line = |key: &str, value: Result<String, String>| match value {
+        Ok(v) => out.push_str(&format!("{key} {}\n", v.trim())),
+        Err(e) => out.push_str(&format!("error {key}: {e}\n")),
+    };
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+
+    let own = read("/proc/self/mountinfo").unwrap_or_default();
+    let root = own.lines().rfind(|l| mount_point(l) == Some("/"));
+    line(
+        "own-root",
+        root.map(str::to_owned)
+            .ok_or_else(|| "no / in /proc/self/mountinfo".into()),
+    );
+    let upper = root.and_then(upperdir).unwrap_or("/");
+    // PID 1 is the host's init (the pod shares the host's PID namespace).
+    match read("/proc/1/mountinfo") {
+        Ok(host) => {
+            for l in host
+                .lines()
+                .filter(|l| mount_point(l).is_some_and(|p| holds(p, upper)))
+            {
+                line("host-mount", Ok(l.to_owned()));
+            }
+        }
+        Err(e) => line("host-mount", Err(e)),
+    }
+    let cgroup = "/host/cgroup";
+    line(
+        "cgroup-subtree-control",
+        read(&format!("{cgroup}/cgroup.subtree_control")),
+    );
+    let pod = format!("{cgroup}/kubepods/pod{pod_uid}");
+    line(
+        "pod-cgroup-controllers",
+        read(&format!("{pod}/cgroup.controllers")),
+    );
+    line("pod-memory-max", read(&format!("{pod}/memory.max")));
+    line("pod-cpu-max", read(&format!("{pod}/cpu.max")));
+    for key in ["net.bridge.bridge-nf-call-iptables", "net.ipv4.ip_forward"] {
+        line(
+            &format!("sysctl {key}"),
+            read(&format!("/proc/sys/{}", key.replace('.', "/"))),
+        );
+    }
+    line(
+        "module br_netfilter",
+        Ok(
+            if std::path::Path::new("/sys/module/br_netfilter").exists() {
+                "present".into()
+            } else {
+                "absent".into()
+            },
+        ),
+    );
+    line("machine-id", read("/host/machine-id"));
+    line(
+        "node-password-sha256",
+        std::fs::read("/host/node/password")
+            .map(|p| liken_api::hash::sha256(&p).to_string())
+            .map_err(|e| format!("/host/node/password: {e}")),
+    );
+    out
+}
+
+fn report_facts() -> ! {
+    let uid = std::env::var("POD_UID").unwrap_or_default();
+    let report = facts(&uid);
+    print!("{report}");
+    if let Err(e) = std::fs::write("/dev/termination-log", &report) {
+        eprintln!("liken-workload: cannot write /dev/termination-log: {e}");
+        std::process::exit(1);
+    }
+    std::process::exit(0)
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("facts") {
+        report_facts();
+    }
     let port = decide_port(std::env::args().nth(1).as_deref()).unwrap_or_else(|e| {
         eprintln!("liken-workload: {e}");
         std::process::exit(2)
@@ -94,6 +213,19 @@ mod tests {
         assert_eq!(decide_port(Some("9000")), Ok(9000));
         assert!(decide_port(Some("http")).is_err());
         assert!(decide_port(Some("70000")).is_err());
+    }
+
+    #[test]
+    fn finds_a_snapshot_and_the_mounts_that_hold_it() {
+        let own = "1200 1100 0:90 / / rw,relatime master:1 - overlay overlay \
+                   rw,lowerdir=/var/lib/c/snapshots/3/fs,upperdir=/var/lib/c/snapshots/9/fs,\
+                   workdir=/var/lib/c/snapshots/9/work";
+        assert_eq!(mount_point(own), Some("/"));
+        assert_eq!(upperdir(own), Some("/var/lib/c/snapshots/9/fs"));
+        assert_eq!(upperdir("22 1 8:5 / /var rw - ext4 /dev/vda5 rw"), None);
+        let upper = "/var/lib/c/snapshots/9/fs";
+        assert!(holds("/", upper) && holds("/var", upper) && holds("/var/lib/c", upper));
+        assert!(!holds("/va", upper) && !holds("/var/lib/cc", upper) && !holds("/run", upper));
     }
 
     #[test]
