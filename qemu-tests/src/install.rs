@@ -3,7 +3,7 @@
 //! USB beside a blank disk, install mode writes the disk and waits; the
 //! stick is pulled (`device_del` on QEMU's monitor) and Enter pressed on
 //! the serial console, and the machine powers off. Shared by
-//! tests/install.rs and the demo (src/bin/liken-demo.rs), which check
+//! tests/install.rs and the demo (src/bin/liken-demo/), which check
 //! and show the milestones in between.
 
 use std::ffi::OsString;

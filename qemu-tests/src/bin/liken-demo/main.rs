@@ -28,12 +28,18 @@
 //! Node with the control plane, runs the machine operator from the
 //! release's image, and answers init's health checks from the Node.
 //! Everything else is liken's.
+//!
+//! With `LIKEN_DEMO_NODE=upstream` (`make demo NODE=upstream`) the
+//! machine is a real node instead, the API inside it (see `upstream`):
+//! no control plane or cluster operator on the workstation.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+mod upstream;
 
 use nix::sys::signal::{SigSet, Signal};
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
@@ -54,6 +60,8 @@ const START: Duration = Duration::from_secs(3600);
 /// (the machine's last console lines, what to do, nothing left running)
 /// can be proven.
 const TEST_ONLY_UNHEALTHY: &str = "LIKEN_DEMO_TEST_ONLY_UNHEALTHY";
+/// Which node the demo's machine runs (`make demo NODE=...`).
+const NODE: &str = "LIKEN_DEMO_NODE";
 /// How long `stop` gives the daemon to tear down before SIGKILL.
 const STOP: Duration = Duration::from_secs(60);
 /// How often the daemon renews the cluster operator's token, which
@@ -130,6 +138,10 @@ fn liken_bin() -> PathBuf {
 }
 
 fn up(dir: &Path) {
+    if let Err(e) = decide_node(std::env::var(NODE).ok().as_deref()) {
+        eprintln!("demo: {e}");
+        std::process::exit(2);
+    }
     let log = dir.join("demo.log");
     if running(dir).is_none() {
         let _ = std::fs::remove_dir_all(dir);
@@ -314,16 +326,92 @@ fn decide_test_only_unhealthy(value: Option<&str>) -> Result<Option<Duration>, S
     }
 }
 
+/// The demo's machine: the quick stand-in, or a real node with the API
+/// inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Node {
+    Standin,
+    Upstream,
+}
+
+/// The node `make demo NODE=` names (unset or empty: the stand-in).
+fn decide_node(value: Option<&str>) -> Result<Node, String> {
+    match value.map(str::trim) {
+        None | Some("" | "standin") => Ok(Node::Standin),
+        Some("upstream") => Ok(Node::Upstream),
+        Some(other) => Err(format!(
+            "NODE={other:?} is not a node the demo runs: NODE=standin (the default, about two \
+             minutes to Ready) or NODE=upstream (a real kubelet and containerd with the API in \
+             the machine, about ten)"
+        )),
+    }
+}
+
+/// What the daemon keeps running until it is stopped.
+enum Up {
+    /// The stand-in's fleet: the control plane, the cluster operator,
+    /// `liken serve` and the machine.
+    Standin(Box<Fleet>),
+    /// The upstream node and `liken serve`.
+    Upstream(Box<upstream::Running>),
+}
+
 fn daemon(dir: &Path) {
     let signals = stop_signals(dir);
     let pid = PidFile::write(dir);
     let unhealthy = decide_test_only_unhealthy(std::env::var(TEST_ONLY_UNHEALTHY).ok().as_deref())
         .unwrap_or_else(|e| panic!("{e}"));
+    let node = decide_node(std::env::var(NODE).ok().as_deref()).unwrap_or_else(|e| panic!("{e}"));
     let start = unhealthy.unwrap_or(START);
     step(&format!(
         "the demo's daemon runs as pid {} (make demo-stop ends it)",
         std::process::id()
     ));
+    // The workstation CLI beside the deployment.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    link(&liken_bin(), &bin.join("liken"));
+    let (mut up, next) = match node {
+        Node::Standin => {
+            let (fleet, next) = standin(dir, unhealthy, start);
+            (Up::Standin(Box::new(fleet)), next)
+        }
+        Node::Upstream => {
+            if unhealthy.is_some() {
+                panic!("{TEST_ONLY_UNHEALTHY} is for the stand-in demo only");
+            }
+            let (running, next) = upstream::start(dir, &liken_bin(), start);
+            (Up::Upstream(Box::new(running)), next)
+        }
+    };
+    write_next(dir, &next);
+    UP.store(true, Ordering::SeqCst);
+    step("the fleet is up");
+    println!("demo: ready");
+    loop {
+        match signals.recv_timeout(RENEW) {
+            Ok(sig) => {
+                step(&format!("demo: stopping on {sig}"));
+                drop(up);
+                drop(pid);
+                step("demo: stopped");
+                return;
+            }
+            Err(_) => match &mut up {
+                Up::Standin(fleet) => fleet.host.refresh_operator_token(),
+                // The cluster operator runs in the machine, with a token
+                // its kubelet renews.
+                Up::Upstream(running) => running.vm.drain(),
+            },
+        }
+    }
+}
+
+/// The stand-in's fleet, up: the control plane and `liken serve` on
+/// this workstation, node-1 installed from a stick, the cluster operator
+/// as its own binary; with `unhealthy`, from N+2 (the test's failure
+/// path). Returns the fleet and the release the upgrade hint names.
+fn standin(dir: &Path, unhealthy: Option<Duration>, start: Duration) -> (Fleet, fleet::Release) {
     let (channel, releases) = fleet::channel();
     let (mut n, next) = (&releases[0], &releases[1]);
     if let Some(within) = unhealthy {
@@ -360,11 +448,8 @@ fn daemon(dir: &Path) {
         // Its releases are signed by a key make e2e-images made once.
         Some(&fleet::release_key()),
     );
-    // The deployment where a person expects it, and the CLI beside it.
+    // The deployment where a person expects it.
     link(&host.deployment, &dir.join(CLUSTER));
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    link(&liken_bin(), &bin.join("liken"));
     let mut fleet = Fleet::install(
         "demo",
         host,
@@ -416,22 +501,7 @@ fn daemon(dir: &Path) {
             }
         },
     );
-    write_next(dir, next);
-    UP.store(true, Ordering::SeqCst);
-    step("the fleet is up");
-    println!("demo: ready");
-    loop {
-        match signals.recv_timeout(RENEW) {
-            Ok(sig) => {
-                step(&format!("demo: stopping on {sig}"));
-                drop(fleet);
-                drop(pid);
-                step("demo: stopped");
-                return;
-            }
-            Err(_) => fleet.host.refresh_operator_token(),
-        }
-    }
+    (fleet, next.clone())
 }
 
 /// Points `link` at `to`, replacing what was there.
@@ -598,6 +668,19 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&scratch).unwrap();
+    }
+
+    #[test]
+    fn the_node_is_the_stand_in_unless_named() {
+        assert_eq!(decide_node(None), Ok(Node::Standin));
+        assert_eq!(decide_node(Some("")), Ok(Node::Standin));
+        assert_eq!(decide_node(Some("standin")), Ok(Node::Standin));
+        assert_eq!(decide_node(Some("upstream")), Ok(Node::Upstream));
+        let e = decide_node(Some("k3s")).unwrap_err();
+        assert!(
+            e.contains("NODE=upstream") && e.contains("NODE=standin"),
+            "{e}"
+        );
     }
 
     #[test]
