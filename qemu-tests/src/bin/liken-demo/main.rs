@@ -39,16 +39,16 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod names;
 mod upstream;
+
+use names::{CLUSTER, MACHINE, console_log, link};
 
 use nix::sys::signal::{SigSet, Signal};
 use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
 use qemu_tests::fleet::progress::step;
 use qemu_tests::fleet::{self, Fleet};
 
-/// The demo's cluster and its one machine.
-const CLUSTER: &str = "home";
-const MACHINE: &str = "node-1";
 /// How long each of the start's waits may take on a slow machine.
 const START: Duration = Duration::from_secs(3600);
 /// A knob for `make test-demo` alone, no option of the demo (hence its
@@ -504,12 +504,6 @@ fn standin(dir: &Path, unhealthy: Option<Duration>, start: Duration) -> (Fleet, 
     (fleet, next.clone())
 }
 
-/// Points `link` at `to`, replacing what was there.
-fn link(to: &Path, link: &Path) {
-    let _ = std::fs::remove_file(link);
-    std::os::unix::fs::symlink(to, link).unwrap_or_else(|e| panic!("{}: {e}", link.display()));
-}
-
 /// What to try next, with the exact commands (next.txt): a reboot
 /// through the cluster's turns, the same waiting for a person's
 /// approval, and an upgrade to the channel's next release.
@@ -572,11 +566,6 @@ fn shell_word(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
-}
-
-/// The machine's console log (the fleet's `<fleet>-<machine>.log`).
-fn console_log() -> PathBuf {
-    qemu_tests::log_dir().join(format!("demo-{MACHINE}.log"))
 }
 
 fn stop(dir: &Path) {

@@ -39,7 +39,7 @@ use qemu_tests::fleet::{Release, release_key};
 use qemu_tests::real_node::{Kubectl, upstream_channel, upstream_release_files};
 use qemu_tests::{Launch, Vm, drives, run};
 
-use super::{CLUSTER, MACHINE};
+use super::names::{CLUSTER, MACHINE, console_log, link};
 
 /// The leader's memory and CPUs: two, as k3s recommends for a server
 /// (with one, under TCG, the controllers lost their leases; see
@@ -88,7 +88,7 @@ pub fn start(dir: &Path, liken: &Path, start: Duration) -> (Running, Release) {
     let spec = MachineSpec::numbered(1, true, false);
     let deployment = work.join("deployment");
     let layer = make_deployment(liken, &deployment, &endpoint, &spec, &n, &channel_url);
-    super::link(&deployment, &dir.join(CLUSTER));
+    link(&deployment, &dir.join(CLUSTER));
 
     let (boot_cpio, system) = upstream_release_files(images, &n.version);
     let files = SlotFiles {
@@ -130,7 +130,7 @@ pub fn start(dir: &Path, liken: &Path, start: Duration) -> (Running, Release) {
         "starting {MACHINE} ({MEMORY_MIB} MiB, {CPUS} CPUs, TCG) from {} in slot A; its console \
          is {}",
         n.version,
-        super::console_log().display()
+        console_log().display()
     ));
     let mut vm = Vm::start(
         &format!("demo-{MACHINE}"),
