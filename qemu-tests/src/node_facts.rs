@@ -91,8 +91,19 @@ fn mount_fields(line: &str) -> Option<(&str, Vec<&str>, &str, &str)> {
     Some((point, optional, after.next()?, after.next()?))
 }
 
-/// Whether mount point `point` holds `path`.
-fn holds(point: &str, path: &str) -> bool {
+/// The upper directory of an overlay mount's mountinfo line, from its
+/// super options (after ` - `: type, source, options).
+pub fn upperdir(line: &str) -> Option<&str> {
+    let (_, after) = line.split_once(" - ")?;
+    after
+        .split(' ')
+        .nth(2)?
+        .split(',')
+        .find_map(|o| o.strip_prefix("upperdir="))
+}
+
+/// Whether mount point `point` holds `path` (is it or an ancestor).
+pub fn holds(point: &str, path: &str) -> bool {
     point == "/"
         || path
             .strip_prefix(point)
@@ -160,12 +171,7 @@ pub fn decide_node_facts(report: &str) -> Result<NodeFacts, Vec<String>> {
     // The container's root is an overlay whose upper directory is one of
     // containerd's snapshots, on the host's /var.
     let own = want("own-root", &mut problems);
-    let upper = own
-        .split_once(" - ")
-        .and_then(|(_, after)| after.split(' ').nth(2))
-        .and_then(|opts| opts.split(',').find_map(|o| o.strip_prefix("upperdir=")))
-        .unwrap_or_default()
-        .to_owned();
+    let upper = upperdir(&own).unwrap_or_default().to_owned();
     let mut snapshots_on = String::new();
     if !upper.starts_with(SNAPSHOTS) {
         problems.push(format!(
@@ -396,6 +402,9 @@ mod tests {
             "{p}"
         );
         assert!(holds("/var", "/var") && holds("/var", "/var/x") && !holds("/var", "/varx"));
+        assert!(holds("/", "/var/x") && !holds("/var/lib/cc", "/var/lib/c/x"));
+        assert!(!holds("/va", "/var/x") && !holds("/run", "/var/x"));
+        assert_eq!(upperdir("22 1 8:5 / /var rw - ext4 /dev/vda5 rw"), None);
     }
 
     #[test]

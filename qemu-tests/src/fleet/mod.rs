@@ -47,8 +47,6 @@ use progress::step;
 
 /// How often a wait polls.
 const POLL: Duration = Duration::from_secs(2);
-/// How often a wait says it is still waiting.
-const SAY_EVERY: Duration = Duration::from_secs(30);
 
 /// A fleet: the host and its machines.
 pub struct Fleet {
@@ -134,35 +132,9 @@ impl Fleet {
         within: Duration,
         mut check: impl FnMut(&mut Fleet) -> Result<T, String>,
     ) -> T {
-        let began = Instant::now();
-        let mut said = Instant::now();
-        step(&format!("waiting for {what}"));
-        loop {
-            match check(self) {
-                Ok(v) => {
-                    step(&format!(
-                        "{what}: done in {:.0} s",
-                        began.elapsed().as_secs_f64()
-                    ));
-                    return v;
-                }
-                Err(why) => {
-                    if began.elapsed() > within {
-                        self.fail(
-                            machine,
-                            &format!("{what}: not within {} s; last: {why}", within.as_secs()),
-                        );
-                    }
-                    if said.elapsed() > SAY_EVERY {
-                        step(&format!(
-                            "still waiting for {what} ({:.0} s): {why}",
-                            began.elapsed().as_secs_f64()
-                        ));
-                        said = Instant::now();
-                    }
-                }
-            }
-            std::thread::sleep(POLL);
+        match progress::poll(what, within, POLL, || check(self)) {
+            Ok(v) => v,
+            Err(why) => self.fail(machine, &why),
         }
     }
 

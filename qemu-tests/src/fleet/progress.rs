@@ -52,3 +52,49 @@ pub fn step(what: &str) {
     let t = elapsed() as u64;
     let _ = writeln!(std::io::stderr(), "[{:02}:{:02}] {what}", t / 60, t % 60);
 }
+
+/// How often a wait says it is still waiting.
+pub const SAY_EVERY: Duration = Duration::from_secs(30);
+
+/// Asks `check` every `every` until it gives a value, printing what it
+/// waits for, every [`SAY_EVERY`] what it still waits for (with the
+/// last reason `check` gave), and how long it took. After `within`,
+/// returns `<what>: not within <n> s; last: <reason>` for the caller to
+/// fail with, adding what it knows (a machine's console).
+pub fn poll<T>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let began = Instant::now();
+    let mut said = Instant::now();
+    step(&format!("waiting for {what}"));
+    loop {
+        match check() {
+            Ok(v) => {
+                step(&format!(
+                    "{what}: done in {:.0} s",
+                    began.elapsed().as_secs_f64()
+                ));
+                return Ok(v);
+            }
+            Err(why) => {
+                if began.elapsed() > within {
+                    return Err(format!(
+                        "{what}: not within {} s; last: {why}",
+                        within.as_secs()
+                    ));
+                }
+                if said.elapsed() > SAY_EVERY {
+                    step(&format!(
+                        "still waiting for {what} ({:.0} s): {why}",
+                        began.elapsed().as_secs_f64()
+                    ));
+                    said = Instant::now();
+                }
+            }
+        }
+        std::thread::sleep(every);
+    }
+}

@@ -34,7 +34,7 @@ use liken_testenv::spawn::Proc;
 use qemu_tests::disk::{Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{MachineSpec, Reach, machine_yaml, serve_channel};
-use qemu_tests::fleet::progress::step;
+use qemu_tests::fleet::progress::{poll, step};
 use qemu_tests::fleet::{Release, release_key};
 use qemu_tests::real_node::{Kubectl, upstream_channel, upstream_release_files};
 use qemu_tests::{Launch, Vm, drives, run};
@@ -46,8 +46,6 @@ use super::names::{CLUSTER, MACHINE, console_log, link};
 /// docs/testing.md, A fleet of real nodes).
 const MEMORY_MIB: u32 = 3072;
 const CPUS: u32 = 2;
-/// How often a wait says what it still waits for.
-const SAY_EVERY: Duration = Duration::from_secs(30);
 /// How often a wait asks again.
 const POLL: Duration = Duration::from_secs(3);
 
@@ -278,45 +276,17 @@ fn free_port_on(address: Ipv4Addr) -> u16 {
         .unwrap_or_else(|e| panic!("a free port on {address}: {e}"))
 }
 
-/// Waits up to `within` until `check` passes, saying what it waits for
-/// every 30 s; fails with the last answer and the machine's last console
-/// lines, as the stand-in demo's waits do.
+/// Waits up to `within` until `check` passes, as the stand-in demo's
+/// waits do ([`poll`]); fails with the last answer and the machine's last
+/// console lines.
 fn wait(
     vm: &mut Vm,
     what: &str,
     within: Duration,
     mut check: impl FnMut(&mut Vm) -> Result<(), String>,
 ) {
-    let began = Instant::now();
-    let mut said = Instant::now();
-    step(&format!("waiting for {what}"));
-    loop {
-        match check(vm) {
-            Ok(()) => {
-                step(&format!(
-                    "{what}: done in {:.0} s",
-                    began.elapsed().as_secs_f64()
-                ));
-                return;
-            }
-            Err(why) => {
-                if began.elapsed() > within {
-                    vm.drain();
-                    panic!(
-                        "{what}: not within {} s; last: {why}\n{MACHINE}'s last console lines:\n{}",
-                        within.as_secs(),
-                        vm.tail(40)
-                    );
-                }
-                if said.elapsed() > SAY_EVERY {
-                    step(&format!(
-                        "still waiting for {what} ({:.0} s): {why}",
-                        began.elapsed().as_secs_f64()
-                    ));
-                    said = Instant::now();
-                }
-            }
-        }
-        std::thread::sleep(POLL);
+    if let Err(why) = poll(what, within, POLL, || check(vm)) {
+        vm.drain();
+        panic!("{why}\n{MACHINE}'s last console lines:\n{}", vm.tail(40));
     }
 }
