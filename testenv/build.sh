@@ -5,10 +5,13 @@
 # release, and client-go-list (liken-kube's LIST benchmark reference).
 #
 # With the argument `node` it builds a Kubernetes node's parts instead, at
-# the versions node/versions.env pins: kubelet and kube-proxy of the same
-# release, containerd v2 with its runc shim and ctr, runc (cgo, static
-# against libseccomp.a), and the CNI plugins bridge, host-local, loopback
-# and portmap. The two have separate cache entries.
+# the versions node/versions.env pins: hyperkube (node/kube/hyperkube: the
+# kubelet, kube-proxy, kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl of the same release in one program, chosen by
+# the name it is started under, as k3s carries them), containerd v2 with
+# its runc shim and ctr, runc (cgo, static against libseccomp.a), and the
+# CNI plugins bridge, host-local, loopback and portmap. The two have
+# separate cache entries.
 #
 #   BIN=$(testenv/build.sh | tail -1)
 #   NODE_BIN=$(testenv/build.sh node | tail -1)
@@ -60,7 +63,7 @@ srchash=$( { cat versions.env go.mod go.sum cmd/*/main.go \
 key="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_${gover}_${srchash}"
 else
 . ./node/versions.env
-BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap)
+BINARIES=(hyperkube containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap)
 # containerd as its static release is built (its Makefile with STATIC=1:
 # these tags, the shim with no_grpc too), stamped as `make VERSION=` does.
 ctags="urfave_cli_no_docs osusergo netgo static_build"
@@ -79,7 +82,7 @@ if [[ ! -f "$seccomp_a" ]] || ! command -v cc >/dev/null; then
   echo "testenv: runc needs a C compiler, pkg-config and Debian's libseccomp-dev (libseccomp.a); run scripts/setup.sh" >&2
   exit 1
 fi
-srchash=$( { cat versions.env node/versions.env node/*/go.mod node/*/go.sum "$seccomp_a"
+srchash=$( { cat versions.env node/versions.env node/*/go.mod node/*/go.sum node/kube/hyperkube/main.go "$seccomp_a"
   echo "${BINARIES[*]} CGO_ENABLED=$CGO_ENABLED -trimpath -s -w $kx | $ctags | $cx | $rtags | $rld | $nx"; } |
   sha256sum | cut -c1-10)
 key="node-k8s-${KUBE_VERSION}_containerd-${CONTAINERD_VERSION}_runc-${RUNC_VERSION}_cni-${CNI_PLUGINS_VERSION}_${gover}_${srchash}"
@@ -139,12 +142,11 @@ step "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, client-g
 step "kwok $KWOK_VERSION" \
   gobuild kwok -ldflags='-s -w' -o "$tmp/kwok" .
 else
-# Upstream's own main packages, built from the node/* modules that pin them
-# (go.mod `tool` lines); kubelet and kube-proxy are stamped as the control plane.
-step "kubelet $KUBE_VERSION" \
-  gobuild node/kube -ldflags="-s -w$kx" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet
-step "kube-proxy $KUBE_VERSION" \
-  gobuild node/kube -ldflags="-s -w$kx" -o "$tmp/kube-proxy" k8s.io/kubernetes/cmd/kube-proxy
+# hyperkube from node/kube, stamped as the control plane; the rest are
+# upstream's own main packages, built from the node/* modules that pin
+# them (go.mod `tool` lines).
+step "hyperkube (kubelet, kube-proxy, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) $KUBE_VERSION" \
+  gobuild node/kube -ldflags="-s -w$kx" -o "$tmp/hyperkube" ./hyperkube
 step "containerd, ctr, containerd-shim-runc-v2 $CONTAINERD_VERSION" \
   build_containerd
 step "runc $RUNC_VERSION (cgo, static, seccomp)" \

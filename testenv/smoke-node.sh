@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Smoke check of the node's parts (`testenv/build.sh node`): each binary
-# runs and reports the version node/versions.env and versions.env pin,
+# (hyperkube under each of its six names, through a link as the upstream
+# node's bundle names it) runs and reports the version node/versions.env
+# and versions.env pin,
 # runc reports (and has) seccomp support, and every binary is static, as
 # it must be to run in a liken guest that has no C library for it.
 # Starts nothing.
@@ -26,8 +28,16 @@ check() {
 run() { "$@" 2>&1 || true; } # output of a command, whatever its exit status
 
 say "binaries in $BIN"
-check kubelet "Kubernetes $KUBE_VERSION" "$(run "$BIN/kubelet" --version)"
-check kube-proxy "Kubernetes $KUBE_VERSION" "$(run "$BIN/kube-proxy" --version)"
+links=$(mktemp -d)
+trap 'rm -rf "$links"' EXIT
+for c in kubelet kube-proxy kube-apiserver kube-controller-manager kube-scheduler; do
+  ln -s "$BIN/hyperkube" "$links/$c"
+  check "hyperkube as $c" "Kubernetes $KUBE_VERSION" "$(run "$links/$c" --version)"
+done
+ln -s "$BIN/hyperkube" "$links/kubectl"
+check "hyperkube as kubectl" "Client Version: $KUBE_VERSION" "$(run "$links/kubectl" version --client)"
+# Under any other name it names its commands and does nothing.
+check "hyperkube as itself" "none of its commands" "$(run "$BIN/hyperkube")"
 check containerd "containerd github.com/containerd/containerd/v2 $CONTAINERD_VERSION" \
   "$(run "$BIN/containerd" --version)"
 check ctr "ctr github.com/containerd/containerd/v2 $CONTAINERD_VERSION" "$(run "$BIN/ctr" --version)"
@@ -51,7 +61,7 @@ for p in bridge host-local loopback portmap; do
 done
 
 # Static: `file` says so and the dynamic loader refuses it.
-for b in kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
+for b in hyperkube containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
   f=$(file -b "$BIN/$b")
   l=$(run ldd "$BIN/$b")
   if [[ "$f" == *"statically linked"* && ( "$l" == *"not a dynamic executable"* || "$l" == *"statically linked"* ) ]]; then

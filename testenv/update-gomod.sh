@@ -66,10 +66,12 @@ kubemod() { # dir modpath tool-package...
   } > "$1/go.mod"
   (cd "$1" && go mod tidy)
 }
-# The node's kubelet and kube-proxy: the same pins as the control plane's,
-# in a module of their own so that the control plane's go.mod/go.sum (and
-# with them its cache key) do not change with the node.
-kubemod node/kube liken/testenv/node/kube k8s.io/kubernetes/cmd/{kubelet,kube-proxy}
+# The node's hyperkube (node/kube/hyperkube: kubelet, kube-proxy, the
+# control plane and kubectl in one program): the same pins as the control
+# plane's, in a module of their own so that the control plane's
+# go.mod/go.sum (and with them its cache key) do not change with the node.
+# Its main package is in the module, so tidy keeps what it imports.
+kubemod node/kube liken/testenv/node/kube
 kubemod . liken/testenv
 
 for m in . etcd kwok node/kube node/containerd node/runc node/cni; do printf '%-15s go %s\n' "$m" "$(cd $m && go mod edit -json | sed -n 's/^\t"Go": "\(.*\)",$/\1/p')"; done

@@ -19,9 +19,14 @@
 //! directory and is checked against the bytes as they are unpacked, so
 //! a damaged image never leaves a directory that looks complete: the
 //! rename happens only after the check. Unpacking is confined: only
-//! `bin/` and regular files directly below it, each a plain name, are
-//! taken; anything else in the archive (a link, a device, `..`, a
-//! deeper path) refuses the whole archive.
+//! `bin/`, regular files directly below it and links directly below it
+//! to one of those files, each a plain name, are taken; anything else in
+//! the archive (a link that leaves `bin/` or names no file of the
+//! archive, a device, `..`, a deeper path) refuses the whole archive.
+//! The links are how one program answers to several names: the archive
+//! links `kubelet`, `kube-apiserver` and the rest to `hyperkube`, as
+//! k3s's own archive links `kubectl`, `crictl` and `containerd` to `k3s`
+//! (k3s-io/k3s scripts/package-cli).
 
 use std::fmt;
 use std::fs::File;
@@ -77,8 +82,8 @@ impl fmt::Display for Error {
             Error::Io(what, e) => write!(f, "{what}: {e}"),
             Error::Refused(why) => write!(
                 f,
-                "the bundled archive holds {why}; it may hold only bin/<program> files, so it \
-                 was not unpacked (rebuild the image)"
+                "the bundled archive holds {why}; it may hold only bin/<program> files and \
+                 links between them, so it was not unpacked (rebuild the image)"
             ),
             Error::Digest { want, got } => write!(
                 f,
@@ -120,25 +125,76 @@ pub fn decide_bundle(trailer: &[u8], file_len: u64) -> Result<Bundle, String> {
     })
 }
 
-/// The file name a `bin/<name>` entry unpacks to, or why it is refused.
-pub fn decide_entry(path: &Path, regular: bool, dir: bool) -> Result<Option<String>, String> {
+/// What kind of archive entry is being decided.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind<'a> {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link, with what it points at.
+    Link(&'a Path),
+    /// Anything else (a device, a hard link, a FIFO).
+    Other,
+}
+
+/// What one archive entry becomes in `bin/`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `bin/` itself: nothing to make.
+    Dir,
+    /// A program, by name.
+    File(String),
+    /// Another name for a program beside it: the name, then the
+    /// program's.
+    Link(String, String),
+}
+
+/// A plain name in `bin/`: one path component, not hidden.
+fn plain_name(name: &std::ffi::OsStr) -> Option<String> {
+    name.to_str()
+        .filter(|n| !n.is_empty() && !n.starts_with('.'))
+        .map(str::to_owned)
+}
+
+/// What a `bin/<name>` entry unpacks to, or why it is refused. A link's
+/// target must be a plain name too, so it stays in `bin/`; whether that
+/// name is a file of the archive is known only at its end (see
+/// [`decide_links`]).
+pub fn decide_entry(path: &Path, kind: Kind<'_>) -> Result<Entry, String> {
     let parts: Vec<Component<'_>> = path.components().collect();
-    match parts.as_slice() {
-        [Component::Normal(b)] if *b == "bin" && dir => Ok(None),
-        [Component::Normal(b), Component::Normal(name)] if *b == "bin" && regular => name
-            .to_str()
-            .filter(|n| !n.is_empty() && !n.starts_with('.'))
-            .map(|n| Some(n.to_owned()))
-            .ok_or_else(|| format!("a file named {name:?}")),
-        _ => Err(format!(
-            "{} ({})",
-            path.display(),
-            if regular || dir {
-                "outside bin/"
-            } else {
-                "neither a file nor bin/"
-            }
+    let name = match parts.as_slice() {
+        [Component::Normal(b)] if *b == "bin" && matches!(kind, Kind::Dir) => {
+            return Ok(Entry::Dir);
+        }
+        [Component::Normal(b), Component::Normal(name)] if *b == "bin" => {
+            plain_name(name).ok_or_else(|| format!("an entry named {name:?}"))?
+        }
+        _ => return Err(format!("{} (outside bin/)", path.display())),
+    };
+    match kind {
+        Kind::File => Ok(Entry::File(name)),
+        Kind::Link(target) => match target.components().collect::<Vec<_>>().as_slice() {
+            [Component::Normal(t)] => plain_name(t)
+                .map(|t| Entry::Link(name.clone(), t))
+                .ok_or_else(|| format!("bin/{name}, a link to {}", target.display())),
+            _ => Err(format!(
+                "bin/{name}, a link to {} (outside bin/)",
+                target.display()
+            )),
+        },
+        Kind::Dir | Kind::Other => Err(format!("bin/{name} (neither a file nor a link)")),
+    }
+}
+
+/// Every link must name a file the archive holds (a link to a link, or
+/// to nothing, would leave a name that runs nothing).
+pub fn decide_links(files: &[String], links: &[(String, String)]) -> Result<(), String> {
+    match links.iter().find(|(_, t)| !files.contains(t)) {
+        Some((name, t)) => Err(format!(
+            "bin/{name}, a link to {t}, which is no file of the archive"
         )),
+        None => Ok(()),
     }
 }
 
@@ -247,6 +303,7 @@ fn unpack(exe: &Path, b: &Bundle, bin: &Path) -> Result<(usize, u64), Error> {
         hash: Sha256::new(),
     };
     let (mut files, mut bytes) = (0usize, 0u64);
+    let (mut names, mut links) = (Vec::new(), Vec::new());
     {
         let mut archive = tar::Archive::new(&mut reader);
         let entries = archive
@@ -259,10 +316,26 @@ fn unpack(exe: &Path, b: &Bundle, bin: &Path) -> Result<(usize, u64), Error> {
                 .path()
                 .map_err(io("reading the bundled archive".into()))?
                 .into_owned();
-            let Some(name) =
-                decide_entry(&path, kind.is_file(), kind.is_dir()).map_err(Error::Refused)?
-            else {
-                continue;
+            let link = entry
+                .link_name()
+                .map_err(io("reading the bundled archive".into()))?
+                .map(|l| l.into_owned());
+            let kind = match (&link, kind) {
+                (_, k) if k.is_dir() => Kind::Dir,
+                (_, k) if k.is_file() => Kind::File,
+                (Some(t), k) if k.is_symlink() => Kind::Link(t),
+                _ => Kind::Other,
+            };
+            let name = match decide_entry(&path, kind).map_err(Error::Refused)? {
+                Entry::Dir => continue,
+                Entry::Link(name, to) => {
+                    let at = bin.join(&name);
+                    std::os::unix::fs::symlink(&to, &at)
+                        .map_err(io(format!("linking {} to {to}", at.display())))?;
+                    links.push((name, to));
+                    continue;
+                }
+                Entry::File(name) => name,
             };
             let target = bin.join(&name);
             let mut out = std::fs::OpenOptions::new()
@@ -278,8 +351,10 @@ fn unpack(exe: &Path, b: &Bundle, bin: &Path) -> Result<(usize, u64), Error> {
             std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                 .map_err(io(format!("chmod {}", target.display())))?;
             files += 1;
+            names.push(name);
         }
     }
+    decide_links(&names, &links).map_err(Error::Refused)?;
     // The tar reader stops at the end-of-archive blocks; the digest
     // covers every byte the trailer counts.
     std::io::copy(&mut reader, &mut std::io::sink())
@@ -332,13 +407,17 @@ mod tests {
     }
 
     #[test]
-    fn takes_only_files_directly_in_bin() {
+    fn takes_only_files_and_links_directly_in_bin() {
         let p = Path::new;
-        assert_eq!(decide_entry(p("bin"), false, true), Ok(None));
-        assert_eq!(decide_entry(p("bin/"), false, true), Ok(None));
+        assert_eq!(decide_entry(p("bin"), Kind::Dir), Ok(Entry::Dir));
+        assert_eq!(decide_entry(p("bin/"), Kind::Dir), Ok(Entry::Dir));
         assert_eq!(
-            decide_entry(p("bin/kubelet"), true, false),
-            Ok(Some("kubelet".into()))
+            decide_entry(p("bin/hyperkube"), Kind::File),
+            Ok(Entry::File("hyperkube".into()))
+        );
+        assert_eq!(
+            decide_entry(p("bin/kubelet"), Kind::Link(p("hyperkube"))),
+            Ok(Entry::Link("kubelet".into(), "hyperkube".into()))
         );
         for bad in [
             "bin/../etc/passwd",
@@ -348,9 +427,37 @@ mod tests {
             "etc/x",
             "bin/.hidden",
         ] {
-            assert!(decide_entry(p(bad), true, false).is_err(), "{bad}");
+            assert!(decide_entry(p(bad), Kind::File).is_err(), "{bad}");
+            assert!(
+                decide_entry(p(bad), Kind::Link(p("hyperkube"))).is_err(),
+                "{bad}"
+            );
         }
-        assert!(decide_entry(p("bin/link"), false, false).is_err());
+        for target in ["../x", "/usr/bin/x", "sub/x", ".", "..", ".hidden", ""] {
+            assert!(
+                decide_entry(p("bin/kubelet"), Kind::Link(p(target))).is_err(),
+                "{target}"
+            );
+        }
+        assert!(decide_entry(p("bin/dev"), Kind::Other).is_err());
+        assert!(decide_entry(p("bin/sub"), Kind::Dir).is_err());
+    }
+
+    #[test]
+    fn a_link_must_name_a_file_of_the_archive() {
+        let files = ["hyperkube".to_owned(), "etcd".to_owned()];
+        let link = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert!(decide_links(&files, &[link("kubelet", "hyperkube")]).is_ok());
+        assert!(decide_links(&files, &[]).is_ok());
+        assert!(decide_links(&files, &[link("kubelet", "hyperkub")]).is_err());
+        // A link to a link is refused too: only files count.
+        assert!(
+            decide_links(
+                &files,
+                &[link("kubelet", "hyperkube"), link("kubectl", "kubelet")]
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -364,6 +471,10 @@ mod tests {
         h.set_mode(0o755);
         h.set_cksum();
         tar.append_data(&mut h, "bin/hello", &b"hello"[..]).unwrap();
+        let mut l = tar::Header::new_gnu();
+        l.set_entry_type(tar::EntryType::Symlink);
+        l.set_size(0);
+        tar.append_link(&mut l, "bin/hi", "hello").unwrap();
         let archive = tar.into_inner().unwrap();
         let sha = hex(&Sha256::digest(&archive));
         let exe = dir.join("launcher");
@@ -378,6 +489,11 @@ mod tests {
         assert_eq!((files, n), (1, 5));
         assert_eq!(d, data.join("data").join(&sha));
         assert_eq!(std::fs::read(d.join("bin/hello")).unwrap(), b"hello");
+        assert_eq!(
+            std::fs::read_link(d.join("bin/hi")).unwrap(),
+            Path::new("hello")
+        );
+        assert_eq!(std::fs::read(d.join("bin/hi")).unwrap(), b"hello");
         assert_eq!(std::fs::read_link(data.join("data/current")).unwrap(), d);
         assert!(matches!(ensure(&exe, &data).unwrap(), Unpacked::Found(_)));
 
@@ -408,6 +524,21 @@ mod tests {
         std::fs::write(&exe, &bad).unwrap();
         assert!(matches!(ensure(&exe, &other), Err(Error::Digest { .. })));
         assert!(!other.join("data").join(&sha).exists());
+
+        // A link to no file of the archive: refused, nothing left behind.
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.append_data(&mut h, "bin/hello", &b"hello"[..]).unwrap();
+        tar.append_link(&mut l, "bin/hi", "hell").unwrap();
+        let archive = tar.into_inner().unwrap();
+        let sha = hex(&Sha256::digest(&archive));
+        let mut bytes = b"#!program".to_vec();
+        bytes.extend_from_slice(&archive);
+        bytes.extend(trailer(&sha, archive.len() as u64));
+        std::fs::write(&exe, &bytes).unwrap();
+        let dangling = dir.join("k3s-3");
+        assert!(matches!(ensure(&exe, &dangling), Err(Error::Refused(_))));
+        assert!(!dangling.join("data").join(&sha).exists());
+        assert!(!dangling.join("data").join(format!("{sha}-tmp")).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
