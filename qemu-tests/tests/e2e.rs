@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use qemu_tests::fleet::history::{self, History};
-use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::fleet::host::{Host, HostSpec, MachineSpec, Reach};
 use qemu_tests::fleet::progress::{self, step};
 use qemu_tests::fleet::reboots::{self, Path as RebootPath};
 use qemu_tests::fleet::{self, Fleet, downtime, hold, rollout};
@@ -483,16 +483,17 @@ fn a_fleet_upgrades_itself_one_machine_at_a_time() {
     ];
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let (leader, auto, manual) = (names[0].clone(), names[1].clone(), names[2].clone());
-    let host = Host::start(
-        &dir,
-        &images().liken,
-        Reach::Slirp,
-        "e2e",
-        &specs,
+    let host = Host::start(&HostSpec {
+        dir: &dir,
+        liken: &images().liken,
+        reach: Reach::Slirp,
+        cluster: "e2e",
+        machines: &specs,
         channel,
-        Some((&n.version, &n.digest)),
-        Some(&fleet::release_key()),
-    );
+        release: Some((&n.version, &n.digest)),
+        trusted: Some(&fleet::release_key()),
+        node_cidrs: false,
+    });
     // A trial boot that is not healthy reboots after this long. Healthy
     // ones bless 5 to 15 s after init starts under TCG (the first boots
     // after install, with the others installing beside them, included),

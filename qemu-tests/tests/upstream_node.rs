@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 use liken_api::Slot;
 use qemu_tests::disk::{Installed, SlotFiles, installed_disk, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
-use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::fleet::host::{Host, HostSpec, MachineSpec, Reach};
 use qemu_tests::real_node::{
     K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, ready, release_manifests,
     upstream_channel, upstream_system_image, workload_yaml,
@@ -156,17 +156,17 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let dir = scratch("upstream-node");
     let leader = MachineSpec::numbered(1, true, false);
     let follower = MachineSpec::numbered(2, false, false);
-    let host = Host::start_with(
-        &dir,
-        &images.liken,
-        Reach::Slirp,
-        "upstream",
-        &[leader, follower.clone()],
-        &images.dir.join("channel-standin"),
-        None,
-        None,
-        true,
-    );
+    let host = Host::start(&HostSpec {
+        dir: &dir,
+        liken: &images.liken,
+        reach: Reach::Slirp,
+        cluster: "upstream",
+        machines: &[leader, follower.clone()],
+        channel: &images.dir.join("channel-standin"),
+        release: None,
+        trusted: None,
+        node_cidrs: true,
+    });
     let_agents_join(&host);
     let admin = admin(&host);
 

@@ -291,53 +291,56 @@ pub fn machine_yaml(m: &MachineSpec) -> String {
     )
 }
 
+/// What a fleet's host side is made of: [`Host::start`]'s request.
+pub struct HostSpec<'a> {
+    /// The test's scratch directory; the deployment and the host's logs
+    /// go below it.
+    pub dir: &'a Path,
+    /// The `liken` program.
+    pub liken: &'a Path,
+    /// Where the machines reach the host.
+    pub reach: Reach,
+    /// The Cluster's name.
+    pub cluster: &'a str,
+    /// The machines, each with its Machine document.
+    pub machines: &'a [MachineSpec],
+    /// The channel directory `liken serve` shares.
+    pub channel: &'a Path,
+    /// A version in the channel and its release.yaml's digest: the
+    /// Cluster's target and catalog. Without it the Cluster names no
+    /// target release, which a machine whose init is a development build
+    /// (no version of its own) can satisfy.
+    pub release: Option<(&'a str, &'a str)>,
+    /// A release.pub the deployment's trust root lists (`liken trust`),
+    /// so the stick packs it and the machines write only releases it
+    /// signed; without, the deployment is unsigned.
+    pub trusted: Option<&'a Path>,
+    /// Real kubelets (the upstream node's tests): kube-controller-manager
+    /// gives each Node a pod subnet from k3s's cluster CIDR, as a real
+    /// kubelet's pod network needs, and the apiserver advertises the
+    /// address the machines reach it at, so the `kubernetes` Service that
+    /// the real kube-proxy carries pods to leads to it from a guest.
+    pub node_cidrs: bool,
+}
+
 impl Host {
     /// Mints an identity in `<dir>/deployment/identity`, starts the
-    /// control plane on it and `liken serve` on `channel`, then writes
+    /// control plane on it and `liken serve` on the channel, then writes
     /// the deployment (`liken new`, then each Machine's document) whose
-    /// Cluster names the endpoint as the machines reach it and, with
-    /// `release` (a version in the channel, with its release.yaml's
-    /// digest), the channel and that release as its target and catalog.
-    /// Without it the Cluster names no target release, which a machine
-    /// whose init is a development build (no version of its own) can
-    /// satisfy. With `trusted` (a release.pub) the deployment's trust
-    /// root lists that key (`liken trust`), so the stick packs it and
-    /// the machines write only releases it signed; without, the
-    /// deployment is unsigned.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(
-        dir: &Path,
-        liken: &Path,
-        reach: Reach,
-        cluster: &str,
-        machines: &[MachineSpec],
-        channel: &Path,
-        release: Option<(&str, &str)>,
-        trusted: Option<&Path>,
-    ) -> Host {
-        Host::start_with(
-            dir, liken, reach, cluster, machines, channel, release, trusted, false,
-        )
-    }
-
-    /// As [`Host::start`]; with `node_cidrs` (real kubelets: the
-    /// upstream node's tests), kube-controller-manager gives each Node a
-    /// pod subnet from k3s's cluster CIDR, as a real kubelet's pod
-    /// network needs, and the apiserver advertises the address the
-    /// machines reach it at, so the `kubernetes` Service that the real
-    /// kube-proxy carries pods to leads to it from a guest.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_with(
-        dir: &Path,
-        liken: &Path,
-        reach: Reach,
-        cluster: &str,
-        machines: &[MachineSpec],
-        channel: &Path,
-        release: Option<(&str, &str)>,
-        trusted: Option<&Path>,
-        node_cidrs: bool,
-    ) -> Host {
+    /// Cluster names the endpoint as the machines reach it, with the
+    /// target release and trust root `spec` asks for.
+    pub fn start(spec: &HostSpec<'_>) -> Host {
+        let &HostSpec {
+            dir,
+            liken,
+            reach,
+            cluster,
+            machines,
+            channel,
+            release,
+            trusted,
+            node_cidrs,
+        } = spec;
         let deployment = dir.join("deployment");
         let identity = deployment.join("identity");
         let logs = dir.join("host-logs");

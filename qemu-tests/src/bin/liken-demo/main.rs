@@ -45,7 +45,7 @@ mod upstream;
 use names::{CLUSTER, MACHINE, console_log, link};
 
 use nix::sys::signal::{SigSet, Signal};
-use qemu_tests::fleet::host::{Host, MachineSpec, Reach};
+use qemu_tests::fleet::host::{Host, HostSpec, MachineSpec, Reach};
 use qemu_tests::fleet::progress::step;
 use qemu_tests::fleet::{self, Fleet};
 
@@ -435,19 +435,20 @@ fn standin(dir: &Path, unhealthy: Option<Duration>, start: Duration) -> (Fleet, 
         }
     ));
     let spec = MachineSpec::numbered(1, true, false);
-    let host = Host::start(
-        &dir.join("work"),
-        &liken_bin(),
+    let host = Host::start(&HostSpec {
+        dir: &dir.join("work"),
+        liken: &liken_bin(),
         reach,
-        CLUSTER,
-        std::slice::from_ref(&spec),
+        cluster: CLUSTER,
+        machines: std::slice::from_ref(&spec),
         channel,
         // The test releases' inits know their versions (e2e-images), so
         // the Cluster names N as its target and the channel as source.
-        Some((&n.version, &n.digest)),
+        release: Some((&n.version, &n.digest)),
         // Its releases are signed by a key make e2e-images made once.
-        Some(&fleet::release_key()),
-    );
+        trusted: Some(&fleet::release_key()),
+        node_cidrs: false,
+    });
     // The deployment where a person expects it.
     link(&host.deployment, &dir.join(CLUSTER));
     let mut fleet = Fleet::install(
