@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use liken_api::{Channel, Version, decode};
 
 pub mod availability;
+pub mod deployment;
 pub mod disk;
 pub mod drives;
 pub mod firmware;
@@ -378,7 +379,7 @@ pub fn cli_layer_trusting(
     cli_deployment(dir, cluster, &[(machine, "leader")], trusted)
 }
 
-/// `liken new`, `mint` and `layer` for `machines`; `-unsigned` when
+/// `liken mint`, `new` and `layer` for `machines`; `-unsigned` when
 /// `trusted` is empty, else with a trust root of those keys.
 fn cli_deployment(
     dir: &Path,
@@ -386,37 +387,31 @@ fn cli_deployment(
     machines: &[(&str, &str)],
     trusted: &[&Path],
 ) -> (PathBuf, PathBuf) {
-    let deployment = dir.join("deployment");
-    let identity = deployment.join("identity");
-    let layer = dir.join("layer.cpio");
-    let d = deployment.to_string_lossy().into_owned();
-    let i = identity.to_string_lossy().into_owned();
-    let mut args: Vec<String> = vec![
-        "new".into(),
-        "-name".into(),
-        cluster.into(),
-        "-endpoint".into(),
-        "https://10.0.2.15:6443".into(),
-    ];
-    for (name, role) in machines {
-        args.push("-machine".into());
-        args.push(format!("{name}={role}"));
-    }
-    args.push(d.clone());
-    liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    liken(&["mint", &i]);
-    if trusted.is_empty() {
-        // Unsigned: the fleets' channels (images/release.sh,
-        // qemu-tests/e2e-images.sh) publish unsigned releases.
-        liken(&["layer", "-unsigned", &d, &i, &layer.to_string_lossy()]);
-    } else {
-        let trust = deployment.join("trust.yaml").to_string_lossy().into_owned();
-        let mut args = vec!["trust".to_owned(), trust];
-        args.extend(trusted.iter().map(|p| p.to_string_lossy().into_owned()));
-        liken(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        liken(&["layer", &d, &i, &layer.to_string_lossy()]);
-    }
-    (deployment, layer)
+    let machines: Vec<deployment::Machine> = machines
+        .iter()
+        .map(|(name, role)| deployment::Machine {
+            name: (*name).to_owned(),
+            leader: match *role {
+                "leader" => true,
+                "follower" => false,
+                other => panic!("{name}: role {other:?}; a machine is a leader or a follower"),
+            },
+            document: None,
+        })
+        .collect();
+    // Unsigned without keys: the fleets' channels (images/release.sh,
+    // qemu-tests/e2e-images.sh) publish unsigned releases.
+    let made = deployment::make(&deployment::Spec {
+        liken: &images().liken,
+        dir: &dir.join("deployment"),
+        cluster,
+        endpoint: "https://10.0.2.15:6443",
+        machines: &machines,
+        trusted,
+        target: None,
+    });
+    let layer = made.layer(&dir.join("layer.cpio"));
+    (made.dir, layer)
 }
 
 /// The stand-in service as a cpio part: the binary under its own name,

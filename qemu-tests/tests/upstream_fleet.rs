@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use liken_api::Slot;
 use qemu_tests::availability::{Prober, decide_gaps, decide_stopped};
+use qemu_tests::deployment;
 use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::serve_channel;
@@ -325,45 +326,20 @@ fn bring_up(name: &str) -> Up {
     let deployment = dir.join("deployment");
     let d = deployment.to_string_lossy().into_owned();
     let liken = images.liken.to_string_lossy().into_owned();
-    run(&liken, &["mint", &format!("{d}/identity")]);
-    run(
-        &liken,
-        &[
-            "new",
-            "-name",
-            CLUSTER,
-            "-endpoint",
-            &format!("https://{}:6443", LEADER.address),
-            "-machine",
-            &format!("{}=leader", LEADER.name),
-            "-machine",
-            &format!("{}=follower", FOLLOWER.name),
-            &d,
-        ],
-    );
-    for m in [&LEADER, &FOLLOWER] {
-        let path = deployment.join(format!("machines/{}.yaml", m.name));
-        std::fs::write(&path, machine_yaml(m))
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    }
-    run(
-        &liken,
-        &[
-            "trust",
-            &format!("{d}/trust.yaml"),
-            &release_key().to_string_lossy(),
-        ],
-    );
-    let layer = dir.join("layer.cpio");
-    run(
-        &liken,
-        &[
-            "layer",
-            &d,
-            &format!("{d}/identity"),
-            &layer.to_string_lossy(),
-        ],
-    );
+    let made = deployment::make(&deployment::Spec {
+        liken: &images.liken,
+        dir: &deployment,
+        cluster: CLUSTER,
+        endpoint: &format!("https://{}:6443", LEADER.address),
+        machines: &[&LEADER, &FOLLOWER].map(|m| deployment::Machine {
+            name: m.name.to_owned(),
+            leader: m.leader,
+            document: Some(machine_yaml(m)),
+        }),
+        trusted: &[&release_key()],
+        target: None,
+    });
+    let layer = made.layer(&dir.join("layer.cpio"));
     let files = SlotFiles {
         vmlinuz: images.vmlinuz.clone(),
         boot_cpio,

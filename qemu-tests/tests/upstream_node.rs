@@ -69,6 +69,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
+use qemu_tests::deployment;
 use qemu_tests::disk::{Installed, SlotFiles, installed_disk, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{Host, HostSpec, MachineSpec, Reach};
@@ -170,18 +171,7 @@ fn a_real_kubelet_registers_the_node_and_init_blesses_it() {
     let_agents_join(&host);
     let admin = admin(&host);
 
-    let d = host.deployment.to_string_lossy().into_owned();
-    let layer = dir.join("layer.cpio");
-    run(
-        &images.liken,
-        &[
-            "layer",
-            "-unsigned",
-            &d,
-            &format!("{d}/identity"),
-            &layer.to_string_lossy(),
-        ],
-    );
+    let layer = host.layer(&dir.join("layer.cpio"));
     let files = SlotFiles {
         vmlinuz: images.vmlinuz.clone(),
         boot_cpio: images.boot_cpio.clone(),
@@ -425,35 +415,21 @@ fn a_leader_runs_the_control_plane_and_its_own_node() {
     let deployment = dir.join("deployment");
     let d = deployment.to_string_lossy().into_owned();
     let liken = images.liken.to_string_lossy().into_owned();
-    run(&liken, &["mint", &format!("{d}/identity")]);
-    run(
-        &liken,
-        &[
-            "new",
-            "-name",
-            "upstream",
-            "-endpoint",
-            "https://10.0.2.15:6443",
-            "-machine",
-            "node-1=leader",
-            &d,
-        ],
-    );
     let leader = MachineSpec::numbered(1, true, false);
-    let machine = deployment.join("machines/node-1.yaml");
-    std::fs::write(&machine, qemu_tests::fleet::host::machine_yaml(&leader))
-        .unwrap_or_else(|e| panic!("{}: {e}", machine.display()));
-    let layer = dir.join("layer.cpio");
-    run(
-        &liken,
-        &[
-            "layer",
-            "-unsigned",
-            &d,
-            &format!("{d}/identity"),
-            &layer.to_string_lossy(),
-        ],
-    );
+    let made = deployment::make(&deployment::Spec {
+        liken: &images.liken,
+        dir: &deployment,
+        cluster: "upstream",
+        endpoint: "https://10.0.2.15:6443",
+        machines: &[deployment::Machine {
+            name: leader.name.clone(),
+            leader: true,
+            document: Some(qemu_tests::fleet::host::machine_yaml(&leader)),
+        }],
+        trusted: &[],
+        target: None,
+    });
+    let layer = made.layer(&dir.join("layer.cpio"));
     let files = SlotFiles {
         vmlinuz: images.vmlinuz.clone(),
         boot_cpio: images.boot_cpio.clone(),

@@ -39,7 +39,7 @@ use rcgen::{
 };
 
 use super::progress::step;
-use crate::run;
+use crate::{deployment, run};
 
 /// Where a guest on QEMU's user network reaches the host's loopback.
 pub const SLIRP_HOST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
@@ -135,6 +135,7 @@ pub struct Host {
     /// The machines.
     pub machines: Vec<MachineSpec>,
     liken: PathBuf,
+    made: deployment::Deployment,
     procs: Vec<Proc>,
     logs: PathBuf,
 }
@@ -324,6 +325,13 @@ pub struct HostSpec<'a> {
 }
 
 impl Host {
+    /// `liken layer` of the deployment into `out` (unsigned unless
+    /// [`HostSpec::trusted`] gave it a trust root), for a disk the test
+    /// prepares rather than installs from a stick.
+    pub fn layer(&self, out: &Path) -> PathBuf {
+        self.made.layer(out)
+    }
+
     /// Mints an identity in `<dir>/deployment/identity`, starts the
     /// control plane on it and `liken serve` on the channel, then writes
     /// the deployment (`liken new`, then each Machine's document) whose
@@ -345,7 +353,7 @@ impl Host {
         let identity = deployment.join("identity");
         let logs = dir.join("host-logs");
         std::fs::create_dir_all(&logs).unwrap_or_else(|e| panic!("{}: {e}", logs.display()));
-        run(liken, &["mint", &identity.to_string_lossy()]);
+        deployment::mint(liken, &deployment);
 
         step(
             "starting the control plane on the minted identity (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
@@ -385,48 +393,27 @@ impl Host {
         let (serve, serve_port) = serve_channel(liken, channel, reach.listen(), &logs);
         let channel_url = format!("http://{}:{serve_port}", reach.from_guest());
 
-        let mut args: Vec<String> = vec![
-            "new".into(),
-            "-name".into(),
-            cluster.into(),
-            "-endpoint".into(),
-            endpoint.clone(),
-        ];
-        for m in machines {
-            args.push("-machine".into());
-            args.push(format!(
-                "{}={}",
-                m.name,
-                if m.leader { "leader" } else { "follower" }
-            ));
-        }
-        args.push(deployment.to_string_lossy().into_owned());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run(liken, &args);
-        for m in machines {
-            let path = deployment.join("machines").join(format!("{}.yaml", m.name));
-            std::fs::write(&path, machine_yaml(m))
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        }
-        if let Some(key) = trusted {
-            let trust = deployment.join("trust.yaml");
-            run(
-                liken,
-                &["trust", &trust.to_string_lossy(), &key.to_string_lossy()],
-            );
-        }
-        if let Some((v, d)) = release {
-            let cluster_yaml = deployment.join("cluster.yaml");
-            let text = std::fs::read_to_string(&cluster_yaml)
-                .unwrap_or_else(|e| panic!("{}: {e}", cluster_yaml.display()));
-            let text = format!(
-                "{}\n  version: {v}\n  releases:\n    source: {channel_url}\n    catalog:\n      \
-                 - version: {v}\n        digest: {d}\n",
-                text.trim_end(),
-            );
-            std::fs::write(&cluster_yaml, text)
-                .unwrap_or_else(|e| panic!("{}: {e}", cluster_yaml.display()));
-        }
+        let members: Vec<deployment::Machine> = machines
+            .iter()
+            .map(|m| deployment::Machine {
+                name: m.name.clone(),
+                leader: m.leader,
+                document: Some(machine_yaml(m)),
+            })
+            .collect();
+        let made = deployment::make(&deployment::Spec {
+            liken,
+            dir: &deployment,
+            cluster,
+            endpoint: &endpoint,
+            machines: &members,
+            trusted: trusted.as_slice(),
+            target: release.map(|(version, digest)| deployment::Target {
+                version,
+                digest,
+                source: &channel_url,
+            }),
+        });
         run(
             liken,
             &[
@@ -446,6 +433,7 @@ impl Host {
             channel: channel.to_owned(),
             machines: machines.to_vec(),
             liken: liken.to_owned(),
+            made,
             procs: vec![serve],
             logs,
         }

@@ -26,11 +26,12 @@
 
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use liken_api::Slot;
 use liken_testenv::spawn::Proc;
+use qemu_tests::deployment;
 use qemu_tests::disk::{Installed, SlotFiles, installed_disk_layered};
 use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::{MachineSpec, Reach, machine_yaml, serve_channel};
@@ -85,7 +86,27 @@ pub fn start(dir: &Path, liken: &Path, start: Duration) -> (Running, Release) {
 
     let spec = MachineSpec::numbered(1, true, false);
     let deployment = work.join("deployment");
-    let layer = make_deployment(liken, &deployment, &endpoint, &spec, &n, &channel_url);
+    // The deployment, made with the real CLI as a person makes one: the
+    // machine as the leader, the release key trusted, the Cluster
+    // targeting N from the channel, and the signed layer.
+    let made = deployment::make(&deployment::Spec {
+        liken,
+        dir: &deployment,
+        cluster: CLUSTER,
+        endpoint: &endpoint,
+        machines: &[deployment::Machine {
+            name: spec.name.clone(),
+            leader: true,
+            document: Some(machine_yaml(&spec)),
+        }],
+        trusted: &[&release_key()],
+        target: Some(deployment::Target {
+            version: &n.version,
+            digest: &n.digest,
+            source: &channel_url,
+        }),
+    });
+    let layer = made.layer(&work.join("layer.cpio"));
     link(&deployment, &dir.join(CLUSTER));
 
     let (boot_cpio, system) = upstream_release_files(images, &n.version);
@@ -204,68 +225,6 @@ pub fn start(dir: &Path, liken: &Path, start: Duration) -> (Running, Release) {
         began.elapsed().as_secs_f64()
     ));
     (Running { vm, _serve: serve }, next)
-}
-
-/// The deployment, made with the real CLI as a person makes one: `liken
-/// mint`, `liken new` with the machine as the leader, its Machine
-/// document, the release key trusted, the Cluster targeting `n` from
-/// `channel_url`, and the signed layer; returns the layer's path.
-fn make_deployment(
-    liken: &Path,
-    deployment: &Path,
-    endpoint: &str,
-    spec: &MachineSpec,
-    n: &Release,
-    channel_url: &str,
-) -> PathBuf {
-    let d = deployment.to_string_lossy().into_owned();
-    run(liken, &["mint", &format!("{d}/identity")]);
-    run(
-        liken,
-        &[
-            "new",
-            "-name",
-            CLUSTER,
-            "-endpoint",
-            endpoint,
-            "-machine",
-            &format!("{}=leader", spec.name),
-            &d,
-        ],
-    );
-    let machine = deployment.join(format!("machines/{}.yaml", spec.name));
-    std::fs::write(&machine, machine_yaml(spec))
-        .unwrap_or_else(|e| panic!("{}: {e}", machine.display()));
-    run(
-        liken,
-        &[
-            "trust",
-            &format!("{d}/trust.yaml"),
-            &release_key().to_string_lossy(),
-        ],
-    );
-    let cluster = deployment.join("cluster.yaml");
-    let text =
-        std::fs::read_to_string(&cluster).unwrap_or_else(|e| panic!("{}: {e}", cluster.display()));
-    let text = format!(
-        "{}\n  version: {v}\n  releases:\n    source: {channel_url}\n    catalog:\n      \
-         - version: {v}\n        digest: {d}\n",
-        text.trim_end(),
-        v = n.version,
-        d = n.digest,
-    );
-    std::fs::write(&cluster, text).unwrap_or_else(|e| panic!("{}: {e}", cluster.display()));
-    let layer = deployment.parent().unwrap_or(deployment).join("layer.cpio");
-    run(
-        liken,
-        &[
-            "layer",
-            &d,
-            &format!("{d}/identity"),
-            &layer.to_string_lossy(),
-        ],
-    );
-    layer
 }
 
 /// A TCP port on `address` that nothing listens on now.
