@@ -56,7 +56,7 @@
 //! Both are `#[ignore]`d: they need `make upstream-images` (which needs
 //! `make testenv-node`) and two machines under TCG; `make
 //! test-upstream-fleet` runs the first (part of `make test`), `make
-//! test-upstream-rollout` the second (about 60 minutes, not part of it).
+//! test-upstream-rollout` the second (about 56 minutes, not part of it).
 
 use std::ffi::OsString;
 use std::net::Ipv4Addr;
@@ -64,17 +64,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use liken_api::Slot;
 use qemu_tests::availability::{Prober, decide_gaps, decide_stopped};
 use qemu_tests::deployment;
-use qemu_tests::disk::{Disk, Installed, SlotFiles, installed_disk_layered};
-use qemu_tests::firmware::Ovmf;
 use qemu_tests::fleet::host::serve_channel;
+use qemu_tests::fleet::machine::{begin_install, finish_install, installed_ovmf};
 use qemu_tests::fleet::{Release, release_key};
+use qemu_tests::install::blank_disk;
 use qemu_tests::node_facts::{NodeFacts, node_facts};
 use qemu_tests::real_node::{
     K3S_SERVER_MINIMUM_MB, Kubectl, ctr_lists, free_port, free_udp_port, internal_ip, ready,
-    upstream_channel, upstream_release_files, workload_yaml,
+    upstream_channel, workload_yaml,
 };
 use qemu_tests::{Launch, Stamped, Timeline, Vm, drives, images, run, scratch};
 
@@ -170,27 +169,6 @@ fn cards(m: &Member, api_port: u16, web_port: u16, local: u16, remote: u16) -> V
     ]
     .map(OsString::from)
     .to_vec()
-}
-
-/// `m`'s disk as install leaves it: slot A holding release `version`
-/// (N) on trial, the ESP the deployment's layer.
-fn disk(dir: &Path, m: &Member, version: &str, files: &SlotFiles, layer: &Path) -> Disk {
-    let dir = dir.join(m.name);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let machine = format!("liken.machine={}", m.name);
-    installed_disk_layered(
-        &dir,
-        &[Installed {
-            slot: Slot::A,
-            entry: "liken-a+3.conf",
-            version,
-            extra: &[&machine, "liken.bless-deadline=1800"],
-            files,
-            verity: None,
-        }],
-        None,
-        layer,
-    )
 }
 
 /// Waits until every one of `names`' Nodes is Ready as its kubelet
@@ -316,7 +294,6 @@ fn bring_up(name: &str) -> Up {
     let images = images();
     let (channel, releases) = upstream_channel(images);
     let n = &releases[0];
-    let (boot_cpio, system) = upstream_release_files(images, &n.version);
 
     // The deployment, made with the real CLI: the endpoint is the
     // leader's address on the segment; the trust root is the key the
@@ -339,12 +316,51 @@ fn bring_up(name: &str) -> Up {
         trusted: &[&release_key()],
         target: None,
     });
-    let layer = made.layer(&dir.join("layer.cpio"));
-    let files = SlotFiles {
-        vmlinuz: images.vmlinuz.clone(),
-        boot_cpio,
-        system,
-    };
+
+    // Both installed from one `liken stick` image at once, as a person
+    // installs a fleet: each picks its own entry in the stick's menu,
+    // and install mode writes N into slot A (its dm-verity root hash on
+    // the entry), the layer's part for its role onto the ESP and the
+    // 30-minute blessing deadline onto its entries. The install VMs
+    // overlap: the second boots while the first writes. Each has its own
+    // copy of the image, as a person installing two machines at once
+    // writes two sticks (QEMU locks an image a VM may write, and
+    // systemd-boot writes its random seed to the ESP it boots from).
+    let stick = qemu_tests::install::stick(
+        &images.liken,
+        &dir,
+        &n.dir,
+        &made.dir,
+        &["liken.bless-deadline=1800"],
+    );
+    let installing = Instant::now();
+    let mut installs: Vec<(&Member, PathBuf, Vm)> = [&LEADER, &FOLLOWER]
+        .into_iter()
+        .map(|m| {
+            let mdir = dir.join(m.name);
+            std::fs::create_dir_all(&mdir).unwrap_or_else(|e| panic!("{}: {e}", mdir.display()));
+            let disk = mdir.join("disk.img");
+            blank_disk(&disk);
+            let own = mdir.join("stick.img");
+            std::fs::copy(&stick, &own).unwrap_or_else(|e| {
+                panic!("copying {} to {}: {e}", stick.display(), own.display())
+            });
+            let vm = begin_install(
+                &format!("{name}-{}", m.name),
+                &mdir,
+                &own,
+                &disk,
+                m.name,
+                &n.version,
+            );
+            (m, disk, vm)
+        })
+        .collect();
+    for (m, _, vm) in &mut installs {
+        finish_install(vm, m.name);
+    }
+    let installed = installing.elapsed();
+    let disks: Vec<PathBuf> = installs.into_iter().map(|(_, disk, _)| disk).collect();
 
     // Both machines at once, as a fleet's machines are switched on.
     let api_port = free_port();
@@ -353,10 +369,8 @@ fn bring_up(name: &str) -> Up {
     let timelines: [Timeline; 2] = Default::default();
     let start = |m: &Member, local: u16, remote: u16, memory_mib: u32, cpus: u32| {
         let i = usize::from(!m.leader);
-        let disk = disk(&dir, m, &n.version, &files, &layer);
-        let ovmf = Ovmf::fresh(&dir.join(m.name));
-        let mut args = ovmf.args();
-        args.extend(drives::virtio("disk", &disk.path, Some(0), false));
+        let mut args = installed_ovmf(&dir.join(m.name)).args();
+        args.extend(drives::virtio("disk", &disks[i], Some(0), false));
         args.extend(cards(m, api_port, web_ports[i], local, remote));
         Vm::start(
             &format!("{name}-{}", m.name),
@@ -630,11 +644,12 @@ fn bring_up(name: &str) -> Up {
          server's minimum)"
     );
     println!(
-        "wall (TCG, two machines sharing the host's CPUs): QEMU start to the leader's API \
-         ready {:.0} s; to node-1 Ready {:.0} s, node-2 Ready {:.0} s; blessed {:.0} s and \
+        "wall (TCG, two machines sharing the host's CPUs): both installed from the stick \
+         in {:.0} s; then QEMU start to the leader's API ready {:.0} s; to node-1 Ready {:.0} s, node-2 Ready {:.0} s; blessed {:.0} s and \
          {:.0} s; the operators' pods Running and Ready {:.0} s, both heartbeats held {:.0} s; \
          both facts pods done in {:.0} s; the workload's two replicas Ready {:.0} s after its \
          apply ({web:?}); the test so far {:.0} s",
+        installed.as_secs_f64(),
         api_at.as_secs_f64(),
         at[0].as_secs_f64(),
         at[1].as_secs_f64(),

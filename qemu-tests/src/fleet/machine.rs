@@ -110,6 +110,65 @@ pub const NEXT: Duration = Duration::from_secs(180);
 /// Each machine's memory.
 pub const MEMORY_MIB: u32 = 1024;
 
+/// Boots `stick` beside the blank `disk` (UEFI, a fresh variable store
+/// in `dir`) and picks `name`'s entry in the stick's menu (release
+/// `version`), as a person does at the console; returns the machine in
+/// install mode, its console in `<log_name>-install.log`. Its variable
+/// store is the installed machine's too ([`installed_ovmf`]). Several
+/// machines install at once when each is begun before the first is
+/// finished ([`finish_install`]).
+pub fn begin_install(
+    log_name: &str,
+    dir: &Path,
+    stick: &Path,
+    disk: &Path,
+    name: &str,
+    version: &str,
+) -> Vm {
+    step(&format!(
+        "{name}: installing from the stick (UEFI, TCG; console in {})",
+        crate::log_dir()
+            .join(format!("{log_name}-install.log"))
+            .display()
+    ));
+    let mut vm = Vm::start(
+        &format!("{log_name}-install"),
+        &install_args(Firmware::Uefi, dir, stick, disk),
+        &Launch {
+            memory_mib: MEMORY_MIB,
+            ..Launch::default()
+        },
+    );
+    choose(&mut vm, &format!("Install liken {version} on {name}"));
+    vm.send_serial("\r");
+    vm.expect(
+        &format!("liken: cmdline: ok (machine {name}, install mode)"),
+        BOOT,
+    );
+    vm
+}
+
+/// Waits for install mode to write `name`'s disk, pulls the stick,
+/// presses Enter and waits for the power-off.
+pub fn finish_install(vm: &mut Vm, name: &str) {
+    vm.expect(
+        "liken: install: done; remove the install media and press Enter to power off",
+        INSTALL,
+    );
+    pull_stick_and_power_off(vm, NEXT);
+    step(&format!("{name}: installed in {:.0} s", vm.wall()));
+}
+
+/// The firmware of a machine [`begin_install`] installed in `dir`: the
+/// variable store install mode's boot used, since the installed machine
+/// is the same computer.
+pub fn installed_ovmf(dir: &Path) -> Ovmf {
+    Ovmf {
+        code: PathBuf::from("/usr/share/OVMF/OVMF_CODE.fd"),
+        vars: dir.join("OVMF_VARS.fd"),
+    }
+}
+
 /// A machine of the fleet.
 pub struct Machine {
     /// What it is.
@@ -143,45 +202,15 @@ impl Machine {
         std::fs::create_dir_all(&mdir).unwrap_or_else(|e| panic!("{}: {e}", mdir.display()));
         let disk = mdir.join("disk.img");
         blank_disk(&disk);
-        let name = &spec.name;
-        let log_name = format!("{fleet}-{name}");
-        step(&format!(
-            "{name}: installing from the stick (UEFI, TCG; console in {})",
-            crate::log_dir()
-                .join(format!("{log_name}-install.log"))
-                .display()
-        ));
-        let mut vm = Vm::start(
-            &format!("{log_name}-install"),
-            &install_args(Firmware::Uefi, &mdir, stick, &disk),
-            &Launch {
-                memory_mib: MEMORY_MIB,
-                ..Launch::default()
-            },
-        );
-        choose(&mut vm, &format!("Install liken {version} on {name}"));
-        vm.send_serial("\r");
-        vm.expect(
-            &format!("liken: cmdline: ok (machine {name}, install mode)"),
-            BOOT,
-        );
-        vm.expect(
-            "liken: install: done; remove the install media and press Enter to power off",
-            INSTALL,
-        );
-        pull_stick_and_power_off(&mut vm, NEXT);
-        step(&format!("{name}: installed in {:.0} s", vm.wall()));
+        let log_name = format!("{fleet}-{}", spec.name);
+        let mut vm = begin_install(&log_name, &mdir, stick, &disk, &spec.name, version);
+        finish_install(&mut vm, &spec.name);
         drop(vm);
         Machine {
             spec: spec.clone(),
             disk,
             log_name,
-            // The variable store install mode's boot used: the
-            // installed machine is the same computer.
-            ovmf: Ovmf {
-                code: PathBuf::from("/usr/share/OVMF/OVMF_CODE.fd"),
-                vars: mdir.join("OVMF_VARS.fd"),
-            },
+            ovmf: installed_ovmf(&mdir),
             vm: None,
             starts: 0,
             console: Timeline::default(),
