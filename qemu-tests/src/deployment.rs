@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::run;
+use crate::command::run;
 
 /// One machine of a deployment.
 pub struct Machine {

@@ -20,7 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use liken_api::{Channel, Version, decode};
 
 pub mod availability;
+pub mod command;
 pub mod deployment;
 pub mod disk;
 pub mod drives;
@@ -37,6 +38,8 @@ pub mod install;
 pub mod netns;
 pub mod node_facts;
 pub mod real_node;
+
+pub use command::{check, run, text};
 
 /// `make -s <target>` in the workspace with `IMAGES_OUT=<images>` and
 /// this target directory, without the package variables `cargo test`
@@ -248,35 +251,6 @@ pub fn cpio(
         tree.display()
     );
     archive
-}
-
-/// Runs `cmd` to its end, failing the test with its output unless it
-/// succeeds.
-pub fn check(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run {cmd:?}: {e}; scripts/setup.sh installs the tools the tests use")
-    });
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}",
-        out.status,
-        text(&out)
-    );
-    out
-}
-
-/// A program's stdout, then its stderr, as text.
-pub fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs `program` with `args` (see [`check`]); returns its output.
-pub fn run(program: impl AsRef<OsStr>, args: &[&str]) -> String {
-    text(&check(Command::new(program).args(args)))
 }
 
 /// Runs the workstation CLI with `args`, failing the test with its
