@@ -134,7 +134,8 @@ pub struct Host {
     pub channel: PathBuf,
     /// The machines.
     pub machines: Vec<MachineSpec>,
-    liken: PathBuf,
+    /// The deployment as it was made, with the `liken` program that made
+    /// it (and runs the host's other `liken` verbs).
     made: deployment::Deployment,
     procs: Vec<Proc>,
     logs: PathBuf,
@@ -432,7 +433,6 @@ impl Host {
             channel_url,
             channel: channel.to_owned(),
             machines: machines.to_vec(),
-            liken: liken.to_owned(),
             made,
             procs: vec![serve],
             logs,
@@ -462,7 +462,7 @@ impl Host {
         let d = self.deployment.to_string_lossy().into_owned();
         let mut args = vec![verb, "-server", &self.local_server, &d];
         args.extend_from_slice(rest);
-        run(&self.liken, &args)
+        run(&self.made.liken, &args)
     }
 
     /// Starts the cluster operator: `binary` (the one the release ships
